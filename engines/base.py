@@ -1,0 +1,90 @@
+"""The engine base class: what the model manager loads, measures and unloads."""
+
+from __future__ import annotations
+
+import abc
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from engines.executor import DeviceExecutor
+from engines.types import MemoryUsage, Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A catalog entry: how to build one engine.
+
+    Attributes:
+        name: catalog name clients use.
+        backend: registry key of the engine class (e.g. ``"llama_cpp"``).
+        tasks: tasks the model serves; a subset of its engine class's tasks.
+        source: resolved weights location: a local path, or a hub id when allowed.
+        device: ``"auto"`` or an explicit device.
+        options: backend-specific options (e.g. ``n_ctx`` for llama.cpp).
+        keep_alive: Go-style duration string, ``"0"`` or ``"-1"`` (see ``service.keep_alive``).
+        pinned: never unloaded on idle.
+
+    """
+
+    name: str
+    backend: str
+    tasks: tuple[Task, ...]
+    source: str
+    device: str = "auto"
+    options: dict[str, Any] = field(default_factory=dict)
+    keep_alive: str | None = None
+    pinned: bool = False
+
+
+class Engine(abc.ABC):
+    """A loaded model behind one backend.
+
+    Subclasses set ``backend`` and ``tasks`` and implement :meth:`load`, :meth:`unload` and
+    :meth:`memory_usage`. ``load``/``unload`` are blocking and are called on the engine's
+    device executor; task methods are ``async`` and submit their blocking parts to
+    ``self.executor``.
+    """
+
+    backend: ClassVar[str]
+    tasks: ClassVar[frozenset[Task]]
+
+    def __init__(self, spec: ModelSpec, device: str, executor: DeviceExecutor) -> None:
+        self.spec = spec
+        self.device = device
+        self.executor = executor
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load weights onto ``self.device`` (blocking).
+
+        Raises:
+            Exception: any load failure; the manager records it and answers ModelLoadError.
+
+        """
+
+    @abc.abstractmethod
+    def unload(self) -> None:
+        """Drop every reference to weights and caches (blocking); the manager then frees device memory."""
+
+    @abc.abstractmethod
+    def memory_usage(self) -> MemoryUsage:
+        """Bytes held by the loaded model in host and accelerator memory."""
+
+    def estimated_load_bytes(self) -> int:
+        """Bytes the model is expected to need once loaded, checked against free memory before load.
+
+        The default is 0 (unknown, no check); file-backed engines return their weights' size.
+        """
+        return 0
+
+    @classmethod
+    def select_device(cls, preferred: str) -> str:
+        """The device this backend will use given the resolved preference (override to restrict)."""
+        return preferred
+
+    def option(self, key: str, default: Any = None) -> Any:
+        """A backend option from the catalog entry, or ``default``."""
+        return self.spec.options.get(key, default)

@@ -1,0 +1,1 @@
+"""Text-generation engines and the pieces they share (stop matching, incremental decoding)."""

@@ -1,0 +1,68 @@
+"""Registry of engine backends: catalog ``backend`` strings map to engine classes.
+
+Backend modules register themselves with :func:`register_backend` when imported;
+:func:`engine_class` imports the built-in modules on first use, so adding a backend means
+adding a module and a line to ``_BUILTIN_MODULES``, never an if/elif chain.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from engines.base import Engine
+from engines.errors import InvalidArgumentError
+
+_BACKENDS: dict[str, type[Engine]] = {}
+
+# Modules that define the built-in backends; imported lazily so that importing the registry
+# does not import torch or llama.cpp.
+_BUILTIN_MODULES = (
+    "engines.generation.llama_cpp_engine",
+    "engines.embedding.sentence_transformers_engine",
+)
+_builtins_loaded = False
+
+
+def register_backend(cls: type[Engine]) -> type[Engine]:
+    """Class decorator: make ``cls`` available under ``cls.backend``.
+
+    Raises:
+        ValueError: another class already registered the same backend name.
+
+    """
+    existing = _BACKENDS.get(cls.backend)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"backend {cls.backend!r} already registered by {existing.__qualname__}")
+    _BACKENDS[cls.backend] = cls
+    return cls
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        for module in _BUILTIN_MODULES:
+            importlib.import_module(module)
+        _builtins_loaded = True
+
+
+def engine_class(backend: str) -> type[Engine]:
+    """Return the engine class registered for ``backend``.
+
+    Raises:
+        InvalidArgumentError: no such backend (reason UNKNOWN_BACKEND).
+
+    """
+    _load_builtins()
+    try:
+        return _BACKENDS[backend]
+    except KeyError:
+        known = ", ".join(sorted(_BACKENDS))
+        raise InvalidArgumentError(
+            f"unknown backend {backend!r}; known backends: {known}", reason="UNKNOWN_BACKEND", backend=backend
+        ) from None
+
+
+def registered_backends() -> dict[str, type[Engine]]:
+    """All registered backends by name."""
+    _load_builtins()
+    return dict(_BACKENDS)

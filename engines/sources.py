@@ -1,0 +1,71 @@
+"""Resolve a catalog ``source`` to something a loader takes: a local path or a hub id.
+
+Forms (catalog files are operator configuration, never client input):
+
+* ``pkg://<python_package>/<relative/path>``: a file or folder inside an installed package,
+  found with ``importlib.util.find_spec`` without importing the package (some model
+  packages import heavy plugins at import time);
+* an absolute path, ``~/path`` or ``file://`` URL: a local file or folder;
+* ``<org>/<name>`` (optionally ``<org>/<name>/<file.gguf>``): a Hugging Face hub id, passed
+  through unchanged for the loader (and its offline cache).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from engines.errors import ModelLoadError
+
+PACKAGE_SCHEME = "pkg://"
+FILE_SCHEME = "file://"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedSource:
+    """Where weights are: ``path`` for local files, ``hub_id`` otherwise (exactly one is set)."""
+
+    path: Path | None = None
+    hub_id: str | None = None
+
+    @property
+    def location(self) -> str:
+        """The path or hub id as a string, for loaders that accept either."""
+        return str(self.path) if self.path is not None else str(self.hub_id)
+
+
+def resolve_source(source: str) -> ResolvedSource:
+    """Resolve a catalog source string.
+
+    Raises:
+        ModelLoadError: a package that is not installed, or a path that does not exist.
+
+    """
+    if source.startswith(PACKAGE_SCHEME):
+        package, _, relative = source.removeprefix(PACKAGE_SCHEME).partition("/")
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelLoadError(
+                f"model package {package!r} is not installed", reason="MODEL_SOURCE_MISSING", package=package
+            )
+        path = Path(next(iter(spec.submodule_search_locations))) / relative
+        return ResolvedSource(path=_existing(path, source))
+    if source.startswith(FILE_SCHEME):
+        return ResolvedSource(path=_existing(Path(source.removeprefix(FILE_SCHEME)), source))
+    if source.startswith(("/", "~", ".")):
+        return ResolvedSource(path=_existing(Path(source).expanduser(), source))
+    return ResolvedSource(hub_id=source)
+
+
+def _existing(path: Path, source: str) -> Path:
+    if not path.exists():
+        raise ModelLoadError(f"model source {source!r} does not exist", reason="MODEL_SOURCE_MISSING")
+    return path.resolve()
+
+
+def path_size_bytes(path: Path) -> int:
+    """Size of a file, or the total size of the files under a folder, in bytes."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

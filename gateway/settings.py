@@ -1,0 +1,54 @@
+"""Gateway configuration: the immutable per-app config and the environment-backed CLI settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# 64 MiB: large enough for batched embeddings of long texts, small enough that one request cannot
+# exhaust the gateway's memory. The same limit bounds HTTP bodies and gRPC messages both ways.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+ENV_PREFIX = "UR_GATEWAY_"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """What one app instance was built with (stored on ``app.state.config``).
+
+    Attributes:
+        grpc_target: gRPC address of the inference server, e.g. ``"127.0.0.1:50051"``.
+        api_key: When set, ``/v1/*`` requests must send ``Authorization: Bearer <api_key>``,
+            and the header is forwarded to the server as ``authorization`` metadata.
+        max_message_bytes: Largest HTTP request body and gRPC message (sent or received), in bytes.
+    """
+
+    grpc_target: str
+    api_key: str | None
+    max_message_bytes: int
+
+
+class GatewaySettings(BaseSettings):
+    """Settings of the ``universal-runtime-gateway`` command.
+
+    Every field can be set from an environment variable named ``UR_GATEWAY_<FIELD>`` (for example
+    ``UR_GATEWAY_GRPC_TARGET``); command-line flags take precedence over the environment.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    grpc_target: str = Field(default="127.0.0.1:50051", description="gRPC address of the server.")
+    host: str = Field(default="127.0.0.1", description="Interface the HTTP server binds to.")
+    port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
+    api_key: SecretStr | None = Field(
+        default=None, description="Bearer token required on /v1 routes and forwarded to the server."
+    )
+    max_message_bytes: int = Field(
+        default=DEFAULT_MAX_MESSAGE_BYTES, gt=0, description="Largest HTTP body / gRPC message, bytes."
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        default="info", description="Log level of the gateway and uvicorn."
+    )

@@ -1,0 +1,25 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Usage(_message.Message):
+    __slots__ = ("prompt_tokens", "completion_tokens", "total_tokens")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
+
+class Timings(_message.Message):
+    __slots__ = ("time_to_first_token_ms", "tokens_per_second", "total_ms")
+    TIME_TO_FIRST_TOKEN_MS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    time_to_first_token_ms: float
+    tokens_per_second: float
+    total_ms: float
+    def __init__(self, time_to_first_token_ms: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""The grpc.aio server: servicers, interceptors, model manager, settings and CLI."""

@@ -1,0 +1,105 @@
+"""The model catalog: model name → how to build its engine, read from YAML.
+
+File format (see ``default_catalog.yaml``)::
+
+    models:
+      <name>:
+        tasks: [generate]            # engines.types.Task values
+        backend: llama_cpp           # engines registry key
+        source: pkg://pkg/file.gguf  # see engines.sources
+        device: auto                 # optional
+        keep_alive: 5m               # optional, see service.keep_alive
+        pinned: false                # optional
+        options: {n_ctx: 2048}       # optional, backend-specific
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from engines.base import ModelSpec
+from engines.types import Task
+from service.keep_alive import parse_keep_alive
+from service.model_names import validate_model_name
+
+
+class CatalogEntry(BaseModel):
+    """One model's configuration as written in the catalog file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[Task] = Field(min_length=1)
+    backend: str
+    source: str
+    device: str = "auto"
+    keep_alive: str | None = None
+    pinned: bool = False
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _valid_keep_alive(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_keep_alive(value)
+        return value
+
+
+class CatalogFile(BaseModel):
+    """The whole catalog file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: dict[str, CatalogEntry]
+
+
+class CatalogError(ValueError):
+    """The catalog file is missing or invalid; raised at start-up."""
+
+
+def load_catalog(path: Path | None = None) -> dict[str, ModelSpec]:
+    """Read a catalog file (or the embedded default when ``path`` is None) into specs by name.
+
+    Raises:
+        CatalogError: unreadable YAML, unknown keys, bad task names or invalid model names.
+
+    """
+    if path is None:
+        text = resources.files("service").joinpath("default_catalog.yaml").read_text(encoding="utf-8")
+        origin = "embedded default catalog"
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CatalogError(f"cannot read catalog {path}: {exc}") from exc
+        origin = str(path)
+    try:
+        parsed = CatalogFile.model_validate(yaml.safe_load(text) or {"models": {}})
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise CatalogError(f"invalid catalog {origin}: {exc}") from exc
+    specs: dict[str, ModelSpec] = {}
+    for name, entry in parsed.models.items():
+        try:
+            validate_model_name(name)
+        except ValueError as exc:
+            raise CatalogError(f"invalid model name {name!r} in {origin}: {exc}") from exc
+        specs[name] = spec_from_entry(name, entry)
+    return specs
+
+
+def spec_from_entry(name: str, entry: CatalogEntry) -> ModelSpec:
+    """Build the engine-facing spec of one catalog entry."""
+    return ModelSpec(
+        name=name,
+        backend=entry.backend,
+        tasks=tuple(entry.tasks),
+        source=entry.source,
+        device=entry.device,
+        options=dict(entry.options),
+        keep_alive=entry.keep_alive,
+        pinned=entry.pinned,
+    )

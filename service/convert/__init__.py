@@ -1,0 +1,1 @@
+"""Protobuf ↔ engine dataclass conversion, with request validation."""

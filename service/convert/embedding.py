@@ -1,0 +1,60 @@
+"""EmbedRequest → EmbeddingRequest, and EmbeddingResult → EmbedResponse."""
+
+from __future__ import annotations
+
+from universal_runtime.v1 import encoders_pb2
+
+from engines.types import EmbeddingRequest, EmbeddingResult, Truncation
+from service.convert.generation import usage_message
+from service.convert.validation import require
+
+TRUNCATIONS = {
+    encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED: Truncation.END,
+    encoders_pb2.TRUNCATION_POLICY_END: Truncation.END,
+    encoders_pb2.TRUNCATION_POLICY_START: Truncation.START,
+    encoders_pb2.TRUNCATION_POLICY_ERROR: Truncation.ERROR,
+}
+
+
+def embedding_request(request: encoders_pb2.EmbedRequest, *, max_inputs: int) -> EmbeddingRequest:
+    """Validate and convert an EmbedRequest.
+
+    Raises:
+        InvalidArgumentError: no model, no inputs, more than ``max_inputs``, an empty input,
+            negative dimensions, both prompt and prompt_name.
+
+    """
+    require(bool(request.model), "model", "must be set")
+    require(len(request.inputs) > 0, "inputs", "must contain at least one text")
+    require(
+        len(request.inputs) <= max_inputs,
+        "inputs",
+        f"at most {max_inputs} inputs per request, got {len(request.inputs)}",
+    )
+    for i, text in enumerate(request.inputs):
+        require(bool(text.strip()), f"inputs[{i}]", "must not be empty")
+    require(request.dimensions >= 0, "dimensions", f"must be >= 0, got {request.dimensions}")
+    require(
+        not (request.prompt and request.prompt_name), "prompt", "set at most one of prompt and prompt_name"
+    )
+    require(request.truncation in TRUNCATIONS, "truncation", "unknown truncation policy")
+    return EmbeddingRequest(
+        inputs=list(request.inputs),
+        normalize=request.normalize,
+        dimensions=request.dimensions or None,
+        truncation=TRUNCATIONS[request.truncation],
+        prompt_name=request.prompt_name or None,
+        prompt=request.prompt or None,
+    )
+
+
+def embed_response(model: str, result: EmbeddingResult) -> encoders_pb2.EmbedResponse:
+    """Build the response: one Embedding per input, in order."""
+    return encoders_pb2.EmbedResponse(
+        model=model,
+        embeddings=[
+            encoders_pb2.Embedding(index=i, values=row.tolist()) for i, row in enumerate(result.vectors)
+        ],
+        dimensions=int(result.vectors.shape[1]),
+        usage=usage_message(result.prompt_tokens, 0),
+    )

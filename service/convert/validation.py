@@ -1,0 +1,18 @@
+"""Small helpers that raise INVALID_ARGUMENT naming the offending field."""
+
+from __future__ import annotations
+
+from engines.errors import InvalidArgumentError
+
+
+def require(condition: bool, field: str, message: str, **metadata: object) -> None:
+    """Raise :class:`InvalidArgumentError` with ``field`` in its metadata unless ``condition``."""
+    if not condition:
+        raise InvalidArgumentError(f"{field}: {message}", field=field, **metadata)
+
+
+def check_range(value: float, field: str, low: float, high: float, *, low_open: bool = False) -> None:
+    """Require ``low <= value <= high`` (``low < value`` when ``low_open``)."""
+    ok = (value > low if low_open else value >= low) and value <= high
+    bracket = "(" if low_open else "["
+    require(ok, field, f"must be in {bracket}{low}, {high}], got {value}", value=value)

@@ -1,0 +1,173 @@
+"""Server interceptors (grpc-interceptor): request context and logging, auth, and error mapping.
+
+Order (outermost first): :class:`RequestContextInterceptor` → :class:`AuthInterceptor` →
+:class:`ErrorMappingInterceptor` → servicer. Streaming handlers are iterated, never awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from grpc_interceptor import AsyncServerInterceptor
+
+from engines.errors import RuntimeServiceError
+from service.request_context import REQUEST_ID_METADATA_KEY, model_var, new_request_id, request_id_var
+from service.status import internal_status, rich_status, status_for_error
+
+log = logging.getLogger("universal_runtime.rpc")
+
+# RPCs that need no credentials: health checks and discovery.
+PUBLIC_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+async def _call(method: Callable, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    """Invoke the next handler; returns an awaited result or an async iterator for streams."""
+    result = method(request, context)
+    if hasattr(result, "__aiter__"):
+        return result
+    return await result
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
+
+
+class RequestContextInterceptor(AsyncServerInterceptor):
+    """Sets the request id and logs one structured line per RPC.
+
+    The id comes from ``x-request-id`` metadata or is new, and is echoed in the initial
+    metadata. The log line has method, status code, duration and model.
+    """
+
+    async def intercept(
+        self, method: Callable, request: Any, context: grpc.aio.ServicerContext, method_name: str
+    ):
+        """Wrap the RPC in a request context and log its outcome."""
+        request_id = _metadata(context).get(REQUEST_ID_METADATA_KEY) or new_request_id()
+        request_id_var.set(request_id[:128])
+        model_var.set("")
+        started = time.perf_counter()
+        # Metadata already sent or call gone: the request id is still in the log.
+        with contextlib.suppress(Exception):
+            await context.send_initial_metadata(((REQUEST_ID_METADATA_KEY, request_id_var.get()),))
+        try:
+            result = await _call(method, request, context)
+        except BaseException as exc:
+            self._log(context, method_name, started, exc)
+            raise
+        if not hasattr(result, "__aiter__"):
+            self._log(context, method_name, started, None)
+            return result
+        return self._stream(result, context, method_name, started)
+
+    async def _stream(self, stream: AsyncIterator, context, method_name: str, started: float):
+        error: BaseException | None = None
+        try:
+            async for item in stream:
+                yield item
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._log(context, method_name, started, error)
+
+    @staticmethod
+    def _log(
+        context: grpc.aio.ServicerContext, method_name: str, started: float, error: BaseException | None
+    ):
+        if isinstance(error, asyncio.CancelledError):
+            code_name = "CANCELLED"
+        else:
+            code = context.code()
+            code_name = (
+                code.name if isinstance(code, grpc.StatusCode) else ("OK" if error is None else "UNKNOWN")
+            )
+        log.info(
+            "rpc",
+            extra={
+                "request_id": request_id_var.get(),
+                "method": method_name,
+                "code": code_name,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                "model": model_var.get(),
+            },
+        )
+
+
+class AuthInterceptor(AsyncServerInterceptor):
+    """Requires ``authorization: Bearer <api_key>`` on every RPC except health and reflection."""
+
+    def __init__(self, api_key: str) -> None:
+        self._expected = f"Bearer {api_key}".encode()
+
+    async def intercept(
+        self, method: Callable, request: Any, context: grpc.aio.ServicerContext, method_name: str
+    ):
+        """Reject calls without the right key with UNAUTHENTICATED."""
+        if not method_name.startswith(PUBLIC_METHOD_PREFIXES):
+            given = _metadata(context).get("authorization", "").encode()
+            if not hmac.compare_digest(given, self._expected):
+                status = rich_status(
+                    grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED"
+                )
+                await context.abort(status.code, status.details, status.trailing_metadata)
+        return await _call(method, request, context)
+
+
+class ErrorMappingInterceptor(AsyncServerInterceptor):
+    """Turns domain errors into their status with ErrorInfo.
+
+    Anything unexpected becomes INTERNAL with a generic message (the trace goes to the log
+    only). Aborts and cancellations pass through.
+    """
+
+    async def intercept(
+        self, method: Callable, request: Any, context: grpc.aio.ServicerContext, method_name: str
+    ):
+        """Map exceptions raised by the handler (unary) or while iterating it (streams)."""
+        try:
+            result = await _call(method, request, context)
+        except Exception as exc:
+            await self._abort(exc, context, method_name)
+            raise  # unreachable: abort raises
+        if hasattr(result, "__aiter__"):
+            return self._stream(result, context, method_name)
+        return result
+
+    async def _stream(self, stream: AsyncIterator, context: grpc.aio.ServicerContext, method_name: str):
+        try:
+            async for item in stream:
+                yield item
+        except Exception as exc:
+            await self._abort(exc, context, method_name)
+            raise
+
+    @staticmethod
+    async def _abort(exc: Exception, context: grpc.aio.ServicerContext, method_name: str) -> None:
+        if isinstance(exc, grpc.aio.AbortError):
+            return
+        if isinstance(exc, RuntimeServiceError):
+            status = status_for_error(exc)
+            if status.code is grpc.StatusCode.INTERNAL:
+                log.error(
+                    "rpc failed: %s",
+                    exc.message,
+                    exc_info=exc.__cause__ or exc,
+                    extra={"request_id": request_id_var.get(), "method": method_name},
+                )
+        else:
+            log.exception(
+                "unhandled error in %s",
+                method_name,
+                exc_info=exc,
+                extra={"request_id": request_id_var.get(), "method": method_name},
+            )
+            status = internal_status(request_id_var.get())
+        await context.abort(status.code, status.details, status.trailing_metadata)

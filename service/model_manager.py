@@ -1,0 +1,406 @@
+"""Model lifecycle: load on demand, keep alive, unload when idle, report status and memory.
+
+Concurrency rules:
+
+* each model has its own ``asyncio.Lock``; the first request for a model loads it and the
+  others wait on that lock (double-checked), so a model loads once and a load of model A
+  never waits for a load of model B;
+* a request holds a model between :meth:`ModelManager.acquire` entry and exit (``active``
+  count); nothing unloads a model with active requests;
+* keep-alive follows ``seeds/backend.go`` (see :mod:`service.keep_alive`); a background task
+  unloads idle models; pinned models never unload on idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import psutil
+
+from engines.base import Engine, ModelSpec
+from engines.device import release_device_memory, resolve_device
+from engines.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    ModelLoadError,
+    ModelNotFoundError,
+    ResourceExhaustedError,
+    RuntimeServiceError,
+    TaskNotSupportedError,
+    UnavailableError,
+)
+from engines.executor import ExecutorPool
+from engines.registry import engine_class
+from engines.types import MemoryUsage, Task
+from service.keep_alive import format_keep_alive, parse_keep_alive
+from service.model_names import validate_model_name
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Backend used for a hub id that is not in the catalog, by task.
+HUB_DEFAULT_BACKENDS: dict[Task, str] = {
+    Task.GENERATE: "transformers",
+    Task.EMBED: "sentence_transformers",
+}
+
+
+class ModelState(enum.Enum):
+    """Lifecycle state of a catalog model."""
+
+    NOT_LOADED = "Not Loaded"
+    LOADING = "Loading"
+    READY = "Running"
+    UNLOADING = "Unloading"
+    ERROR = "Error"
+
+
+def format_status(state: ModelState, details: str = "") -> str:
+    """``"<State>: <details>"``, or the state alone without details (``FormatStatus`` in backend.go)."""
+    return f"{state.value}: {details}" if details else state.value
+
+
+@dataclass
+class ManagedModel:
+    """A catalog model and its runtime state (mutated only on the event loop)."""
+
+    spec: ModelSpec
+    keep_alive_s: float
+    pinned: bool
+    state: ModelState = ModelState.NOT_LOADED
+    engine: Engine | None = None
+    device: str = ""
+    error: str = ""
+    active: int = 0
+    load_count: int = 0
+    loaded_at: float = 0.0  # wall clock, seconds
+    last_used: float = 0.0  # monotonic, seconds
+    memory: MemoryUsage = field(default_factory=MemoryUsage)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def status_detail(self) -> str:
+        """Status string in the ``backend.go`` format, e.g. ``"Running: llama_cpp on cpu"``."""
+        if self.state is ModelState.READY:
+            return format_status(self.state, f"{self.spec.backend} on {self.device}")
+        if self.state is ModelState.ERROR:
+            return format_status(self.state, self.error)
+        return format_status(self.state)
+
+    def expires_at(self) -> float | None:
+        """Wall-clock time at which the idle model will unload, or None if not scheduled."""
+        if self.state is not ModelState.READY or self.active or self.pinned or math.isinf(self.keep_alive_s):
+            return None
+        return time.time() + max(0.0, self.keep_alive_s - (time.monotonic() - self.last_used))
+
+
+EngineFactory = Callable[[str], type[Engine]]
+
+
+class ModelManager:
+    """Owns every model's lifecycle; servicers get engines only through :meth:`acquire`.
+
+    Args:
+        catalog: model specs by name.
+        settings: server settings (default keep-alive, hub policy, memory headroom).
+        executors: per-device executors engines run on.
+        engine_factory: backend name → engine class (the registry; replaceable in tests).
+
+    """
+
+    def __init__(
+        self,
+        catalog: dict[str, ModelSpec],
+        settings: Settings,
+        executors: ExecutorPool,
+        engine_factory: EngineFactory = engine_class,
+    ) -> None:
+        self._settings = settings
+        self._executors = executors
+        self._engine_factory = engine_factory
+        self._default_keep_alive_s = parse_keep_alive(settings.default_keep_alive)
+        self._models: dict[str, ManagedModel] = {name: self._managed(spec) for name, spec in catalog.items()}
+        self._reaper: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    def _managed(self, spec: ModelSpec) -> ManagedModel:
+        keep_alive = parse_keep_alive(spec.keep_alive) if spec.keep_alive else self._default_keep_alive_s
+        return ManagedModel(spec=spec, keep_alive_s=keep_alive, pinned=spec.pinned)
+
+    # -- lookup ---------------------------------------------------------------------------
+
+    def get(self, name: str, task: Task | None = None) -> ManagedModel:
+        """Return the managed model called ``name``.
+
+        With ``allow_hub_models`` and a ``task``, an unknown ``org/name`` becomes a new entry
+        backed by the task's default hub backend.
+
+        Raises:
+            InvalidArgumentError: path-like or malformed name (reason INVALID_MODEL_NAME).
+            ModelNotFoundError: not in the catalog (and not an allowed hub id).
+
+        """
+        try:
+            validate_model_name(name)
+        except ValueError as exc:
+            raise InvalidArgumentError(
+                f"invalid model name {name!r}: {exc}", reason="INVALID_MODEL_NAME", field="model", model=name
+            ) from None
+        managed = self._models.get(name)
+        if managed is not None:
+            return managed
+        if self._settings.allow_hub_models and "/" in name and task in HUB_DEFAULT_BACKENDS:
+            spec = ModelSpec(name=name, backend=HUB_DEFAULT_BACKENDS[task], tasks=(task,), source=name)
+            managed = self._models[name] = self._managed(spec)
+            return managed
+        raise ModelNotFoundError(f"model {name!r} is not in the catalog", field="model", model=name)
+
+    def models(self) -> list[ManagedModel]:
+        """All managed models, sorted by name."""
+        return [self._models[name] for name in sorted(self._models)]
+
+    # -- use ------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, name: str, task: Task, keep_alive: str | None = None) -> AsyncIterator[Engine]:
+        """Hold the model ``name`` loaded for ``task`` while the block runs, loading it if needed.
+
+        Args:
+            name: catalog name (or allowed hub id).
+            task: the task the caller will run; the model must serve it.
+            keep_alive: optional override of the model's keep-alive from now on.
+
+        Raises:
+            InvalidArgumentError, ModelNotFoundError: see :meth:`get`; bad keep_alive.
+            TaskNotSupportedError: the model does not serve ``task``.
+            UnavailableError: the server is shutting down.
+            ResourceExhaustedError: not enough free memory to load the model.
+            ModelLoadError: loading failed.
+
+        """
+        managed = self.get(name, task)
+        if task not in managed.spec.tasks:
+            served = ", ".join(t.value for t in managed.spec.tasks)
+            raise TaskNotSupportedError(
+                f"model {name!r} cannot do {task.value}; it serves: {served}", model=name, task=task.value
+            )
+        override = parse_keep_alive(keep_alive) if keep_alive else None
+        engine = await self._hold(managed)
+        try:
+            yield engine
+        finally:
+            self._release(managed, override)
+
+    async def _hold(self, managed: ManagedModel) -> Engine:
+        if self._closing:
+            raise UnavailableError("server is shutting down", reason="SHUTTING_DOWN")
+        # Fast path: no await between the check and the increment, so no unload can slip in.
+        if managed.state is ModelState.READY and managed.engine is not None:
+            managed.active += 1
+            managed.idle.clear()
+            return managed.engine
+        async with managed.lock:
+            if managed.state is not ModelState.READY or managed.engine is None:
+                await self._load_locked(managed)
+            assert managed.engine is not None
+            managed.active += 1
+            managed.idle.clear()
+            return managed.engine
+
+    def _release(self, managed: ManagedModel, keep_alive_override: float | None) -> None:
+        managed.active -= 1
+        managed.last_used = time.monotonic()
+        if keep_alive_override is not None:
+            managed.keep_alive_s = keep_alive_override
+        if managed.active == 0:
+            managed.idle.set()
+            if managed.keep_alive_s == 0 and not managed.pinned:
+                self._spawn(self._unload_if_idle(managed, 0.0))
+
+    # -- load / unload ----------------------------------------------------------------------
+
+    async def load(
+        self, name: str, keep_alive: str | None = None, pinned: bool | None = None
+    ) -> ManagedModel:
+        """Load ``name`` now (no-op when ready) and optionally change its keep-alive and pinning.
+
+        Raises:
+            Same as :meth:`acquire`, except TaskNotSupportedError.
+
+        """
+        managed = self.get(name)
+        override = parse_keep_alive(keep_alive) if keep_alive else None
+        if self._closing:
+            raise UnavailableError("server is shutting down", reason="SHUTTING_DOWN")
+        async with managed.lock:
+            if managed.state is not ModelState.READY:
+                await self._load_locked(managed)
+        if override is not None:
+            managed.keep_alive_s = override
+        if pinned is not None:
+            managed.pinned = pinned
+        managed.last_used = time.monotonic()
+        return managed
+
+    async def _load_locked(self, managed: ManagedModel) -> None:
+        spec = managed.spec
+        cls = self._engine_factory(spec.backend)
+        try:
+            device = cls.select_device(
+                resolve_device(spec.device if spec.device != "auto" else self._settings.device)
+            )
+        except ValueError as exc:
+            raise FailedPreconditionError(str(exc), reason="DEVICE_UNAVAILABLE", model=spec.name) from None
+        executor = self._executors.get(device)
+        engine = cls(spec, device, executor)
+        self._check_memory(engine)
+        managed.state = ModelState.LOADING
+        managed.load_count += 1
+        started = time.perf_counter()
+        log.info("loading model", extra={"model": spec.name, "backend": spec.backend, "device": device})
+        try:
+            await executor.run(engine.load)
+        except RuntimeServiceError as exc:
+            managed.state, managed.error = ModelState.ERROR, exc.message
+            raise
+        except Exception as exc:
+            managed.state, managed.error = ModelState.ERROR, f"{type(exc).__name__}: {exc}"
+            log.exception("model failed to load", extra={"model": spec.name})
+            # Free whatever the failed load allocated before reporting.
+            await executor.run(release_device_memory, device)
+            raise ModelLoadError(f"model {spec.name!r} failed to load", model=spec.name) from exc
+        managed.engine, managed.device, managed.error = engine, device, ""
+        managed.memory = engine.memory_usage()
+        managed.loaded_at = time.time()
+        managed.last_used = time.monotonic()
+        managed.keep_alive_s = (
+            parse_keep_alive(spec.keep_alive) if spec.keep_alive else self._default_keep_alive_s
+        )
+        managed.state = ModelState.READY
+        log.info(
+            "model ready",
+            extra={
+                "model": spec.name,
+                "seconds": round(time.perf_counter() - started, 3),
+                "ram_bytes": managed.memory.ram_bytes,
+                "vram_bytes": managed.memory.vram_bytes,
+            },
+        )
+
+    def _check_memory(self, engine: Engine) -> None:
+        needed = engine.estimated_load_bytes()
+        if needed <= 0:
+            return
+        if engine.device.startswith("cuda"):
+            import torch
+
+            free, _ = torch.cuda.mem_get_info(torch.device(engine.device))
+        else:
+            free = psutil.virtual_memory().available
+        if needed + self._settings.memory_headroom_bytes > free:
+            raise ResourceExhaustedError(
+                f"not enough free memory to load model {engine.spec.name!r}: needs about {needed} bytes, "
+                f"{free} bytes free",
+                reason="INSUFFICIENT_MEMORY",
+                model=engine.spec.name,
+                needed_bytes=needed,
+                free_bytes=free,
+            )
+
+    async def unload(self, name: str, *, force: bool = False) -> ManagedModel:
+        """Unload ``name`` once its in-flight requests finish (no-op when not loaded).
+
+        Raises:
+            FailedPreconditionError: the model is pinned and ``force`` is false (reason MODEL_PINNED).
+            InvalidArgumentError, ModelNotFoundError: see :meth:`get`.
+
+        """
+        managed = self.get(name)
+        if managed.pinned and not force:
+            raise FailedPreconditionError(
+                f"model {name!r} is pinned; pass force to unload it", reason="MODEL_PINNED", model=name
+            )
+        async with managed.lock:
+            await managed.idle.wait()
+            await self._unload_locked(managed)
+        return managed
+
+    async def _unload_if_idle(self, managed: ManagedModel, idle_for_s: float) -> None:
+        async with managed.lock:
+            idle = time.monotonic() - managed.last_used
+            if managed.state is ModelState.READY and managed.active == 0 and idle >= idle_for_s:
+                await self._unload_locked(managed)
+
+    async def _unload_locked(self, managed: ManagedModel) -> None:
+        engine = managed.engine
+        if engine is None or managed.state is not ModelState.READY:
+            return
+        managed.state = ModelState.UNLOADING
+        log.info("unloading model", extra={"model": managed.spec.name})
+        try:
+            await engine.executor.run(engine.unload)
+        except Exception:
+            log.exception("engine unload raised; dropping it anyway", extra={"model": managed.spec.name})
+        managed.engine = None
+        del engine
+        await self._executors.get(managed.device).run(release_device_memory, managed.device)
+        managed.memory = MemoryUsage()
+        managed.loaded_at = 0.0
+        managed.state = ModelState.NOT_LOADED
+
+    # -- background ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the idle reaper (call from the running event loop)."""
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap_forever(), name="model-reaper")
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.reap_interval_s)
+            now = time.monotonic()
+            for managed in list(self._models.values()):
+                if (
+                    managed.state is ModelState.READY
+                    and managed.active == 0
+                    and not managed.pinned
+                    and now - managed.last_used >= managed.keep_alive_s
+                ):
+                    try:
+                        await self._unload_if_idle(managed, managed.keep_alive_s)
+                    except Exception:
+                        log.exception("idle unload failed", extra={"model": managed.spec.name})
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def close(self) -> None:
+        """Refuse new work, stop the reaper and unload every model."""
+        self._closing = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        for managed in self._models.values():
+            async with managed.lock:
+                await self._unload_locked(managed)
+
+    def describe_keep_alive(self, managed: ManagedModel) -> str:
+        """The model's keep-alive as a Go duration string ("5m0s"), "0s" or "-1"."""
+        return format_keep_alive(managed.keep_alive_s)

@@ -1,0 +1,108 @@
+"""Builds, runs and gracefully stops the grpc.aio server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from universal_runtime.v1 import (
+    inference_service_pb2,
+    inference_service_pb2_grpc,
+    model_service_pb2,
+    model_service_pb2_grpc,
+)
+
+from engines.executor import ExecutorPool
+from service.catalog import load_catalog
+from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
+from service.model_manager import ModelManager
+from service.servicers.inference import InferenceServicer
+from service.servicers.models import ModelServicer
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
+    model_service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
+)
+
+
+@dataclass
+class RunningServer:
+    """A started server and what it owns; :meth:`stop` shuts it all down in order."""
+
+    server: grpc.aio.Server
+    port: int
+    manager: ModelManager
+    health: health.aio.HealthServicer
+    executors: ExecutorPool
+    settings: Settings
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Shut down gracefully.
+
+        Health turns NOT_SERVING, new RPCs are refused, in-flight ones get ``grace`` seconds,
+        then models unload and the executors stop.
+        """
+        grace = self.settings.shutdown_grace_s if grace is None else grace
+        log.info("shutting down", extra={"grace_s": grace})
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.manager.close()
+        self.executors.shutdown(wait=True)
+        log.info("stopped")
+
+
+async def start_server(settings: Settings, manager: ModelManager | None = None) -> RunningServer:
+    """Create and start the server on ``settings.grpc_host:grpc_port`` (port 0 picks a free one).
+
+    Raises:
+        service.catalog.CatalogError: the catalog is invalid.
+        RuntimeError: the port could not be bound.
+
+    """
+    executors = ExecutorPool()
+    if manager is None:
+        manager = ModelManager(load_catalog(settings.catalog_path), settings, executors)
+    else:
+        executors = manager._executors
+    interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
+    if settings.api_key:
+        interceptors.append(AuthInterceptor(settings.api_key))
+    interceptors.append(ErrorMappingInterceptor())
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
+            ("grpc.max_send_message_length", settings.max_send_message_bytes),
+        ],
+    )
+    inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(
+        InferenceServicer(manager, settings), server
+    )
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(manager), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
+    if port == 0:
+        raise RuntimeError(f"could not bind {settings.grpc_host}:{settings.grpc_port}")
+    await server.start()
+    manager.start()
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("grpc server listening", extra={"address": f"{settings.grpc_host}:{port}"})
+    return RunningServer(server, port, manager, health_servicer, executors, settings)
+
+
+async def run_until_signalled(stop: asyncio.Event, running: RunningServer) -> None:
+    """Wait for ``stop`` (set by SIGTERM/SIGINT handlers), then stop the server gracefully."""
+    await stop.wait()
+    await running.stop()

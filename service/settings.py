@@ -1,0 +1,50 @@
+"""Server settings from environment variables (prefix ``UR_``) and CLI flags (pydantic-settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.keep_alive import DEFAULT_KEEP_ALIVE, parse_keep_alive
+
+
+class Settings(BaseSettings):
+    """All server settings. Read when the server starts, never at import time.
+
+    Every field can be set as ``UR_<FIELD_NAME>`` (e.g. ``UR_GRPC_PORT=50052``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="UR_", extra="ignore")
+
+    grpc_host: str = Field("127.0.0.1", description="Interface the gRPC server binds to.")
+    grpc_port: int = Field(50051, ge=0, le=65535, description="gRPC port; 0 picks a free port.")
+    gateway_host: str = Field("127.0.0.1", description="Interface the REST gateway binds to.")
+    gateway_port: int = Field(8000, ge=0, le=65535, description="REST gateway port.")
+    catalog_path: Path | None = Field(
+        None, description="Model catalog YAML; unset uses the embedded default."
+    )
+    data_dir: Path = Field(Path.home() / ".cache" / "universal-runtime", description="Where state is saved.")
+    device: str = Field("auto", description="Default device: auto, cpu, cuda[:N] or mps.")
+    default_keep_alive: str = Field(DEFAULT_KEEP_ALIVE, description="Keep-alive of models without their own.")
+    reap_interval_s: float = Field(1.0, gt=0, description="How often idle models are checked for unloading.")
+    max_receive_message_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Largest request accepted.")
+    max_send_message_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Largest response sent.")
+    shutdown_grace_s: float = Field(10.0, ge=0, description="Time in-flight RPCs get on shutdown.")
+    allow_hub_models: bool = Field(
+        False, description="Let clients name Hugging Face hub ids that are not in the catalog."
+    )
+    api_key: str | None = Field(None, description="When set, RPCs need 'authorization: Bearer <key>'.")
+    max_tokens_limit: int = Field(4096, gt=0, description="Largest max_tokens a request may ask for.")
+    max_choices: int = Field(8, gt=0, description="Largest n (choices per request).")
+    max_batch_inputs: int = Field(2048, gt=0, description="Most inputs in one encoder request.")
+    memory_headroom_bytes: int = Field(
+        512 * 1024 * 1024, ge=0, description="Free memory kept in reserve when deciding whether a model fits."
+    )
+
+    @field_validator("default_keep_alive")
+    @classmethod
+    def _valid_keep_alive(cls, value: str) -> str:
+        parse_keep_alive(value)
+        return value
