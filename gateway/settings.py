@@ -24,6 +24,7 @@ class GatewayConfig:
         api_key: When set, ``/v1/*`` requests must send ``Authorization: Bearer <api_key>``,
             and the header is forwarded to the server as ``authorization`` metadata.
         max_message_bytes: Largest HTTP request body and gRPC message (sent or received), in bytes.
+
     """
 
     grpc_target: str

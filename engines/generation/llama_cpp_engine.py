@@ -156,7 +156,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         embed = int(meta.get(f"{arch}.embedding_length", 0))
         heads = int(meta.get(f"{arch}.attention.head_count", 1)) or 1
         kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
-        kv_bytes = 2 * layers * self.llm.n_ctx() * (embed * kv_heads // heads) * 2
+        kv_bytes = 2 * layers * int(self.llm.n_ctx()) * (embed * kv_heads // heads) * 2
         total = int(self.llm._model.size()) + kv_bytes
         if self.device.startswith("cuda"):
             return MemoryUsage(ram_bytes=0, vram_bytes=total)
@@ -164,8 +164,12 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     @property
     def context_length(self) -> int:
-        """The context size the model was opened with."""
-        return int(self.llm.n_ctx())
+        """The context size the model was opened with.
+
+        llama.cpp may pad its context (to 256 cells) beyond the size asked for, while
+        llama-cpp-python sizes its token buffer to the size asked for; the smaller one binds.
+        """
+        return min(int(self.llm.n_ctx()), int(self.llm.context_params.n_ctx))
 
     def render_chat(self, messages: list[ChatMessage]) -> str:
         """Render a conversation with the model's chat template, ending with the assistant prompt.

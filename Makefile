@@ -1,0 +1,59 @@
+# Universal Runtime — every setup step lives here so a fresh clone works with one command.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Re-install when the dependency list changes; otherwise `make install` is a no-op.
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+PROTOS := $(wildcard protos/universal_runtime/v1/*.proto)
+BUF := npx --yes @bufbuild/buf@1.75.0
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
+export DO_NOT_TRACK ?= 1
+
+.PHONY: install protos protos-check lint format serve gateway test test-fast clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip wheel setuptools
+	# torch first, pinned: only this exact CPU build installs from the local file on these machines;
+	# anything unpinned would pull several GB of CUDA wheels.
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	# llama-cpp-python builds from source (cmake, ~5 min on 2 cores); pip caches the wheel afterwards.
+	$(BIN)/pip install --quiet -e ".[models,dev]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+protos: install
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=generated --pyi_out=generated \
+		--grpc_python_out=generated $(PROTOS)
+
+protos-check: install
+	@tmp=$$(mktemp -d) && \
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=$$tmp --pyi_out=$$tmp --grpc_python_out=$$tmp $(PROTOS) && \
+	diff -r $$tmp/universal_runtime generated/universal_runtime && echo "generated/ is up to date" || \
+	{ echo "generated/ is stale: run 'make protos' and commit the result"; exit 1; }
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BUF) lint
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+serve: install
+	$(BIN)/universal-runtime
+
+gateway: install
+	$(BIN)/universal-runtime-gateway
+
+test: install
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

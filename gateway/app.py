@@ -1,0 +1,79 @@
+"""Application factory of the REST gateway."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+
+from gateway.dependencies import require_api_key
+from gateway.errors import install_error_handlers
+from gateway.grpc_clients import GrpcClients
+from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
+from gateway.routes import chat, completions, embeddings, health, models
+from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(
+    grpc_target: str,
+    *,
+    api_key: str | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> FastAPI:
+    """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
+
+    The app's lifespan opens one ``grpc.aio`` channel (``app.state.grpc``, a
+    :class:`gateway.grpc_clients.GrpcClients`) and closes it on shutdown; without a running
+    lifespan the routes fail, so tests must enter ``app.router.lifespan_context(app)`` when they
+    drive the app through ``httpx.ASGITransport``.
+
+    Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
+    ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /health``. Every response carries an
+    ``x-request-id`` header (the client's, or a new one), also sent to the server as gRPC metadata.
+
+    Args:
+        grpc_target: ``host:port`` of the Universal Runtime gRPC server.
+        api_key: When set, ``/v1/*`` requests need ``Authorization: Bearer <api_key>`` (401
+            otherwise) and the header is forwarded as ``authorization`` metadata; ``/health`` is open.
+        max_message_bytes: Largest HTTP request body (413 above it) and gRPC message, in bytes.
+
+    Raises:
+        ValueError: ``max_message_bytes`` is not positive.
+
+    """
+    if max_message_bytes <= 0:
+        raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+    config = GatewayConfig(grpc_target=grpc_target, api_key=api_key, max_message_bytes=max_message_bytes)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        clients = GrpcClients.open(grpc_target, max_message_bytes=max_message_bytes)
+        app.state.grpc = clients
+        logger.info("gateway forwarding to gRPC server at %s", grpc_target)
+        try:
+            yield
+        finally:
+            app.state.grpc = None
+            await clients.close()
+
+    app = FastAPI(
+        title="Universal Runtime gateway",
+        summary="OpenAI-compatible REST API in front of the Universal Runtime gRPC server.",
+        lifespan=lifespan,
+    )
+    app.state.config = config
+    app.state.grpc = None
+    install_error_handlers(app)
+    # Added last = outermost: the request id is set first, so even a 413 carries it.
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_message_bytes)
+    app.add_middleware(RequestIdMiddleware)
+
+    app.include_router(health.router)
+    authenticated = [Depends(require_api_key)]
+    for module in (chat, completions, embeddings, models):
+        app.include_router(module.router, dependencies=authenticated)
+    return app

@@ -1,0 +1,69 @@
+"""``universal-runtime-gateway``: run the REST gateway with uvicorn.
+
+Settings come from flags, then ``UR_GATEWAY_*`` environment variables, then defaults; see
+:class:`gateway.settings.GatewaySettings`. Prefer ``UR_GATEWAY_API_KEY`` over ``--api-key``:
+command lines are visible to other local users.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+import uvicorn
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser; every flag defaults to ``None`` so unset flags defer to the env."""
+    parser = argparse.ArgumentParser(
+        prog="universal-runtime-gateway",
+        description="OpenAI-compatible REST gateway for the Universal Runtime gRPC server. "
+        "Each flag can also be set with the environment variable UR_GATEWAY_<FLAG>.",
+    )
+    parser.add_argument("--grpc-target", help="gRPC server address (default 127.0.0.1:50051)")
+    parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
+    parser.add_argument("--max-message-bytes", type=int, help="largest request body / gRPC message")
+    parser.add_argument(
+        "--log-level", choices=["critical", "error", "warning", "info", "debug"], help="default info"
+    )
+    return parser
+
+
+def load_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
+    """Parse ``argv`` (default ``sys.argv[1:]``) over the ``UR_GATEWAY_*`` environment.
+
+    Raises:
+        SystemExit: Invalid flags (argparse) or invalid values (reported like argparse errors).
+
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    overrides = {name: value for name, value in vars(args).items() if value is not None}
+    try:
+        return GatewaySettings(**overrides)
+    except ValueError as err:  # pydantic.ValidationError is a ValueError
+        parser.error(str(err))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``universal-runtime-gateway``: load settings and serve until interrupted."""
+    settings = load_settings(argv)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(
+        settings.grpc_target,
+        api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
+        max_message_bytes=settings.max_message_bytes,
+    )
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""FastAPI dependencies shared by the routes: gRPC stubs, call metadata and API key checking."""
+
+from __future__ import annotations
+
+import secrets
+
+from fastapi import Request
+
+from gateway.errors import GatewayError
+from gateway.grpc_clients import GrpcClients
+from gateway.middleware import REQUEST_ID_HEADER, new_request_id
+from gateway.settings import GatewayConfig
+
+CallMetadata = tuple[tuple[str, str], ...]
+"""gRPC call metadata as ``(key, value)`` pairs."""
+
+
+def get_config(request: Request) -> GatewayConfig:
+    """Return the :class:`GatewayConfig` the app was created with."""
+    return request.app.state.config
+
+
+def get_clients(request: Request) -> GrpcClients:
+    """Return the app's gRPC stubs.
+
+    Raises:
+        RuntimeError: The app's lifespan has not run, so there is no channel. Drive the app through
+            an ASGI server, or enter ``app.router.lifespan_context(app)`` in tests.
+
+    """
+    clients = getattr(request.app.state, "grpc", None)
+    if clients is None:
+        raise RuntimeError("gateway gRPC channel is not open: the app lifespan has not started")
+    return clients
+
+
+def get_request_id(request: Request) -> str:
+    """Return the request id set by :class:`gateway.middleware.RequestIdMiddleware`."""
+    request_id = getattr(request.state, "request_id", None)
+    if request_id is None:  # only when the app is used without its middleware
+        request_id = new_request_id()
+        request.state.request_id = request_id
+    return request_id
+
+
+def get_call_metadata(request: Request) -> CallMetadata:
+    """Build the metadata sent with every gRPC call of this request.
+
+    Always ``x-request-id``; plus ``authorization`` (the client's header, already checked by
+    :func:`require_api_key`) when the app has an API key.
+    """
+    metadata: list[tuple[str, str]] = [(REQUEST_ID_HEADER, get_request_id(request))]
+    if get_config(request).api_key is not None:
+        authorization = request.headers.get("authorization")
+        if authorization is not None:
+            metadata.append(("authorization", authorization))
+    return tuple(metadata)
+
+
+def require_api_key(request: Request) -> None:
+    """Check ``Authorization: Bearer <key>`` against the app's API key; no-op without a key.
+
+    Raises:
+        GatewayError: 401 ``invalid_api_key`` when the header is missing or the key differs.
+
+    """
+    expected = get_config(request).api_key
+    if expected is None:
+        return
+    scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
+    # compare_digest: the comparison time must not reveal how much of the key matched.
+    if scheme.lower() != "bearer" or not secrets.compare_digest(supplied.strip().encode(), expected.encode()):
+        raise GatewayError(
+            401,
+            "Missing or invalid API key: send 'Authorization: Bearer <key>'",
+            code="invalid_api_key",
+            error_type="authentication_error",
+        )

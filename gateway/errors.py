@@ -1,0 +1,287 @@
+"""Error translation: gRPC statuses and local failures to OpenAI-style HTTP errors.
+
+Every error the gateway returns has OpenAI's body shape (https://platform.openai.com/docs/guides/error-codes)::
+
+    {"error": {"message": str, "type": str, "param": str | None, "code": str | None}}
+
+``code`` is the server's ``google.rpc.ErrorInfo.reason`` lowercased (``MODEL_NOT_FOUND`` ->
+``"model_not_found"``) or, without ErrorInfo, the gRPC status code name lowercased. ``param`` is the
+ErrorInfo metadata entry ``field`` when the server named the offending field.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from http import HTTPStatus
+from typing import Any
+
+import grpc
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from google.rpc import error_details_pb2, status_pb2
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
+
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""Trailing metadata key carrying the serialized ``google.rpc.Status`` of a failed call."""
+
+MESSAGE_TOO_LARGE_CODE = "message_too_large"
+"""Error code of every "too large" failure: HTTP body, gRPC request or gRPC response."""
+
+# "Client Closed Request" (nginx): the client went away before the answer was ready.
+HTTP_CLIENT_CLOSED_REQUEST = 499
+
+_HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    # The server uses FAILED_PRECONDITION for requests that cannot work as sent (a model that does
+    # not serve the task, a pinned model): a client error, not a server one.
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.CANCELLED: HTTP_CLIENT_CLOSED_REQUEST,
+}
+
+_ERROR_TYPE_BY_HTTP_STATUS: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+# gRPC core's wording for a message over grpc.max_{send,receive}_message_length, raised locally
+# by the client ("Sent message larger than max (N vs. M)") or relayed from the server ("Received
+# message larger than max ..."). Core attaches no ErrorInfo, so the text is all there is.
+_GRPC_SIZE_ERROR = re.compile(r"message larger than max", re.IGNORECASE)
+
+
+class GatewayError(HTTPException):
+    """An error raised by the gateway itself, rendered with OpenAI's error body.
+
+    It subclasses FastAPI's ``HTTPException`` so that FastAPI re-raises it unchanged when it is
+    raised while the request body is being read (the body size limit does that).
+
+    Args:
+        status_code: HTTP status of the response.
+        message: Human-readable explanation sent to the client.
+        code: Machine-readable error code (lower snake case).
+        param: The request field at fault, if any.
+        error_type: OpenAI error type; derived from ``status_code`` when omitted.
+
+    """
+
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        super().__init__(status_code=status_code, detail=message)
+        self.message = message
+        self.code = code
+        self.param = param
+        self.error_type = error_type or error_type_for_status(status_code)
+
+
+def error_type_for_status(status_code: int) -> str:
+    """Return the OpenAI error ``type`` for an HTTP status (``server_error`` for every 5xx)."""
+    if status_code >= 500:
+        return "server_error"
+    return _ERROR_TYPE_BY_HTTP_STATUS.get(status_code, "invalid_request_error")
+
+
+def error_body(
+    message: str, *, error_type: str, code: str | None, param: str | None = None
+) -> dict[str, Any]:
+    """Build OpenAI's error body ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def error_info_from_rpc_error(err: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """Extract the ``google.rpc.ErrorInfo`` detail of a failed call, or ``None`` when there is none.
+
+    Works for ``grpc.aio.AioRpcError`` (whose trailing metadata ``grpc_status.rpc_status.from_call``
+    cannot read) and for sync call errors. A malformed status payload counts as no detail: the
+    status code alone still yields a correct HTTP answer.
+    """
+    trailing = err.trailing_metadata() if callable(getattr(err, "trailing_metadata", None)) else None
+    for key, value in trailing or ():
+        if key != STATUS_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            status = status_pb2.Status.FromString(value)
+        except Exception:  # a broken peer must not turn a clean error into a 500
+            logger.warning("unparseable %s trailer ignored", STATUS_DETAILS_KEY)
+            return None
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                return info
+    return None
+
+
+def is_message_size_error(code: grpc.StatusCode, reason: str | None, details: str) -> bool:
+    """Tell whether a RESOURCE_EXHAUSTED status means "message too large" (HTTP 413), not overload."""
+    if code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return False
+    return reason == "MESSAGE_TOO_LARGE" or bool(_GRPC_SIZE_ERROR.search(details))
+
+
+def http_status_for_grpc(code: grpc.StatusCode, *, reason: str | None = None, details: str = "") -> int:
+    """Map a canonical gRPC status code to an HTTP status.
+
+    INVALID_ARGUMENT and FAILED_PRECONDITION 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429 (413 when it
+    is a message size error), UNAUTHENTICATED 401, PERMISSION_DENIED 403, UNIMPLEMENTED 501,
+    UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499; INTERNAL, UNKNOWN and the rest 500.
+    """
+    if is_message_size_error(code, reason, details):
+        return 413
+    return _HTTP_STATUS_BY_GRPC_CODE.get(code, 500)
+
+
+def _openai_param(field: str | None) -> str | None:
+    """Rename a server field path to the OpenAI request field the client actually sent.
+
+    The server names proto fields: sampling options live under ``parameters`` and texts in
+    ``inputs``, while the OpenAI request has them at top level and in ``input``.
+    """
+    if not field:
+        return None
+    field = field.removeprefix("parameters.")
+    if field == "inputs" or field.startswith(("inputs[", "inputs.")):
+        field = "input" + field[len("inputs") :]
+    return field
+
+
+def rpc_error_to_http(err: grpc.RpcError) -> tuple[int, dict[str, Any]]:
+    """Translate a failed gRPC call into ``(http_status, openai_error_body)``.
+
+    Args:
+        err: The call's error; ``code()`` and ``details()`` are read, plus the ErrorInfo detail.
+
+    Returns:
+        The HTTP status (see :func:`http_status_for_grpc`) and the body from :func:`error_body`.
+
+    """
+    code: grpc.StatusCode = err.code()
+    details = err.details() or code.name
+    info = error_info_from_rpc_error(err)
+    reason = info.reason if info is not None and info.reason else None
+    status_code = http_status_for_grpc(code, reason=reason, details=details)
+    if reason:
+        error_code = reason.lower()
+    elif status_code == 413:
+        error_code = MESSAGE_TOO_LARGE_CODE
+    else:
+        error_code = code.name.lower()
+    param = _openai_param(info.metadata.get("field")) if info is not None else None
+    body = error_body(details, error_type=error_type_for_status(status_code), code=error_code, param=param)
+    return status_code, body
+
+
+def _validation_param(loc: tuple[Any, ...]) -> str | None:
+    """Render a pydantic error location as an OpenAI ``param`` path, e.g. ``messages[0].role``."""
+    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part == "[key]":
+            continue  # pydantic marks dict-key errors with a pseudo location; the dict name suffices
+        else:
+            path += f".{part}" if path else str(part)
+    return path or None
+
+
+def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
+    """Render a request validation failure as 400 (FastAPI's default is 422; OpenAI answers 400)."""
+    errors = list(exc.errors())
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        ctx = first.get("ctx") or {}
+        message = f"Request body is not valid JSON: {ctx.get('error', 'decode error')}"
+        return JSONResponse(
+            error_body(message, error_type="invalid_request_error", code="invalid_json"), status_code=400
+        )
+    messages = []
+    for error in errors:
+        where = _validation_param(tuple(error.get("loc", ())))
+        messages.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+    code = "missing_required_parameter" if first.get("type") == "missing" else "invalid_value"
+    param = _validation_param(tuple(first.get("loc", ())))
+    return JSONResponse(
+        error_body("; ".join(messages), error_type="invalid_request_error", code=code, param=param),
+        status_code=400,
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that give every error response OpenAI's body shape.
+
+    Covers failed gRPC calls (``grpc.aio.AioRpcError``), :class:`GatewayError`, request
+    validation errors (400 instead of 422), Starlette HTTP errors (unknown route, wrong method) and,
+    as a last resort, any other exception (500 without internals).
+    """
+
+    async def on_rpc_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, grpc.aio.AioRpcError)
+        status_code, body = rpc_error_to_http(exc)
+        level = logging.WARNING if status_code >= 500 else logging.INFO
+        logger.log(
+            level,
+            "gRPC call failed: %s %s (%s) -> HTTP %d [request_id=%s]",
+            exc.code().name,
+            body["error"]["code"],
+            exc.details(),
+            status_code,
+            getattr(request.state, "request_id", None),
+        )
+        return JSONResponse(body, status_code=status_code)
+
+    async def on_gateway_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, GatewayError)
+        body = error_body(exc.message, error_type=exc.error_type, code=exc.code, param=exc.param)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return _validation_error_response(exc)
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        try:
+            phrase = HTTPStatus(exc.status_code).phrase
+        except ValueError:
+            phrase = "error"
+        code = phrase.lower().replace(" ", "_").replace("-", "_")
+        if exc.status_code == 413:
+            code = MESSAGE_TOO_LARGE_CODE
+        body = error_body(str(exc.detail), error_type=error_type_for_status(exc.status_code), code=code)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+        # The traceback goes to the log only: clients must not see internals.
+        logger.exception(
+            "unhandled error [request_id=%s]", getattr(request.state, "request_id", None), exc_info=exc
+        )
+        body = error_body("Internal server error", error_type="server_error", code="internal_error")
+        return JSONResponse(body, status_code=500)
+
+    app.add_exception_handler(grpc.aio.AioRpcError, on_rpc_error)
+    app.add_exception_handler(GatewayError, on_gateway_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected_error)

@@ -1,0 +1,61 @@
+"""The gateway's single gRPC channel to the inference server and the stubs built on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health_pb2_grpc
+from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcClients:
+    """One ``grpc.aio`` channel and the stubs of every service the gateway calls.
+
+    One channel serves all requests: gRPC multiplexes concurrent calls over its HTTP/2
+    connection, so a channel per request would only add connection setup.
+
+    Attributes:
+        channel: The channel; closed by :meth:`close`.
+        inference: ``universal_runtime.v1.InferenceService`` stub.
+        models: ``universal_runtime.v1.ModelService`` stub.
+        health: ``grpc.health.v1.Health`` stub.
+
+    """
+
+    channel: grpc.aio.Channel
+    inference: inference_service_pb2_grpc.InferenceServiceStub
+    models: model_service_pb2_grpc.ModelServiceStub
+    health: health_pb2_grpc.HealthStub
+
+    @classmethod
+    def open(cls, target: str, *, max_message_bytes: int) -> GrpcClients:
+        """Open an insecure channel to ``target`` (``host:port``) and build the stubs.
+
+        Must run inside the event loop that will use the channel. The channel connects lazily, so
+        this succeeds even when the server is down; calls then fail with UNAVAILABLE.
+
+        Args:
+            target: gRPC target, e.g. ``"127.0.0.1:50051"``.
+            max_message_bytes: Limit on sent and received message sizes; larger messages fail
+                with RESOURCE_EXHAUSTED before (send) or instead of (receive) reaching the peer.
+
+        """
+        channel = grpc.aio.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+            ],
+        )
+        return cls(
+            channel=channel,
+            inference=inference_service_pb2_grpc.InferenceServiceStub(channel),
+            models=model_service_pb2_grpc.ModelServiceStub(channel),
+            health=health_pb2_grpc.HealthStub(channel),
+        )
+
+    async def close(self) -> None:
+        """Close the channel, cancelling calls still in flight."""
+        await self.channel.close(grace=None)

@@ -1,0 +1,46 @@
+"""``GET /health``: the server's standard gRPC health status, for load balancers and probes."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import grpc
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+from grpc_health.v1 import health_pb2
+
+from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
+from gateway.grpc_clients import GrpcClients
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["health"])
+
+# A probe must answer promptly even when the server hangs; probes usually time out after a few seconds.
+HEALTH_CHECK_TIMEOUT_S = 3.0
+
+
+@router.get("/health")
+async def health(
+    clients: Annotated[GrpcClients, Depends(get_clients)],
+    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+) -> JSONResponse:
+    """Check the server with ``grpc.health.v1.Health/Check`` (service ``""``: the whole server).
+
+    Returns 200 ``{"status": "SERVING"}``; 503 ``{"status": <other status>}`` when the server
+    reports anything else, or ``{"status": "UNREACHABLE", "detail": ...}`` when the call fails.
+    Never requires the API key.
+    """
+    try:
+        response = await clients.health.Check(
+            health_pb2.HealthCheckRequest(service=""), metadata=metadata, timeout=HEALTH_CHECK_TIMEOUT_S
+        )
+    except grpc.aio.AioRpcError as err:
+        logger.warning("health check failed: %s %s", err.code().name, err.details())
+        return JSONResponse({"status": "UNREACHABLE", "detail": err.code().name}, status_code=503)
+    try:
+        status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    except ValueError:  # a status value newer than this build
+        status = "UNKNOWN"
+    return JSONResponse({"status": status}, status_code=200 if status == "SERVING" else 503)

@@ -1,0 +1,1 @@
+"""Pydantic models of the OpenAI-shaped HTTP request bodies the gateway accepts."""

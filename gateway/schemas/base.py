@@ -1,0 +1,49 @@
+"""Base class of the request models: unknown fields are accepted and logged, never silently used."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+logger = logging.getLogger("gateway.schemas")
+
+# Integer fields bound for int32/int64 proto fields: out-of-range values must be a 400 here, not
+# a ValueError (500) when the proto field is assigned.
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+
+
+class OpenAIRequestModel(BaseModel):
+    """A request body (or part of one) that tolerates fields it does not know.
+
+    OpenAI clients send fields this gateway does not implement (``user``, ``store``,
+    ``parallel_tool_calls`` ...). Rejecting them would break those clients, and ignoring them
+    quietly would hide that the request is not served as asked, so they are accepted, kept in
+    ``model_extra`` and logged at warning level.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="after")
+    def _warn_about_unknown_fields(self) -> OpenAIRequestModel:
+        if self.model_extra:
+            logger.warning(
+                "%s: ignoring unsupported fields %s", type(self).__name__, ", ".join(sorted(self.model_extra))
+            )
+        return self
+
+
+def keep_alive_duration(value: str | int | None) -> str:
+    """Convert a request's ``keep_alive`` to the server's duration string.
+
+    Strings pass through (``"5m"``, ``"0"``, ``"-1"``); an integer counts seconds (Ollama's
+    convention), except 0 and -1 which keep their special meanings; ``None`` gives ``""`` (the
+    model's configured keep-alive).
+    """
+    if value is None:
+        return ""
+    if isinstance(value, int) and value not in (0, -1):
+        return f"{value}s"
+    return str(value)

@@ -1,0 +1,163 @@
+"""Request body of ``POST /v1/chat/completions`` (OpenAI Chat Completions API).
+
+Source of the shapes: https://platform.openai.com/docs/api-reference/chat/create
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from gateway.schemas.base import Int32, OpenAIRequestModel
+from gateway.schemas.generation import SamplingRequest
+
+ChatRoleName = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class TextContentPart(OpenAIRequestModel):
+    """A ``{"type": "text", "text": ...}`` content part; other part types (images, audio) are rejected."""
+
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(OpenAIRequestModel):
+    """The function of an assistant tool call: its name and JSON-encoded arguments.
+
+    ``arguments`` is a JSON string in OpenAI's API; an object is accepted too and re-encoded.
+    """
+
+    name: str
+    arguments: str | dict[str, Any] = ""
+
+    @property
+    def arguments_json(self) -> str:
+        """Return the arguments as a JSON string."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+
+
+class ToolCallParam(OpenAIRequestModel):
+    """A tool call made by an earlier assistant message, sent back as conversation history."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessageParam(OpenAIRequestModel):
+    """One message of the conversation.
+
+    Attributes:
+        role: ``system``, ``developer``, ``user``, ``assistant`` or ``tool``.
+        content: A string, a list of text parts (joined with newlines), or null (assistant
+            messages that only call tools).
+        name: Optional participant name.
+        tool_call_id: For ``tool`` messages, the id of the call answered.
+        tool_calls: For ``assistant`` messages, the tool calls made.
+
+    """
+
+    role: ChatRoleName
+    content: str | list[TextContentPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[ToolCallParam] | None = None
+
+    @property
+    def text(self) -> str:
+        """Return the content as one string; text parts are joined with newlines (as vLLM does)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(part.text for part in self.content)
+
+
+class FunctionDefinition(OpenAIRequestModel):
+    """A callable function: name, description and JSON Schema of its arguments object."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolParam(OpenAIRequestModel):
+    """An entry of ``tools``; only function tools exist."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(OpenAIRequestModel):
+    """The function a named ``tool_choice`` forces."""
+
+    name: str
+
+
+class NamedToolChoice(OpenAIRequestModel):
+    """``tool_choice`` forcing one function: ``{"type": "function", "function": {"name": ...}}``."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class JsonSchemaFormat(OpenAIRequestModel):
+    """``response_format.json_schema``: the schema the output must follow.
+
+    The JSON key is ``schema``; the attribute is ``json_schema`` because ``schema`` is a reserved
+    pydantic name.
+    """
+
+    name: str | None = None
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatParam(OpenAIRequestModel):
+    """OpenAI ``response_format``: ``text``, ``json_object``, or ``json_schema`` with its schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_present(self) -> ResponseFormatParam:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("response_format of type json_schema needs a json_schema object")
+        return self
+
+
+class ChatCompletionRequest(SamplingRequest):
+    """Body of ``POST /v1/chat/completions``.
+
+    Besides the shared sampling fields: ``messages`` (at least one), ``max_completion_tokens``
+    (OpenAI's newer name of ``max_tokens``; the two must agree when both are given),
+    ``logprobs`` / ``top_logprobs``, ``response_format``, ``tools`` and ``tool_choice``.
+    """
+
+    messages: list[ChatMessageParam] = Field(min_length=1)
+    max_completion_tokens: Int32 | None = None
+    logprobs: bool | None = None
+    top_logprobs: Int32 | None = None
+    response_format: ResponseFormatParam | None = None
+    tools: list[ToolParam] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+
+    @model_validator(mode="after")
+    def _max_tokens_agree(self) -> ChatCompletionRequest:
+        if (
+            self.max_tokens is not None
+            and self.max_completion_tokens is not None
+            and self.max_tokens != self.max_completion_tokens
+        ):
+            raise ValueError("max_tokens and max_completion_tokens are both set and differ; send one")
+        return self
+
+    @property
+    def token_limit(self) -> int | None:
+        """Return the generation limit: ``max_completion_tokens``, else ``max_tokens``."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -1,0 +1,67 @@
+"""Request body of ``POST /v1/completions`` (OpenAI legacy Completions API).
+
+Source of the shapes: https://platform.openai.com/docs/api-reference/completions/create
+"""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+
+from gateway.schemas.base import Int32
+from gateway.schemas.generation import SamplingRequest
+
+
+class CompletionRequest(SamplingRequest):
+    """Body of ``POST /v1/completions``.
+
+    Attributes:
+        prompt: The prompt, or a list holding exactly one prompt (one prompt per request).
+        logprobs: Return log probabilities with this many alternatives per token (0 to 20);
+            0 returns only the sampled tokens' log probabilities.
+        echo: Only ``false`` is supported (the prompt is not echoed back).
+        suffix: Not supported; must be empty.
+        best_of: Only 1 is supported.
+
+    Unlike OpenAI (16), an unset ``max_tokens`` means the server default (until end of
+    sequence or context).
+
+    """
+
+    prompt: str | list[str]
+    logprobs: Int32 | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _single_prompt(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and len(value) != 1:
+            raise ValueError("exactly one prompt per request is supported")
+        return value
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("echo is not supported")
+        return value
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> str | None:
+        if value:
+            raise ValueError("suffix is not supported")
+        return value
+
+    @field_validator("best_of")
+    @classmethod
+    def _no_best_of(cls, value: int | None) -> int | None:
+        if value is not None and value != 1:
+            raise ValueError("best_of other than 1 is not supported")
+        return value
+
+    @property
+    def prompt_text(self) -> str:
+        """Return the single prompt string."""
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]

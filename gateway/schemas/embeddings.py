@@ -1,0 +1,50 @@
+"""Request body of ``POST /v1/embeddings`` (OpenAI Embeddings API plus runtime extensions).
+
+Source of the shapes: https://platform.openai.com/docs/api-reference/embeddings/create
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gateway.schemas.base import Int32, OpenAIRequestModel, keep_alive_duration
+
+
+class EmbeddingRequest(OpenAIRequestModel):
+    """Body of ``POST /v1/embeddings``.
+
+    Attributes:
+        model: Catalog name of the embedding model.
+        input: One text or a list of texts (token-id arrays are not supported).
+        encoding_format: ``"float"`` (lists of numbers) or ``"base64"`` (little-endian float32
+            bytes, base64-encoded, as OpenAI encodes them).
+        dimensions: Keep only the first ``dimensions`` values (Matryoshka truncation).
+        normalize: Extension: scale vectors to unit length (default true, like OpenAI's vectors).
+        truncation: Extension: handling of over-long inputs: ``"end"`` (drop the end, the server
+            default), ``"start"`` (drop the start), ``"error"`` (reject); ``true`` means the
+            default, ``false`` means ``"error"``.
+        prompt_name: Extension: name of a prompt configured on the model, e.g. ``"query"``.
+        prompt: Extension: literal instruction prefixed to every input (exclusive with prompt_name).
+        keep_alive: Extension: keep-alive override, as in chat completions.
+
+    """
+
+    model: str
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Int32 | None = None
+    normalize: bool = True
+    truncation: Literal["end", "start", "error"] | bool | None = None
+    prompt_name: str | None = None
+    prompt: str | None = None
+    keep_alive: str | int | None = None
+
+    @property
+    def inputs(self) -> list[str]:
+        """Return ``input`` as a list of texts."""
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+    @property
+    def keep_alive_value(self) -> str:
+        """Return ``keep_alive`` as the server's duration string (``""`` when unset)."""
+        return keep_alive_duration(self.keep_alive)

@@ -1,0 +1,160 @@
+"""Client-disconnect aware gRPC calls and the SSE relay of generation streams.
+
+A client that goes away must stop the work it asked for: every gRPC call made on behalf of an
+HTTP request is cancelled when the HTTP client disconnects, so the server stops generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Protocol, TypeVar
+
+import grpc
+from fastapi import Request
+from sse_starlette import EventSourceResponse
+from universal_runtime.v1 import generation_pb2
+
+from gateway.errors import HTTP_CLIENT_CLOSED_REQUEST, GatewayError, rpc_error_to_http
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DONE_EVENT = "[DONE]"
+"""Data of the last SSE event of a successful stream (OpenAI's terminator)."""
+
+# Keep-alive comments stop idle-timeout proxies from cutting a long prompt-processing pause;
+# OpenAI-compatible SSE parsers skip comment lines.
+_SSE_PING_SECONDS = 15
+
+
+class _Cancellable(Protocol):
+    def cancel(self) -> bool: ...
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    """Return once the ASGI server reports ``http.disconnect`` (the body is already read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _consume_outcome(task: asyncio.Future[Any]) -> None:
+    """Retrieve a finished task's exception so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def call_until_disconnect(request: Request, call: _Cancellable, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` (a gRPC call or a read of one), cancelling ``call`` if the client leaves.
+
+    Args:
+        request: The HTTP request whose disconnect cancels the call; its body must be fully read.
+        call: The gRPC call to cancel.
+        awaitable: What to wait for, usually ``call`` itself or ``call.read()``.
+
+    Returns:
+        The awaitable's result.
+
+    Raises:
+        GatewayError: 499 ``client_closed_request`` when the client disconnected first.
+        grpc.aio.AioRpcError: The call failed.
+
+    """
+    result = asyncio.ensure_future(awaitable)
+    disconnected = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({result, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        call.cancel()
+        result.cancel()
+        raise
+    finally:
+        disconnected.cancel()
+    if result.done():
+        return result.result()
+    call.cancel()
+    result.cancel()
+    result.add_done_callback(_consume_outcome)
+    logger.info("client disconnected; gRPC call cancelled")
+    raise GatewayError(HTTP_CLIENT_CLOSED_REQUEST, "Client closed the request", code="client_closed_request")
+
+
+class StreamTranslator(Protocol):
+    """Turns ``GenerateStreamResponse`` messages into OpenAI chunk objects (JSON-ready dicts)."""
+
+    def on_message(self, message: generation_pb2.GenerateStreamResponse) -> Iterable[dict[str, Any]]:
+        """Return the chunks for one gRPC stream message."""
+        ...
+
+    def on_end(self) -> Iterable[dict[str, Any]]:
+        """Return the chunks due after the gRPC stream ended successfully (e.g. the usage chunk)."""
+        ...
+
+
+def _data(payload: dict[str, Any] | str) -> dict[str, str]:
+    """Wrap a payload as an SSE event for ``EventSourceResponse`` (compact JSON)."""
+    if isinstance(payload, str):
+        return {"data": payload}
+    return {"data": json.dumps(payload, separators=(",", ":"), ensure_ascii=False)}
+
+
+async def _relay(
+    call: grpc.aio.UnaryStreamCall,
+    first: generation_pb2.GenerateStreamResponse | grpc.aio.EOFType,
+    translator: StreamTranslator,
+) -> AsyncIterator[dict[str, str]]:
+    """Yield the SSE events of a generation stream whose first message was already read.
+
+    On client disconnect sse-starlette cancels this generator; ``finally`` then cancels the gRPC call.
+    """
+    try:
+        message = first
+        while message is not grpc.aio.EOF:
+            assert isinstance(message, generation_pb2.GenerateStreamResponse)
+            for chunk in translator.on_message(message):
+                yield _data(chunk)
+            message = await call.read()
+    except grpc.aio.AioRpcError as err:
+        # The HTTP status (200) is already sent: the error can only travel as an event.
+        status_code, body = rpc_error_to_http(err)
+        logger.warning("generation stream failed after start: %s (HTTP %d)", err.code().name, status_code)
+        yield _data(body)
+        return
+    finally:
+        # No-op when the stream finished; stops generation when the client went away or failed.
+        call.cancel()
+    for chunk in translator.on_end():
+        yield _data(chunk)
+    yield _data(DONE_EVENT)
+
+
+async def stream_generation(
+    request: Request,
+    start_call: Callable[[], grpc.aio.UnaryStreamCall],
+    translator: StreamTranslator,
+) -> EventSourceResponse:
+    """Start a ``GenerateStream`` call and relay it to the client as OpenAI-style SSE.
+
+    The first gRPC message is awaited before the HTTP response starts, so errors the server
+    reports up front (unknown model, invalid argument, overload) get a proper HTTP status and
+    error body. Later failures become one ``data: {"error": {...}}`` event, after which the
+    stream ends without ``[DONE]``. A successful stream ends with ``data: [DONE]``.
+
+    Args:
+        request: The HTTP request (its disconnect cancels the call).
+        start_call: Starts the call, e.g. ``lambda: stub.GenerateStream(req, metadata=...)``.
+        translator: Converts gRPC messages to chunks.
+
+    Raises:
+        grpc.aio.AioRpcError: The call failed before its first message.
+        GatewayError: 499 when the client disconnected before the first message.
+
+    """
+    call = start_call()
+    first = await call_until_disconnect(request, call, call.read())
+    return EventSourceResponse(_relay(call, first, translator), sep="\n", ping=_SSE_PING_SECONDS)

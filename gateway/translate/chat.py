@@ -1,0 +1,269 @@
+"""Chat completions: OpenAI chat request to ``Generate*Request``, and answers back to OpenAI objects.
+
+Response shapes follow https://platform.openai.com/docs/api-reference/chat/object and
+https://platform.openai.com/docs/api-reference/chat/streaming.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from universal_runtime.v1 import generation_pb2
+
+from gateway.schemas.chat import ChatCompletionRequest, ChatMessageParam
+from gateway.translate.generation import (
+    compact_json,
+    completion_id,
+    finish_reason_label,
+    generation_parameters,
+    timings_dict,
+    token_bytes,
+    unix_now,
+    usage_dict,
+)
+
+_ROLES: dict[str, int] = {
+    "system": generation_pb2.CHAT_ROLE_SYSTEM,
+    "developer": generation_pb2.CHAT_ROLE_DEVELOPER,
+    "user": generation_pb2.CHAT_ROLE_USER,
+    "assistant": generation_pb2.CHAT_ROLE_ASSISTANT,
+    "tool": generation_pb2.CHAT_ROLE_TOOL,
+}
+
+_RESPONSE_FORMATS: dict[str, int] = {
+    "text": generation_pb2.RESPONSE_FORMAT_TYPE_TEXT,
+    "json_object": generation_pb2.RESPONSE_FORMAT_TYPE_JSON_OBJECT,
+    "json_schema": generation_pb2.RESPONSE_FORMAT_TYPE_JSON_SCHEMA,
+}
+
+_TOOL_CHOICE_MODES: dict[str, int] = {
+    "auto": generation_pb2.TOOL_CHOICE_MODE_AUTO,
+    "none": generation_pb2.TOOL_CHOICE_MODE_NONE,
+    "required": generation_pb2.TOOL_CHOICE_MODE_REQUIRED,
+}
+
+OBJECT_COMPLETION = "chat.completion"
+OBJECT_CHUNK = "chat.completion.chunk"
+ID_PREFIX = "chatcmpl"
+
+
+def chat_message_to_proto(message: ChatMessageParam) -> generation_pb2.ChatMessage:
+    """Convert one OpenAI message to a ``ChatMessage`` (list content is joined into one string)."""
+    return generation_pb2.ChatMessage(
+        role=_ROLES[message.role],
+        content=message.text,
+        name=message.name or "",
+        tool_call_id=message.tool_call_id or "",
+        tool_calls=[
+            generation_pb2.ToolCall(
+                id=call.id, name=call.function.name, arguments_json=call.function.arguments_json
+            )
+            for call in message.tool_calls or ()
+        ],
+    )
+
+
+def chat_parameters(request: ChatCompletionRequest) -> generation_pb2.GenerationParameters:
+    """Build ``GenerationParameters`` for a chat request, response format and tools included."""
+    params = generation_parameters(
+        request,
+        max_tokens=request.token_limit,
+        logprobs=bool(request.logprobs),
+        top_logprobs=request.top_logprobs or 0,
+    )
+    if request.response_format is not None:
+        fmt = request.response_format
+        params.response_format.type = _RESPONSE_FORMATS[fmt.type]
+        if fmt.json_schema is not None:
+            params.response_format.json_schema = compact_json(fmt.json_schema.json_schema)
+            params.response_format.schema_name = fmt.json_schema.name or ""
+    for tool in request.tools or ():
+        params.tools.append(
+            generation_pb2.ToolDefinition(
+                name=tool.function.name,
+                description=tool.function.description or "",
+                parameters_json_schema=(
+                    compact_json(tool.function.parameters) if tool.function.parameters is not None else ""
+                ),
+            )
+        )
+    choice = request.tool_choice
+    if isinstance(choice, str):
+        params.tool_choice.mode = _TOOL_CHOICE_MODES[choice]
+    elif choice is not None:
+        params.tool_choice.mode = generation_pb2.TOOL_CHOICE_MODE_FUNCTION
+        params.tool_choice.function_name = choice.function.name
+    return params
+
+
+def _request_fields(request: ChatCompletionRequest) -> dict[str, Any]:
+    return {
+        "model": request.model,
+        "messages": [chat_message_to_proto(message) for message in request.messages],
+        "parameters": chat_parameters(request),
+        "keep_alive": request.keep_alive_value,
+    }
+
+
+def to_generate_request(request: ChatCompletionRequest) -> generation_pb2.GenerateRequest:
+    """Convert a non-streaming chat request to ``GenerateRequest``."""
+    return generation_pb2.GenerateRequest(**_request_fields(request))
+
+
+def to_generate_stream_request(request: ChatCompletionRequest) -> generation_pb2.GenerateStreamRequest:
+    """Convert a streaming chat request to ``GenerateStreamRequest``."""
+    return generation_pb2.GenerateStreamRequest(**_request_fields(request))
+
+
+def _logprob_entry(item: generation_pb2.TokenLogprob) -> dict[str, Any]:
+    return {"token": item.token, "logprob": item.logprob, "bytes": token_bytes(item.token)}
+
+
+def chat_logprobs(items: Iterable[generation_pb2.TokenLogprobs]) -> dict[str, Any] | None:
+    """Return a choice's ``logprobs`` object ``{"content": [...], "refusal": None}``, or ``None`` if empty.
+
+    Each content entry is ``{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}``.
+    """
+    content = [
+        {**_logprob_entry(item.sampled), "top_logprobs": [_logprob_entry(top) for top in item.top_logprobs]}
+        for item in items
+    ]
+    return {"content": content, "refusal": None} if content else None
+
+
+def _tool_call_dict(call: generation_pb2.ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments_json},
+    }
+
+
+def chat_completion_from_proto(
+    response: generation_pb2.GenerateResponse, *, requested_model: str
+) -> dict[str, Any]:
+    """Convert a ``GenerateResponse`` to an OpenAI ``chat.completion`` object.
+
+    Shape: ``{"id", "object": "chat.completion", "created", "model", "choices": [{"index",
+    "message": {"role": "assistant", "content", "tool_calls"?}, "finish_reason", "logprobs"}],
+    "usage", "timings"}``. ``content`` is null for a tool-call-only answer, as in OpenAI;
+    ``tool_calls`` is present only when the model called tools; ``timings`` is an extension.
+    """
+    choices = []
+    for choice in response.choices:
+        message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+        if choice.tool_calls:
+            message["tool_calls"] = [_tool_call_dict(call) for call in choice.tool_calls]
+            if not choice.text:
+                message["content"] = None
+        choices.append(
+            {
+                "index": choice.index,
+                "message": message,
+                "finish_reason": finish_reason_label(choice.finish_reason),
+                "logprobs": chat_logprobs(choice.logprobs),
+            }
+        )
+    body: dict[str, Any] = {
+        "id": completion_id(response.id, ID_PREFIX),
+        "object": OBJECT_COMPLETION,
+        "created": unix_now(),
+        "model": response.model or requested_model,
+        "choices": choices,
+        "usage": usage_dict(response.usage),
+    }
+    if response.HasField("timings"):
+        body["timings"] = timings_dict(response.timings)
+    return body
+
+
+class ChatStreamTranslator:
+    """Turns ``GenerateStreamResponse`` messages into ``chat.completion.chunk`` objects.
+
+    Per choice: a first chunk with ``delta: {"role": "assistant", "content": ""}``, then a chunk
+    per message with text (``delta.content``), tool call fragments (``delta.tool_calls``) or
+    log probabilities, then a chunk with an empty delta and the ``finish_reason``. With
+    ``include_usage``, every chunk has ``"usage": null`` and :meth:`on_end` adds a last chunk
+    with empty ``choices`` and the usage, as OpenAI does.
+
+    Args:
+        requested_model: Model name of the request, used until the server names its model.
+        include_usage: Whether the client asked for ``stream_options.include_usage``.
+
+    """
+
+    def __init__(self, *, requested_model: str, include_usage: bool) -> None:
+        self._model = requested_model
+        self._include_usage = include_usage
+        self._id: str | None = None
+        self._created = unix_now()
+        self._started: set[int] = set()
+        self._usage: dict[str, int] | None = None
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self._ensure_id(""),
+            "object": OBJECT_CHUNK,
+            "created": self._created,
+            "model": self._model,
+            "choices": choices,
+        }
+        if self._include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _ensure_id(self, server_id: str) -> str:
+        # The server sends the same id on every message; the first one fixes the stream's id.
+        if self._id is None:
+            self._id = completion_id(server_id, ID_PREFIX)
+        return self._id
+
+    @staticmethod
+    def _choice(index: int, delta: dict[str, Any], *, finish_reason: str | None = None, logprobs: Any = None):
+        return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
+
+    def on_message(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
+        """Return the chunks for one gRPC stream message (possibly none)."""
+        self._ensure_id(message.id)
+        if message.model:
+            self._model = message.model
+        if message.HasField("usage"):
+            self._usage = usage_dict(message.usage)
+        chunks = []
+        index = message.index
+        if index not in self._started:
+            self._started.add(index)
+            chunks.append(self._chunk([self._choice(index, {"role": "assistant", "content": ""})]))
+        delta: dict[str, Any] = {}
+        if message.text:
+            delta["content"] = message.text
+        if message.tool_calls:
+            delta["tool_calls"] = [_tool_call_delta_dict(call) for call in message.tool_calls]
+        logprobs = chat_logprobs(message.logprobs)
+        if delta or logprobs is not None:
+            chunks.append(self._chunk([self._choice(index, delta, logprobs=logprobs)]))
+        finish_reason = finish_reason_label(message.finish_reason)
+        if finish_reason is not None:
+            chunks.append(self._chunk([self._choice(index, {}, finish_reason=finish_reason)]))
+        return chunks
+
+    def on_end(self) -> list[dict[str, Any]]:
+        """Return the usage chunk when requested (``usage`` null if the server sent none)."""
+        if not self._include_usage:
+            return []
+        chunk = self._chunk([])
+        chunk["usage"] = self._usage
+        return [chunk]
+
+
+def _tool_call_delta_dict(call: generation_pb2.ToolCallDelta) -> dict[str, Any]:
+    """Return an OpenAI streamed tool call fragment; id, type and name only on the first one."""
+    function: dict[str, Any] = {"arguments": call.arguments_json_delta}
+    delta: dict[str, Any] = {"index": call.index, "function": function}
+    if call.id:
+        delta["id"] = call.id
+        delta["type"] = "function"
+    if call.name:
+        function["name"] = call.name
+    return delta

@@ -1,0 +1,177 @@
+"""Legacy completions: OpenAI completion request to ``Generate*Request``, answers to ``text_completion``.
+
+Response shapes follow https://platform.openai.com/docs/api-reference/completions/object; streamed
+chunks are ``text_completion`` objects too, as OpenAI sends them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from universal_runtime.v1 import generation_pb2
+
+from gateway.schemas.completions import CompletionRequest
+from gateway.translate.generation import (
+    completion_id,
+    finish_reason_label,
+    generation_parameters,
+    timings_dict,
+    unix_now,
+    usage_dict,
+)
+
+OBJECT_COMPLETION = "text_completion"
+ID_PREFIX = "cmpl"
+
+
+def _request_fields(request: CompletionRequest) -> dict[str, Any]:
+    # Legacy ``logprobs`` is a count: N alternatives per token (0 = only the sampled token).
+    params = generation_parameters(
+        request,
+        max_tokens=request.max_tokens,
+        logprobs=request.logprobs is not None,
+        top_logprobs=request.logprobs or 0,
+    )
+    return {
+        "model": request.model,
+        "prompt": request.prompt_text,
+        "parameters": params,
+        "keep_alive": request.keep_alive_value,
+    }
+
+
+def to_generate_request(request: CompletionRequest) -> generation_pb2.GenerateRequest:
+    """Convert a non-streaming completion request to ``GenerateRequest``."""
+    return generation_pb2.GenerateRequest(**_request_fields(request))
+
+
+def to_generate_stream_request(request: CompletionRequest) -> generation_pb2.GenerateStreamRequest:
+    """Convert a streaming completion request to ``GenerateStreamRequest``."""
+    return generation_pb2.GenerateStreamRequest(**_request_fields(request))
+
+
+def completion_logprobs(
+    items: Iterable[generation_pb2.TokenLogprobs], *, text_offset: int = 0
+) -> dict[str, Any] | None:
+    """Return the legacy ``logprobs`` object, or ``None`` when there are no entries.
+
+    Shape: ``{"tokens": [str], "token_logprobs": [float], "top_logprobs": [{token: logprob}],
+    "text_offset": [int]}``; offsets count characters of the generated text from ``text_offset``.
+    """
+    tokens: list[str] = []
+    token_logprobs: list[float] = []
+    top_logprobs: list[dict[str, float]] = []
+    offsets: list[int] = []
+    offset = text_offset
+    for item in items:
+        tokens.append(item.sampled.token)
+        token_logprobs.append(item.sampled.logprob)
+        top_logprobs.append({top.token: top.logprob for top in item.top_logprobs})
+        offsets.append(offset)
+        offset += len(item.sampled.token)
+    if not tokens:
+        return None
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": top_logprobs,
+        "text_offset": offsets,
+    }
+
+
+def completion_from_proto(
+    response: generation_pb2.GenerateResponse, *, requested_model: str
+) -> dict[str, Any]:
+    """Convert a ``GenerateResponse`` to an OpenAI ``text_completion`` object.
+
+    Shape: ``{"id", "object": "text_completion", "created", "model", "choices": [{"index", "text",
+    "finish_reason", "logprobs"}], "usage", "timings"}`` (``timings`` is an extension).
+    """
+    body: dict[str, Any] = {
+        "id": completion_id(response.id, ID_PREFIX),
+        "object": OBJECT_COMPLETION,
+        "created": unix_now(),
+        "model": response.model or requested_model,
+        "choices": [
+            {
+                "index": choice.index,
+                "text": choice.text,
+                "finish_reason": finish_reason_label(choice.finish_reason),
+                "logprobs": completion_logprobs(choice.logprobs),
+            }
+            for choice in response.choices
+        ],
+        "usage": usage_dict(response.usage),
+    }
+    if response.HasField("timings"):
+        body["timings"] = timings_dict(response.timings)
+    return body
+
+
+class CompletionStreamTranslator:
+    """Turns ``GenerateStreamResponse`` messages into streamed ``text_completion`` chunks.
+
+    One chunk per message with text or log probabilities, then one with empty text and the
+    ``finish_reason``; with ``include_usage`` a last chunk with empty ``choices`` and the usage.
+
+    Args:
+        requested_model: Model name of the request, used until the server names its model.
+        include_usage: Whether the client asked for ``stream_options.include_usage``.
+
+    """
+
+    def __init__(self, *, requested_model: str, include_usage: bool) -> None:
+        self._model = requested_model
+        self._include_usage = include_usage
+        self._id: str | None = None
+        self._created = unix_now()
+        self._offsets: dict[int, int] = {}
+        self._usage: dict[str, int] | None = None
+
+    def _ensure_id(self, server_id: str) -> str:
+        # The server sends the same id on every message; the first one fixes the stream's id.
+        if self._id is None:
+            self._id = completion_id(server_id, ID_PREFIX)
+        return self._id
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self._ensure_id(""),
+            "object": OBJECT_COMPLETION,
+            "created": self._created,
+            "model": self._model,
+            "choices": choices,
+        }
+        if self._include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def on_message(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
+        """Return the chunks for one gRPC stream message (possibly none)."""
+        self._ensure_id(message.id)
+        if message.model:
+            self._model = message.model
+        if message.HasField("usage"):
+            self._usage = usage_dict(message.usage)
+        chunks = []
+        index = message.index
+        offset = self._offsets.get(index, 0)
+        logprobs = completion_logprobs(message.logprobs, text_offset=offset)
+        self._offsets[index] = offset + len(message.text)
+        if message.text or logprobs is not None:
+            choice = {"index": index, "text": message.text, "finish_reason": None, "logprobs": logprobs}
+            chunks.append(self._chunk([choice]))
+        finish_reason = finish_reason_label(message.finish_reason)
+        if finish_reason is not None:
+            choice = {"index": index, "text": "", "finish_reason": finish_reason, "logprobs": None}
+            chunks.append(self._chunk([choice]))
+        return chunks
+
+    def on_end(self) -> list[dict[str, Any]]:
+        """Return the usage chunk when requested (``usage`` null if the server sent none)."""
+        if not self._include_usage:
+            return []
+        chunk = self._chunk([])
+        chunk["usage"] = self._usage
+        return [chunk]

