@@ -40,6 +40,7 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     gateway_task = None
     if with_gateway:
         import uvicorn
+
         from gateway.app import create_app
 
         target = (

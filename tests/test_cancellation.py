@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.conftest import CHAT_MODEL
 from universal_runtime.v1 import generation_pb2 as g
+
+from tests.conftest import CHAT_MODEL
 
 LONG = g.GenerationParameters(max_tokens=400, temperature=0.7, seed=7)
 COUNTING = "Count from one to five hundred in words, separated by commas: one, two, three,"
@@ -44,7 +45,9 @@ async def test_cancel_mid_stream_stops_generation_and_server_keeps_serving(infer
 
 
 async def test_cancelled_stream_does_not_block_the_next_request(inference):
-    call = inference.GenerateStream(g.GenerateStreamRequest(model=CHAT_MODEL, prompt=COUNTING, parameters=LONG))
+    call = inference.GenerateStream(
+        g.GenerateStreamRequest(model=CHAT_MODEL, prompt=COUNTING, parameters=LONG)
+    )
     async for _ in call:
         break
     call.cancel()

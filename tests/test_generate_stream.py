@@ -6,9 +6,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from universal_runtime.v1 import generation_pb2 as g
 
 from tests.conftest import CHAT_MODEL
-from universal_runtime.v1 import generation_pb2 as g
 
 QUESTION = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="What is the capital of France?")]
 
@@ -58,14 +58,20 @@ async def test_stream_delivers_tokens_as_separate_messages_with_usage(inference,
 async def test_greedy_output_equals_llama_cpp_own_completion(inference, server):
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=str(gguf_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"), n_ctx=2048, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=str(gguf_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"), n_ctx=2048, verbose=False
+    )
     reference = llm.create_chat_completion(
         [{"role": "user", "content": QUESTION[0].content}], temperature=0, max_tokens=32
     )["choices"][0]["message"]["content"]
     llm.close()
 
     response = await inference.Generate(
-        g.GenerateRequest(model=CHAT_MODEL, messages=QUESTION, parameters=g.GenerationParameters(max_tokens=32, temperature=0))
+        g.GenerateRequest(
+            model=CHAT_MODEL,
+            messages=QUESTION,
+            parameters=g.GenerationParameters(max_tokens=32, temperature=0),
+        )
     )
     assert response.choices[0].text == reference
 
@@ -81,7 +87,11 @@ async def test_same_seed_same_text(inference):
 async def test_stop_sequence_is_never_emitted(inference):
     # Greedy text first, then stop on a piece of it that spans more than one token.
     base = await inference.Generate(
-        g.GenerateRequest(model=CHAT_MODEL, messages=QUESTION, parameters=g.GenerationParameters(max_tokens=32, temperature=0))
+        g.GenerateRequest(
+            model=CHAT_MODEL,
+            messages=QUESTION,
+            parameters=g.GenerationParameters(max_tokens=32, temperature=0),
+        )
     )
     text = base.choices[0].text
     stop = text[len(text) // 3 : len(text) // 3 + 6]
@@ -89,7 +99,9 @@ async def test_stop_sequence_is_never_emitted(inference):
     messages = await collect(
         inference,
         g.GenerateStreamRequest(
-            model=CHAT_MODEL, messages=QUESTION, parameters=g.GenerationParameters(max_tokens=32, temperature=0, stop=[stop])
+            model=CHAT_MODEL,
+            messages=QUESTION,
+            parameters=g.GenerationParameters(max_tokens=32, temperature=0, stop=[stop]),
         ),
     )
     streamed = "".join(m.text for m in messages)
@@ -100,7 +112,11 @@ async def test_stop_sequence_is_never_emitted(inference):
 
 async def test_raw_prompt_completion(inference):
     response = await inference.Generate(
-        g.GenerateRequest(model=CHAT_MODEL, prompt="1, 2, 3, 4,", parameters=g.GenerationParameters(max_tokens=8, temperature=0))
+        g.GenerateRequest(
+            model=CHAT_MODEL,
+            prompt="1, 2, 3, 4,",
+            parameters=g.GenerationParameters(max_tokens=8, temperature=0),
+        )
     )
     assert response.choices[0].finish_reason == g.FINISH_REASON_LENGTH
     assert response.usage.completion_tokens == 8

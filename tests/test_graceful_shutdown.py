@@ -6,11 +6,11 @@ import asyncio
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from universal_runtime.v1 import generation_pb2 as g
+from universal_runtime.v1 import inference_service_pb2_grpc as isg
 
 from service.server import start_server
 from tests.conftest import CHAT_MODEL
-from universal_runtime.v1 import generation_pb2 as g
-from universal_runtime.v1 import inference_service_pb2_grpc as isg
 
 
 async def test_in_flight_stream_completes_and_new_rpcs_are_refused(settings):
@@ -42,6 +42,6 @@ async def test_in_flight_stream_completes_and_new_rpcs_are_refused(settings):
         try:
             await asyncio.wait_for(stub.Generate(g.GenerateRequest(model=CHAT_MODEL, prompt="hi")), timeout=2)
             refused = False
-        except (grpc.aio.AioRpcError, asyncio.TimeoutError):
+        except (TimeoutError, grpc.aio.AioRpcError):
             refused = True
         assert refused

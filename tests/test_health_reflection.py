@@ -23,6 +23,8 @@ async def test_reflection_lists_both_services(channel):
 
 async def test_reflection_resolves_the_contract(channel):
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    request = reflection_pb2.ServerReflectionRequest(file_containing_symbol="universal_runtime.v1.InferenceService")
+    request = reflection_pb2.ServerReflectionRequest(
+        file_containing_symbol="universal_runtime.v1.InferenceService"
+    )
     responses = [r async for r in stub.ServerReflectionInfo(iter([request]))]
     assert responses[0].file_descriptor_response.file_descriptor_proto

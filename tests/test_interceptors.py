@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from universal_runtime.v1 import generation_pb2 as g
+from universal_runtime.v1 import inference_service_pb2_grpc as isg
 
 from engines.errors import InputTooLongError
 from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
 from tests.conftest import error_info
-from universal_runtime.v1 import generation_pb2 as g
-from universal_runtime.v1 import inference_service_pb2_grpc as isg
 
 
 class FakeInference(isg.InferenceServiceServicer):
@@ -18,7 +18,9 @@ class FakeInference(isg.InferenceServiceServicer):
     async def Generate(self, request, context):
         if request.model == "secret-crash":
             raise RuntimeError("database password is hunter2")
-        raise InputTooLongError("prompt is 10 tokens but the context holds 5", prompt_tokens=10, context_length=5)
+        raise InputTooLongError(
+            "prompt is 10 tokens but the context holds 5", prompt_tokens=10, context_length=5
+        )
 
     async def GenerateStream(self, request, context):
         yield g.GenerateStreamResponse(text="a")
@@ -45,7 +47,9 @@ AUTH = (("authorization", "Bearer k"),)
 async def test_unexpected_error_is_internal_with_generic_message(fake_channel, caplog):
     stub = isg.InferenceServiceStub(fake_channel)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await stub.Generate(g.GenerateRequest(model="secret-crash"), metadata=(*AUTH, ("x-request-id", "rid-1")))
+        await stub.Generate(
+            g.GenerateRequest(model="secret-crash"), metadata=(*AUTH, ("x-request-id", "rid-1"))
+        )
     assert caught.value.code() == grpc.StatusCode.INTERNAL
     assert "hunter2" not in caught.value.details()
     assert "rid-1" in caught.value.details()

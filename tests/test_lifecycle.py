@@ -7,10 +7,10 @@ import time
 
 import grpc
 import pytest
-
-from tests.conftest import error_info
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import model_service_pb2 as m
+
+from tests.conftest import error_info
 
 
 async def status_of(models, name: str) -> m.Model:
@@ -27,7 +27,9 @@ async def wait_for_status(models, name: str, status: int, timeout_s: float = 10.
 
 
 async def embed_once(inference, model: str, keep_alive: str = "") -> None:
-    response = await inference.Embed(e.EmbedRequest(model=model, inputs=["keep alive"], keep_alive=keep_alive))
+    response = await inference.Embed(
+        e.EmbedRequest(model=model, inputs=["keep alive"], keep_alive=keep_alive)
+    )
     assert len(response.embeddings) == 1
 
 

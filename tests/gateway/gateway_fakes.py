@@ -1,0 +1,267 @@
+"""In-process fake gRPC server and helpers for the gateway tests (no models, no torch)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import httpx
+import uvicorn
+from fastapi import FastAPI
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from universal_runtime.v1 import (
+    common_pb2,
+    encoders_pb2,
+    generation_pb2,
+    inference_service_pb2_grpc,
+    model_service_pb2,
+    model_service_pb2_grpc,
+)
+
+
+@dataclass
+class RpcFailure:
+    """A rich gRPC error the fake aborts with: status code, message and an ErrorInfo detail."""
+
+    code: grpc.StatusCode
+    message: str
+    reason: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        if self.reason is None:
+            return ()
+        status = status_pb2.Status(code=self.code.value[0], message=self.message)
+        info = error_details_pb2.ErrorInfo(reason=self.reason, domain="universal-runtime", metadata=self.metadata)
+        status.details.add().Pack(info)
+        return (("grpc-status-details-bin", status.SerializeToString()),)
+
+
+@dataclass
+class Received:
+    """One call seen by the fake."""
+
+    method: str
+    request: Message
+    metadata: dict[str, str]
+
+
+def default_generate_response() -> generation_pb2.GenerateResponse:
+    return generation_pb2.GenerateResponse(
+        id="gen-1",
+        model="fake-llm",
+        choices=[
+            generation_pb2.GenerateChoice(
+                index=0, text="Hello there!", finish_reason=generation_pb2.FINISH_REASON_STOP
+            )
+        ],
+        usage=common_pb2.Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8),
+        timings=common_pb2.Timings(time_to_first_token_ms=1.5, tokens_per_second=100.0, total_ms=30.0),
+    )
+
+
+def default_stream_messages() -> list[generation_pb2.GenerateStreamResponse]:
+    texts = ["Hel", "lo", " there!"]
+    messages = [
+        generation_pb2.GenerateStreamResponse(id="gen-2", model="fake-llm", index=0, text=text) for text in texts
+    ]
+    messages[-1].finish_reason = generation_pb2.FINISH_REASON_STOP
+    messages[-1].usage.CopyFrom(common_pb2.Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8))
+    return messages
+
+
+def default_embed_response() -> encoders_pb2.EmbedResponse:
+    return encoders_pb2.EmbedResponse(
+        model="fake-embedder",
+        embeddings=[
+            encoders_pb2.Embedding(index=0, values=[0.5, -0.25, 0.125]),
+            encoders_pb2.Embedding(index=1, values=[1.0, 0.0, -1.0]),
+        ],
+        dimensions=3,
+        usage=common_pb2.Usage(prompt_tokens=7, total_tokens=7),
+    )
+
+
+class FakeInferenceService(inference_service_pb2_grpc.InferenceServiceServicer):
+    """Canned answers; records every call; can fail, fail mid-stream, or hang until cancelled."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.received: list[Received] = []
+        self.fail: RpcFailure | None = None
+        self.generate_response = default_generate_response()
+        self.stream_messages = default_stream_messages()
+        self.stream_fail_after: int | None = None
+        self.stream_failure = RpcFailure(grpc.StatusCode.INTERNAL, "engine crashed", "ENGINE_FAILED")
+        self.embed_response = default_embed_response()
+        self.hang = False
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def _record(self, method: str, request: Message, context: grpc.aio.ServicerContext) -> None:
+        metadata = {key: value for key, value in context.invocation_metadata()}
+        self.received.append(Received(method, request, metadata))
+        self.started.set()
+        if self.fail is not None:
+            await context.abort(self.fail.code, self.fail.message, self.fail.trailing_metadata())
+
+    async def _hang(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    async def Generate(self, request, context):
+        await self._record("Generate", request, context)
+        if self.hang:
+            await self._hang()
+        return self.generate_response
+
+    async def GenerateStream(self, request, context):
+        await self._record("GenerateStream", request, context)
+        for position, message in enumerate(self.stream_messages):
+            if self.stream_fail_after == position:
+                failure = self.stream_failure
+                await context.abort(failure.code, failure.message, failure.trailing_metadata())
+            yield message
+        if self.hang:
+            await self._hang()
+
+    async def Embed(self, request, context):
+        await self._record("Embed", request, context)
+        if self.hang:
+            await self._hang()
+        return self.embed_response
+
+
+def sample_models() -> dict[str, model_service_pb2.Model]:
+    return {
+        "fake-llm": model_service_pb2.Model(
+            name="fake-llm",
+            tasks=[model_service_pb2.TASK_GENERATE],
+            backend="llama_cpp",
+            status=model_service_pb2.MODEL_STATUS_READY,
+            status_detail="Ready: loaded",
+            device="cpu",
+            memory=model_service_pb2.MemoryUsage(ram_bytes=1234, vram_bytes=0),
+            loaded_at_unix_ms=1_700_000_000_500,
+        ),
+        "org/fake-embedder": model_service_pb2.Model(
+            name="org/fake-embedder",
+            tasks=[model_service_pb2.TASK_EMBED],
+            status=model_service_pb2.MODEL_STATUS_NOT_LOADED,
+            device="cuda:0",
+        ),
+    }
+
+
+class FakeModelService(model_service_pb2_grpc.ModelServiceServicer):
+    """A two-model catalog; GetModel of an unknown name aborts NOT_FOUND / MODEL_NOT_FOUND."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.models = sample_models()
+        self.received: list[Received] = []
+
+    async def ListModels(self, request, context):
+        self.received.append(Received("ListModels", request, dict(context.invocation_metadata())))
+        return model_service_pb2.ListModelsResponse(models=list(self.models.values()))
+
+    async def GetModel(self, request, context):
+        self.received.append(Received("GetModel", request, dict(context.invocation_metadata())))
+        if request.name not in self.models:
+            failure = RpcFailure(
+                grpc.StatusCode.NOT_FOUND,
+                f"model {request.name!r} is not in the catalog",
+                "MODEL_NOT_FOUND",
+                {"model": request.name},
+            )
+            await context.abort(failure.code, failure.message, failure.trailing_metadata())
+        return model_service_pb2.GetModelResponse(model=self.models[request.name])
+
+
+@dataclass
+class FakeServer:
+    """The running fake server: its address and servicers."""
+
+    target: str
+    inference: FakeInferenceService
+    models: FakeModelService
+    health: health.aio.HealthServicer
+
+    async def reset(self) -> None:
+        self.inference.reset()
+        self.models.reset()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+
+
+@contextlib.asynccontextmanager
+async def run_fake_server() -> AsyncIterator[FakeServer]:
+    server = grpc.aio.server()
+    inference = FakeInferenceService()
+    models = FakeModelService()
+    health_servicer = health.aio.HealthServicer()
+    inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(inference, server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    fake = FakeServer(f"127.0.0.1:{port}", inference, models, health_servicer)
+    await fake.reset()
+    try:
+        yield fake
+    finally:
+        await server.stop(None)
+
+
+@contextlib.asynccontextmanager
+async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client calling the app in-process, with the app's lifespan running."""
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client,
+    ):
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def serve_with_uvicorn(app: FastAPI) -> AsyncIterator[str]:
+    """Serve the app with uvicorn on a free local port; yields its base URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+def parse_sse(body: str) -> list[Any]:
+    """Return the data of each SSE event: parsed JSON, or the raw string (``"[DONE]"``)."""
+    events = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        data_lines = [line[len("data:") :].lstrip() for line in block.split("\n") if line.startswith("data:")]
+        if not data_lines:
+            continue
+        data = "\n".join(data_lines)
+        events.append(data if data == "[DONE]" else json.loads(data))
+    return events
