@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 export DO_NOT_TRACK ?= 1
 
-.PHONY: install protos protos-check lint format serve gateway test test-fast clean
+.PHONY: install protos protos-check proto-breaking lint format serve gateway node-deps test test-fast clean
 
 install: $(STAMP)
 
@@ -42,6 +42,15 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BUF) lint
 
+# Fail when the working tree's contract breaks the previous commit's (buf FILE rules).
+# Compare the contract with every earlier version of it in the last 20 commits, so a
+# submission of several commits cannot hide a break behind a later, harmless commit.
+proto-breaking:
+	@shas=$$(git log -n 20 --format=%H HEAD~1 -- protos 2>/dev/null); \
+	if [ -z "$$shas" ]; then echo "proto-breaking: no earlier version of protos/ to compare against, skipping"; exit 0; fi; \
+	for sha in $$shas; do $(BUF) breaking --against ".git#ref=$$sha" || exit 1; done; \
+	echo "proto-breaking: no breaking change against $$(echo $$shas | wc -w) earlier version(s)"
+
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
@@ -52,7 +61,16 @@ serve: install
 gateway: install
 	$(BIN)/universal-runtime-gateway
 
-test: install
+# Packages of the Node example that tests/test_node_client.py runs; reinstalled only when the lock changes.
+NODE_EXAMPLE := examples/node
+node-deps: $(NODE_EXAMPLE)/node_modules
+
+$(NODE_EXAMPLE)/node_modules: $(NODE_EXAMPLE)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix $(NODE_EXAMPLE) --no-audit --no-fund && touch $@; \
+	else echo "npm not found: skipping $(NODE_EXAMPLE) packages (the Node client test will skip)"; fi
+
+test: install node-deps
 	$(BIN)/pytest
 
 clean:

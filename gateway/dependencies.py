@@ -46,15 +46,22 @@ def get_request_id(request: Request) -> str:
 def get_call_metadata(request: Request) -> CallMetadata:
     """Build the metadata sent with every gRPC call of this request.
 
-    Always ``x-request-id``; plus ``authorization`` (the client's header, already checked by
-    :func:`require_api_key`) when the app has an API key.
+    Always ``x-request-id``; plus ``authorization: Bearer <key>`` when the app has an API key and
+    the client presented it (the server compares the header byte for byte, so the canonical form
+    is sent even if the client wrote ``bearer`` or extra spaces).
     """
     metadata: list[tuple[str, str]] = [(REQUEST_ID_HEADER, get_request_id(request))]
-    if get_config(request).api_key is not None:
-        authorization = request.headers.get("authorization")
-        if authorization is not None:
-            metadata.append(("authorization", authorization))
+    api_key = get_config(request).api_key
+    if api_key is not None and _presents_key(request, api_key):
+        metadata.append(("authorization", f"Bearer {api_key}"))
     return tuple(metadata)
+
+
+def _presents_key(request: Request, api_key: str) -> bool:
+    """Tell whether the request's ``Authorization`` header is ``Bearer <api_key>``."""
+    scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
+    # compare_digest: the comparison time must not reveal how much of the key matched.
+    return scheme.lower() == "bearer" and secrets.compare_digest(supplied.strip().encode(), api_key.encode())
 
 
 def require_api_key(request: Request) -> None:
@@ -67,9 +74,7 @@ def require_api_key(request: Request) -> None:
     expected = get_config(request).api_key
     if expected is None:
         return
-    scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
-    # compare_digest: the comparison time must not reveal how much of the key matched.
-    if scheme.lower() != "bearer" or not secrets.compare_digest(supplied.strip().encode(), expected.encode()):
+    if not _presents_key(request, expected):
         raise GatewayError(
             401,
             "Missing or invalid API key: send 'Authorization: Bearer <key>'",

@@ -25,7 +25,10 @@ class Settings(BaseSettings):
     catalog_path: Path | None = Field(
         None, description="Model catalog YAML; unset uses the embedded default."
     )
-    data_dir: Path = Field(Path.home() / ".cache" / "universal-runtime", description="Where state is saved.")
+    data_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "universal-runtime",
+        description="Where state (fitted classifiers, detectors) is saved.",
+    )
     device: str = Field("auto", description="Default device: auto, cpu, cuda[:N] or mps.")
     default_keep_alive: str = Field(DEFAULT_KEEP_ALIVE, description="Keep-alive of models without their own.")
     reap_interval_s: float = Field(1.0, gt=0, description="How often idle models are checked for unloading.")

@@ -207,3 +207,12 @@ async def test_options_not_built_yet_are_refused_not_ignored(inference):
         "FEATURE_NOT_IMPLEMENTED",
     )
     assert "logprobs" in err.details()
+
+
+async def test_hub_ids_are_not_found_unless_the_server_allows_them(inference):
+    err = await expect_error(
+        inference.Embed(e.EmbedRequest(model="sentence-transformers/all-mpnet-base-v2", inputs=["x"])),
+        grpc.StatusCode.NOT_FOUND,
+        "MODEL_NOT_FOUND",
+    )
+    assert "not in the catalog" in err.details()

@@ -37,6 +37,10 @@ class LlamaCppSequence(GenerationSequence):
         self._vocab = llm._model.vocab
         self._is_eog = llama_cpp.llama_vocab_is_eog
         llm.set_seed(params.seed if params.seed is not None else random.randrange(2**31))
+        # Evaluate the whole prompt every time: llama-cpp-python's prefix reuse re-decodes
+        # only the tail of a cached prompt, which changes the logits enough to change greedy
+        # output, so the same request would not give the same text twice.
+        llm.reset()
         self._tokens = llm.generate(
             prompt_tokens,
             temp=params.temperature,

@@ -4,9 +4,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from gateway_fakes import FakeServer, asgi_client, run_fake_server
 
 from gateway.app import create_app
+from tests.gateway.gateway_fakes import FakeServer, asgi_client, run_fake_server
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,9 @@ class RpcFailure:
         if self.reason is None:
             return ()
         status = status_pb2.Status(code=self.code.value[0], message=self.message)
-        info = error_details_pb2.ErrorInfo(reason=self.reason, domain="universal-runtime", metadata=self.metadata)
+        info = error_details_pb2.ErrorInfo(
+            reason=self.reason, domain="universal-runtime", metadata=self.metadata
+        )
         status.details.add().Pack(info)
         return (("grpc-status-details-bin", status.SerializeToString()),)
 
@@ -70,7 +72,8 @@ def default_generate_response() -> generation_pb2.GenerateResponse:
 def default_stream_messages() -> list[generation_pb2.GenerateStreamResponse]:
     texts = ["Hel", "lo", " there!"]
     messages = [
-        generation_pb2.GenerateStreamResponse(id="gen-2", model="fake-llm", index=0, text=text) for text in texts
+        generation_pb2.GenerateStreamResponse(id="gen-2", model="fake-llm", index=0, text=text)
+        for text in texts
     ]
     messages[-1].finish_reason = generation_pb2.FINISH_REASON_STOP
     messages[-1].usage.CopyFrom(common_pb2.Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8))
