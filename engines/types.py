@@ -69,6 +69,69 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
+    logprobs: bool = False
+    top_logprobs: int = 0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+class ResponseFormatKind(enum.StrEnum):
+    """Output constraint kinds (OpenAI ``response_format.type``)."""
+
+    TEXT = "text"
+    JSON_OBJECT = "json_object"
+    JSON_SCHEMA = "json_schema"
+
+
+@dataclass(slots=True)
+class ResponseFormat:
+    """Output constraint; ``json_schema`` is the parsed schema for JSON_SCHEMA."""
+
+    kind: ResponseFormatKind = ResponseFormatKind.TEXT
+    json_schema: dict | None = None
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    """A function the model may call (OpenAI ``tools[].function``); ``parameters`` is a JSON Schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolChoiceMode(enum.StrEnum):
+    """OpenAI ``tool_choice`` modes."""
+
+    AUTO = "auto"
+    NONE = "none"
+    REQUIRED = "required"
+    FUNCTION = "function"
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A parsed tool call; ``arguments_json`` is a JSON object serialized to a string."""
+
+    id: str
+    name: str
+    arguments_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """Natural-log probability of one token id (``token`` is its decoded text)."""
+
+    token_id: int
+    token: str
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """The sampled token's log probability and the most likely alternatives, most likely first."""
+
+    sampled: TokenLogprob
+    top: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(slots=True)
@@ -79,6 +142,10 @@ class GenerationRequest:
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
+    response_format: ResponseFormat = field(default_factory=ResponseFormat)
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: ToolChoiceMode = ToolChoiceMode.AUTO
+    tool_choice_function: str | None = None
 
 
 @dataclass(slots=True)
@@ -89,6 +156,18 @@ class GenerationDelta:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     usage: GenerationUsage | None = None  # set on the final delta
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A streamed piece of a tool call: ``id`` and ``name`` on the first piece, then argument text."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments_delta: str = ""
 
 
 @dataclass(slots=True)

@@ -1,9 +1,8 @@
-"""Base class of generation engines: the async driver that steps sequences on the executor."""
+"""Base class of generation engines: prepare, step and release, driven by the scheduler."""
 
 from __future__ import annotations
 
 import abc
-import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
@@ -11,10 +10,15 @@ from dataclasses import dataclass
 
 from engines.base import Engine
 from engines.errors import InputTooLongError
+from engines.generation.scheduler import ContinuousBatchScheduler
 from engines.generation.sequence import GenerationSequence
-from engines.types import FinishReason, GenerationDelta, GenerationRequest, Task
+from engines.generation.structured import output_postprocessor
+from engines.types import FinishReason, GenerationDelta, GenerationRequest, Task, TokenLogprobs
 
 log = logging.getLogger(__name__)
+
+#: (sequence, next token id, its log probabilities or None) for each sequence that produced a token.
+StepResult = tuple[GenerationSequence, int, TokenLogprobs | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,41 +32,56 @@ class FinishedSequence:
 
 
 class GenerationEngine(Engine):
-    """An engine for :attr:`Task.GENERATE`.
+    """An engine for :attr:`Task.GENERATE` with continuous batching.
 
-    Subclasses implement :meth:`open_sequence` (blocking: template, tokenize, set up sampling)
-    and :attr:`context_length`. :meth:`stream` drives a sequence one step per executor job,
-    so other work on the same device interleaves between tokens, and a cancelled caller
-    stops its sequence at the next step.
+    Subclasses implement three blocking methods, all called on the device executor:
+    :meth:`prepare` (template, tokenize, per-sequence sampling state), :meth:`step` (one
+    forward pass over every running sequence, returning the next token of each), and
+    :meth:`release` (free a sequence's KV cells). :meth:`stream` is the async entry point.
+
+    Catalog options read here: ``max_sequences`` (sequences batched together, default 8) and
+    ``max_waiting`` (requests queued for a slot, default 64).
     """
 
     tasks = frozenset({Task.GENERATE})
 
-    #: Sequences that may run at once; engines without batching support one.
-    max_concurrent_sequences: int = 1
-
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._slots = asyncio.Semaphore(self.max_concurrent_sequences)
         self.finished: deque[FinishedSequence] = deque(maxlen=256)
+        self.scheduler = ContinuousBatchScheduler(
+            self, max_sequences=self.max_sequences, max_waiting=int(self.option("max_waiting", 64))
+        )
+
+    @property
+    def max_sequences(self) -> int:
+        """Sequences decoded together in one step."""
+        return int(self.option("max_sequences", 8))
 
     @property
     @abc.abstractmethod
     def context_length(self) -> int:
-        """Tokens the context holds (prompt plus completion)."""
+        """Tokens one sequence can hold (prompt plus completion)."""
 
     @abc.abstractmethod
-    def open_sequence(self, request: GenerationRequest) -> GenerationSequence:
-        """Prepare a sequence for ``request`` (blocking; runs on the executor).
+    def prepare(self, request: GenerationRequest) -> GenerationSequence:
+        """Build the sequence for ``request`` (blocking).
 
         Raises:
             InputTooLongError: the prompt does not fit the context.
-            InvalidArgumentError: the request cannot be templated (e.g. roles the template rejects).
+            InvalidArgumentError: the request cannot be templated or constrained.
 
         """
 
-    def check_prompt_length(self, prompt_tokens: int) -> int:
-        """Return the tokens left for the completion.
+    @abc.abstractmethod
+    def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
+        """Free ``released``, then advance every sequence of ``running`` by one forward pass (blocking)."""
+
+    @abc.abstractmethod
+    def release(self, sequences: list[GenerationSequence]) -> None:
+        """Free the KV cells and sampling state of ``sequences`` (blocking; idempotent)."""
+
+    def max_new_tokens(self, request: GenerationRequest, prompt_tokens: int) -> int:
+        """Tokens the completion may have: ``max_tokens`` capped by the room left in the context.
 
         Raises:
             InputTooLongError: the prompt leaves no room (message states both lengths).
@@ -76,31 +95,22 @@ class GenerationEngine(Engine):
                 prompt_tokens=prompt_tokens,
                 context_length=self.context_length,
             )
-        return room
+        return min(room, request.params.max_tokens or room)
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+    def record_finished(self, sequence: GenerationSequence) -> None:
+        """Note a sequence that left the batch."""
+        self.finished.append(
+            FinishedSequence(
+                sequence.request_id,
+                len(sequence.prompt_tokens),
+                len(sequence.completion_tokens),
+                sequence.finish_reason or FinishReason.CANCELLED,
+            )
+        )
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         """Yield deltas for ``request``; the last has ``finish_reason`` and ``usage`` set.
 
-        Use with ``contextlib.aclosing`` so that a consumer that stops early releases the slot.
+        Use with ``contextlib.aclosing`` so that a consumer that stops early frees its slot.
         """
-        async with self._slots:
-            sequence = await self.executor.run(self.open_sequence, request)
-            try:
-                while sequence.finish_reason is None:
-                    delta = await self.executor.run(sequence.step)
-                    yield delta
-            finally:
-                if sequence.finish_reason is None:
-                    # Cancelled between steps: no further step runs; release on the worker thread.
-                    sequence.finish_reason = FinishReason.CANCELLED
-                    self.executor.submit_detached(sequence.close)
-                else:
-                    self.executor.submit_detached(sequence.close)
-                self.finished.append(
-                    FinishedSequence(
-                        request.request_id,
-                        len(sequence.prompt_tokens),
-                        len(sequence.completion_tokens),
-                        sequence.finish_reason,
-                    )
-                )
+        return self.scheduler.stream(request, output_postprocessor(request))

@@ -1,20 +1,30 @@
-"""GGUF text generation with llama-cpp-python.
+"""GGUF text generation with llama.cpp (llama-cpp-python's low-level API), continuously batched.
 
-The chat template comes from the GGUF metadata (``tokenizer.chat_template``) and is rendered
-with llama-cpp-python's sandboxed Jinja2 formatter, as Hugging Face's ``apply_chat_template``
-would. Every call into the ``Llama`` object happens on the device executor's single thread.
+One llama.cpp context holds ``max_sequences`` sequences, each with its own KV cells (sequence
+id) and its own sampler chain (temperature, top-k/p, min-p, penalties, logit bias, seed, and a
+GBNF grammar for JSON output). Each :meth:`step` decodes one ``llama_batch`` that carries the
+next token of every running sequence plus prompt chunks of newly admitted ones; a sequence's
+cells are removed with ``llama_memory_seq_rm`` when it leaves. The chat template comes from the
+GGUF metadata (``tokenizer.chat_template``), rendered with llama-cpp-python's sandboxed Jinja2
+formatter as Hugging Face's ``apply_chat_template`` would.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from engines.errors import InvalidArgumentError, ModelLoadError
-from engines.generation.base import GenerationEngine
+from engines.generation.base import GenerationEngine, StepResult
+from engines.generation.logprobs import token_logprobs
 from engines.generation.sequence import GenerationSequence
+from engines.generation.structured import messages_with_tools, output_constraint
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import ChatMessage, GenerationRequest, MemoryUsage, SamplingParams
@@ -22,61 +32,32 @@ from engines.types import ChatMessage, GenerationRequest, MemoryUsage, SamplingP
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONTEXT = 4096
+PENALTY_LAST_N = 64  # tokens the repetition/presence/frequency penalties look back over
 
 
-class LlamaCppSequence(GenerationSequence):
-    """A sequence driven by ``Llama.generate`` (one sequence per ``Llama`` at a time)."""
+@dataclass(eq=False)
+class _SlotState:
+    """llama.cpp-side state of one sequence."""
 
-    def __init__(
-        self, llm: Any, request_id: str, prompt_tokens: list[int], params: SamplingParams, room: int
-    ):
-        super().__init__(request_id, prompt_tokens, params, min(room, params.max_tokens or room))
-        import llama_cpp
-
-        self._llm = llm
-        self._vocab = llm._model.vocab
-        self._is_eog = llama_cpp.llama_vocab_is_eog
-        llm.set_seed(params.seed if params.seed is not None else random.randrange(2**31))
-        # Evaluate the whole prompt every time: llama-cpp-python's prefix reuse re-decodes
-        # only the tail of a cached prompt, which changes the logits enough to change greedy
-        # output, so the same request would not give the same text twice.
-        llm.reset()
-        self._tokens = llm.generate(
-            prompt_tokens,
-            temp=params.temperature,
-            top_k=params.top_k,
-            top_p=params.top_p,
-            min_p=params.min_p,
-            repeat_penalty=params.repetition_penalty,
-            presence_penalty=params.presence_penalty,
-            frequency_penalty=params.frequency_penalty,
-            reset=True,
-        )
-
-    def next_token(self) -> int:
-        """Resume ``Llama.generate`` for one token."""
-        return int(next(self._tokens))
-
-    def is_end_of_generation(self, token_id: int) -> bool:
-        """EOS and the other end-of-generation tokens of the vocabulary (e.g. ``<|im_end|>``)."""
-        return bool(self._is_eog(self._vocab, token_id))
-
-    def token_bytes(self, token_id: int) -> bytes:
-        """Bytes of one token's piece."""
-        return self._llm.detokenize([token_id])
-
-    def close(self) -> None:
-        """Finish the underlying generator so the context is free for the next sequence."""
-        self._tokens.close()
+    sampler: Any
+    pending: list[int]  # prompt tokens not decoded yet
+    top_logprobs: int
+    logprobs: bool
+    seq_id: int | None = None
+    n_past: int = 0
+    next_input: int | None = None  # the last sampled token, fed in the next step
+    released: bool = False
+    extra: dict = field(default_factory=dict)
 
 
 @register_backend
 class LlamaCppGenerationEngine(GenerationEngine):
-    """Generation from a GGUF file with llama-cpp-python.
+    """Generation from a GGUF file with llama.cpp.
 
-    Catalog options: ``n_ctx`` (context tokens; default the model's training context capped
-    at 4096), ``n_threads`` (default: all cores), ``n_gpu_layers`` (default: all on CUDA builds
-    when the device is CUDA, else 0), ``chat_template`` (override the GGUF's template).
+    Catalog options: ``n_ctx`` (tokens per sequence; default the model's training context
+    capped at 4096), ``max_sequences`` (default 8), ``n_batch`` (tokens per decode, default
+    512), ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers`` (default all on CUDA builds when the
+    device is CUDA, else 0), ``chat_template`` (override the GGUF's template).
     """
 
     backend = "llama_cpp"
@@ -92,7 +73,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     def _model_path(self) -> str:
         resolved = resolve_source(self.spec.source)
-        if resolved.path is None:
+        if resolved.path is None or not resolved.path.is_file():
             raise ModelLoadError(
                 f"llama_cpp needs a local .gguf file; {self.spec.source!r} is not one", model=self.spec.name
             )
@@ -103,79 +84,126 @@ class LlamaCppGenerationEngine(GenerationEngine):
         resolved = resolve_source(self.spec.source)
         return path_size_bytes(resolved.path) if resolved.path else 0
 
+    # -- lifecycle ------------------------------------------------------------------------
+
     def load(self) -> None:
-        """Open the GGUF file and build the chat formatter from its metadata."""
+        """Load the weights, create the multi-sequence context and the chat formatter."""
         import llama_cpp
+        from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-        path = self._model_path()
-        n_gpu_layers = self.option("n_gpu_layers", -1 if self.device.startswith("cuda") else 0)
-        self.llm = llama_cpp.Llama(
-            model_path=path,
-            n_ctx=int(self.option("n_ctx", 0)) or self._default_context(path),
-            n_threads=int(self.option("n_threads", os.cpu_count() or 1)),
-            n_gpu_layers=int(n_gpu_layers),
-            verbose=False,
+        llama_cpp.llama_backend_init()
+        # llama.cpp logs through llama-cpp-python's logger; keep its chatter out of our log.
+        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+        self._pieces: dict[int, bytes] = {}
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = int(
+            self.option("n_gpu_layers", -1 if self.device.startswith("cuda") else 0)
         )
-        metadata = self.llm.metadata
-        template = self.option("chat_template") or metadata.get("tokenizer.chat_template")
-        self._bos_text = self._token_text(self.llm.token_bos())
-        self._eos_text = self._token_text(self.llm.token_eos())
+        self.model = LlamaModel(path_model=self._model_path(), params=model_params, verbose=False)
+        per_sequence = int(self.option("n_ctx", 0)) or min(self.model.n_ctx_train(), DEFAULT_MAX_CONTEXT)
+        threads = int(self.option("n_threads", os.cpu_count() or 1))
+        self._n_batch = int(self.option("n_batch", 512))
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_seq_max = self.max_sequences
+        ctx_params.n_ctx = per_sequence * self.max_sequences
+        ctx_params.n_batch = self._n_batch
+        ctx_params.n_ubatch = self._n_batch
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        # Separate KV streams per sequence: faster when sequences share no long prefix.
+        ctx_params.kv_unified = False
+        # Flash attention off by default, as llama-cpp-python's own default, so greedy output
+        # matches it token for token; "flash_attn: true" turns it on.
+        ctx_params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if self.option("flash_attn", False)
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        self.ctx = LlamaContext(model=self.model, params=ctx_params, verbose=False)
+        self._batch = LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)
+        self._context_length = min(per_sequence, int(llama_cpp.llama_n_ctx_seq(self.ctx.ctx)))
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
+        self._free_ids = list(range(self.max_sequences))
+        self._metadata = self.model.metadata()
+        template = self.option("chat_template") or self._metadata.get("tokenizer.chat_template")
+        self._bos_text = self._piece_text(self.model.token_bos(), special=True)
+        self._eos_text = self._piece_text(self.model.token_eos(), special=True)
+        self._template_has_tools = bool(template) and "tools" in template
         self._formatter = (
             Jinja2ChatFormatter(template=template, eos_token=self._eos_text, bos_token=self._bos_text)
             if template
             else None
         )
 
-    @staticmethod
-    def _default_context(path: str) -> int:
-        import llama_cpp
-
-        probe = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
-        try:
-            return min(probe._model.n_ctx_train(), DEFAULT_MAX_CONTEXT)
-        finally:
-            probe.close()
-
-    def _token_text(self, token_id: int) -> str:
-        if token_id < 0:
-            return ""
-        return self.llm.detokenize([token_id], special=True).decode("utf-8", errors="replace")
-
     def unload(self) -> None:
-        """Free the llama.cpp model and context."""
-        llm = getattr(self, "llm", None)
-        if llm is not None:
-            llm.close()
-        self.llm = None
+        """Free the context, batch and model (context first: it points into the model)."""
+        for name in ("ctx", "_batch", "model"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+            setattr(self, name, None)
         self._formatter = None
 
     def memory_usage(self) -> MemoryUsage:
-        """Weights plus the KV cache (f16 keys and values for every layer and context position)."""
-        if getattr(self, "llm", None) is None:
+        """Weights plus the KV cache (f16 keys and values of every layer and cell)."""
+        if getattr(self, "model", None) is None:
             return MemoryUsage()
-        meta = self.llm.metadata
+        import llama_cpp
+
+        meta = self._metadata
         arch = meta.get("general.architecture", "llama")
         layers = int(meta.get(f"{arch}.block_count", 0))
         embed = int(meta.get(f"{arch}.embedding_length", 0))
         heads = int(meta.get(f"{arch}.attention.head_count", 1)) or 1
         kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
-        kv_bytes = 2 * layers * int(self.llm.n_ctx()) * (embed * kv_heads // heads) * 2
-        total = int(self.llm._model.size()) + kv_bytes
+        cells = int(llama_cpp.llama_n_ctx(self.ctx.ctx))
+        total = int(self.model.size()) + 2 * layers * cells * (embed * kv_heads // heads) * 2
         if self.device.startswith("cuda"):
             return MemoryUsage(ram_bytes=0, vram_bytes=total)
         return MemoryUsage(ram_bytes=total)
 
     @property
     def context_length(self) -> int:
-        """The context size the model was opened with.
+        """Tokens one sequence can hold."""
+        return self._context_length
 
-        llama.cpp may pad its context (to 256 cells) beyond the size asked for, while
-        llama-cpp-python sizes its token buffer to the size asked for; the smaller one binds.
-        """
-        return min(int(self.llm.n_ctx()), int(self.llm.context_params.n_ctx))
+    # -- vocabulary (TokenVocabulary) -------------------------------------------------------
 
-    def render_chat(self, messages: list[ChatMessage]) -> str:
+    def is_end_of_generation(self, token_id: int) -> bool:
+        """EOS and the vocabulary's other end-of-generation tokens (e.g. ``<|im_end|>``)."""
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self.model.vocab, token_id))
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """Bytes of one token's piece (special tokens render as nothing)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._pieces[token_id] = self._piece(token_id, special=False)
+        return piece
+
+    def _piece(self, token_id: int, special: bool) -> bytes:
+        import ctypes
+
+        import llama_cpp
+
+        size = 64
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self.model.vocab, token_id, buffer, size, 0, special)
+            if n >= 0:
+                return buffer.raw[:n]
+            size = -n  # a negative result is the size the piece needs
+
+    def _piece_text(self, token_id: int, special: bool = False) -> str:
+        if token_id < 0:
+            return ""
+        return self._piece(token_id, special).decode("utf-8", errors="replace")
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def render_chat(self, messages: list[ChatMessage], tools: list | None = None) -> str:
         """Render a conversation with the model's chat template, ending with the assistant prompt.
 
         Raises:
@@ -188,9 +216,8 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 reason="NO_CHAT_TEMPLATE",
                 model=self.spec.name,
             )
-        payload = [_message_dict(m) for m in messages]
         try:
-            return self._formatter(messages=payload).prompt
+            return self._formatter(messages=[_message_dict(m) for m in messages], tools=tools).prompt
         except Exception as exc:  # template errors (raise_exception in the template) are client errors
             raise InvalidArgumentError(
                 f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
@@ -200,17 +227,158 @@ class LlamaCppGenerationEngine(GenerationEngine):
     def tokenize_prompt(self, request: GenerationRequest) -> list[int]:
         """Token ids of the request's prompt (templated when it is a chat)."""
         if request.messages is not None:
-            text = self.render_chat(request.messages)
+            messages, tools = messages_with_tools(request, self._template_has_tools)
+            text = self.render_chat(messages, tools)
             add_bos = not (self._bos_text and text.startswith(self._bos_text))
         else:
             text, add_bos = request.prompt or "", True
-        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+        return self.model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
-    def open_sequence(self, request: GenerationRequest) -> LlamaCppSequence:
-        """Tokenize, check the length and start ``Llama.generate`` for ``request``."""
+    def prepare(self, request: GenerationRequest) -> GenerationSequence:
+        """Tokenize, check the length and build the sampler chain of ``request``."""
         tokens = self.tokenize_prompt(request)
-        room = self.check_prompt_length(len(tokens))
-        return LlamaCppSequence(self.llm, request.request_id, tokens, request.params, room)
+        sequence = GenerationSequence(request, tokens, self.max_new_tokens(request, len(tokens)), self)
+        sequence.engine_state = _SlotState(
+            sampler=self._sampler(request),
+            pending=list(tokens),
+            top_logprobs=request.params.top_logprobs,
+            logprobs=request.params.logprobs,
+        )
+        return sequence
+
+    def _sampler(self, request: GenerationRequest) -> Any:
+        import llama_cpp
+        from llama_cpp._internals import LlamaSampler
+        from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+
+        params: SamplingParams = request.params
+        sampler = LlamaSampler()
+        unknown = [t for t in params.logit_bias if not 0 <= t < self._n_vocab]
+        if unknown:
+            raise InvalidArgumentError(
+                f"logit_bias token ids {unknown[:5]} are outside the vocabulary (0..{self._n_vocab - 1})",
+                field="parameters.logit_bias",
+            )
+        constraint = output_constraint(request)
+        if constraint is not None:
+            try:
+                grammar = (
+                    JSON_GBNF
+                    if constraint.schema is None
+                    else json_schema_to_gbnf(json.dumps(constraint.schema))
+                )
+            except Exception as exc:
+                raise InvalidArgumentError(
+                    f"the JSON schema cannot be turned into a grammar: {exc}", reason="INVALID_JSON_SCHEMA"
+                ) from None
+            handle = llama_cpp.llama_sampler_init_grammar(self.model.vocab, grammar.encode(), b"root")
+            if not handle:
+                raise InvalidArgumentError(
+                    "the JSON schema produced an invalid grammar", reason="INVALID_JSON_SCHEMA"
+                )
+            llama_cpp.llama_sampler_chain_add(sampler.sampler, handle)
+        if params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
+            sampler.add_penalties(
+                self._n_vocab,
+                PENALTY_LAST_N,
+                params.repetition_penalty,
+                params.frequency_penalty,
+                params.presence_penalty,
+            )
+        if params.logit_bias:
+            sampler.add_logit_bias(self._n_vocab, params.logit_bias)
+        if params.temperature == 0:
+            sampler.add_greedy()
+            return sampler
+        if params.top_k > 0:
+            sampler.add_top_k(params.top_k)
+        if params.top_p < 1.0:
+            sampler.add_top_p(params.top_p, 1)
+        if params.min_p > 0:
+            sampler.add_min_p(params.min_p, 1)
+        sampler.add_temp(params.temperature)
+        sampler.add_dist(params.seed if params.seed is not None else random.randrange(2**31))
+        return sampler
+
+    # -- batching ---------------------------------------------------------------------------
+
+    def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
+        """Decode one batch: the next token of each decoding sequence plus prompt chunks."""
+        import llama_cpp
+
+        self.release(released)
+        batch = self._batch.batch
+        batch.n_tokens = 0
+        budget = self._n_batch
+        logits_at: list[tuple[GenerationSequence, int]] = []
+
+        def add(token: int, position: int, seq_id: int, want_logits: bool) -> None:
+            i = batch.n_tokens
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq_id
+            batch.logits[i] = want_logits
+            batch.n_tokens = i + 1
+
+        # Decoding sequences first (one token each), then prompt chunks in the budget left.
+        for sequence in running:
+            state: _SlotState = sequence.engine_state
+            if state.next_input is not None and budget > 0:
+                add(state.next_input, state.n_past, state.seq_id, True)
+                logits_at.append((sequence, batch.n_tokens - 1))
+                state.n_past += 1
+                state.next_input = None
+                budget -= 1
+        for sequence in running:
+            state = sequence.engine_state
+            if not state.pending or budget <= 0:
+                continue
+            if state.seq_id is None:
+                state.seq_id = self._free_ids.pop()
+            chunk, state.pending = state.pending[:budget], state.pending[budget:]
+            for offset, token in enumerate(chunk):
+                last = not state.pending and offset == len(chunk) - 1
+                add(token, state.n_past + offset, state.seq_id, last)
+            state.n_past += len(chunk)
+            budget -= len(chunk)
+            if not state.pending:
+                logits_at.append((sequence, batch.n_tokens - 1))
+        if batch.n_tokens == 0:
+            return []
+        status = llama_cpp.llama_decode(self.ctx.ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status}")
+        results: list[StepResult] = []
+        for sequence, index in logits_at:
+            state = sequence.engine_state
+            scored = None
+            if state.logprobs:
+                logits = np.ctypeslib.as_array(
+                    llama_cpp.llama_get_logits_ith(self.ctx.ctx, index), shape=(self._n_vocab,)
+                )
+                raw = logits.copy()  # sampling may modify the buffer in place
+            token = state.sampler.sample(self.ctx, index)
+            if state.logprobs:
+                scored = token_logprobs(raw, token, state.top_logprobs, self._piece_text)
+            state.next_input = token
+            results.append((sequence, token, scored))
+        return results
+
+    def release(self, sequences: list[GenerationSequence]) -> None:
+        """Remove the sequences' KV cells and free their samplers."""
+        import llama_cpp
+
+        for sequence in sequences:
+            state: _SlotState | None = sequence.engine_state
+            if state is None or state.released:
+                continue
+            state.released = True
+            if state.seq_id is not None:
+                llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, -1, -1)
+                self._free_ids.append(state.seq_id)
+                state.seq_id = None
+            state.sampler.close()
 
 
 def _message_dict(message: ChatMessage) -> dict[str, Any]:

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 from universal_runtime.v1 import common_pb2, generation_pb2
 
-from engines.errors import NotImplementedYetError
-from engines.types import ChatMessage, FinishReason, GenerationRequest, SamplingParams
+from engines.errors import InvalidArgumentError
+from engines.generation.structured import validate_json_schema
+from engines.types import (
+    ChatMessage,
+    FinishReason,
+    GenerationRequest,
+    ResponseFormat,
+    ResponseFormatKind,
+    SamplingParams,
+    ToolChoiceMode,
+    ToolSpec,
+)
 from service.convert.validation import check_range, require
 
 ROLE_NAMES = {
@@ -24,6 +37,15 @@ FINISH_REASONS = {
 }
 
 MAX_STOP_SEQUENCES = 16
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's function-name rule
+
+TOOL_CHOICES = {
+    generation_pb2.TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.AUTO,
+    generation_pb2.TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.AUTO,
+    generation_pb2.TOOL_CHOICE_MODE_NONE: ToolChoiceMode.NONE,
+    generation_pb2.TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.REQUIRED,
+    generation_pb2.TOOL_CHOICE_MODE_FUNCTION: ToolChoiceMode.FUNCTION,
+}
 
 
 def _messages(request) -> list[ChatMessage]:
@@ -90,32 +112,74 @@ def _sampling(
     if p.HasField("n"):
         check_range(p.n, "parameters.n", 1, max_choices)
     check_range(p.top_logprobs, "parameters.top_logprobs", 0, 20)
-    _reject_unbuilt(p)
+    require(p.logprobs or p.top_logprobs == 0, "parameters.top_logprobs", "needs logprobs to be true")
+    params.logprobs = p.logprobs
+    params.top_logprobs = p.top_logprobs
+    for bias in p.logit_bias:
+        check_range(bias.bias, "parameters.logit_bias", -100.0, 100.0)
+        params.logit_bias[bias.token_id] = bias.bias
     return params
 
 
-def _reject_unbuilt(p: generation_pb2.GenerationParameters) -> None:
-    """Options in the contract whose engine support is not built yet: refuse rather than ignore."""
-    unbuilt = []
-    if p.HasField("n") and p.n > 1:
-        unbuilt.append("n > 1")
-    if p.logprobs or p.top_logprobs:
-        unbuilt.append("logprobs")
-    if p.logit_bias:
-        unbuilt.append("logit_bias")
-    if p.response_format.type not in (
-        generation_pb2.RESPONSE_FORMAT_TYPE_UNSPECIFIED,
-        generation_pb2.RESPONSE_FORMAT_TYPE_TEXT,
-    ):
-        unbuilt.append("response_format")
-    if p.tools:
-        unbuilt.append("tools")
-    if unbuilt:
-        raise NotImplementedYetError(
-            f"not implemented yet: {', '.join(unbuilt)}",
-            reason="FEATURE_NOT_IMPLEMENTED",
-            features=",".join(unbuilt),
+def _json_field(text: str, field: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgumentError(
+            f"{field}: not valid JSON ({exc.msg} at position {exc.pos})",
+            reason="INVALID_JSON_SCHEMA",
+            field=field,
+        ) from None
+
+
+def _response_format(p: generation_pb2.GenerationParameters) -> ResponseFormat:
+    kind = p.response_format.type
+    if kind == generation_pb2.RESPONSE_FORMAT_TYPE_JSON_OBJECT:
+        return ResponseFormat(ResponseFormatKind.JSON_OBJECT)
+    if kind == generation_pb2.RESPONSE_FORMAT_TYPE_JSON_SCHEMA:
+        field = "parameters.response_format.json_schema"
+        require(bool(p.response_format.json_schema), field, "must be set for type JSON_SCHEMA")
+        schema = validate_json_schema(_json_field(p.response_format.json_schema, field), field)
+        return ResponseFormat(ResponseFormatKind.JSON_SCHEMA, schema)
+    require(
+        kind in (generation_pb2.RESPONSE_FORMAT_TYPE_UNSPECIFIED, generation_pb2.RESPONSE_FORMAT_TYPE_TEXT),
+        "parameters.response_format.type",
+        "unknown response format type",
+    )
+    return ResponseFormat()
+
+
+def _tools(p: generation_pb2.GenerationParameters) -> tuple[list[ToolSpec], ToolChoiceMode, str | None]:
+    tools: list[ToolSpec] = []
+    for i, tool in enumerate(p.tools):
+        field = f"parameters.tools[{i}]"
+        require(
+            bool(TOOL_NAME.fullmatch(tool.name)), f"{field}.name", "must be 1-64 characters of [A-Za-z0-9_-]"
         )
+        require(
+            tool.name not in {t.name for t in tools}, f"{field}.name", f"duplicate tool name {tool.name!r}"
+        )
+        parameters: object = {"type": "object", "properties": {}}
+        if tool.parameters_json_schema:
+            parameters = validate_json_schema(
+                _json_field(tool.parameters_json_schema, f"{field}.parameters_json_schema"),
+                f"{field}.parameters_json_schema",
+            )
+        tools.append(ToolSpec(tool.name, tool.description, parameters))  # type: ignore[arg-type]
+    mode = TOOL_CHOICES.get(p.tool_choice.mode)
+    require(mode is not None, "parameters.tool_choice.mode", "unknown tool choice mode")
+    assert mode is not None
+    if mode in (ToolChoiceMode.REQUIRED, ToolChoiceMode.FUNCTION):
+        require(bool(tools), "parameters.tool_choice", f"tool_choice {mode.value} needs tools")
+    function = None
+    if mode is ToolChoiceMode.FUNCTION:
+        function = p.tool_choice.function_name
+        require(
+            function in {t.name for t in tools},
+            "parameters.tool_choice.function_name",
+            f"{function!r} is not one of the tools",
+        )
+    return tools, mode, function
 
 
 def generation_request(
@@ -130,16 +194,29 @@ def generation_request(
     Raises:
         InvalidArgumentError: missing model, neither or both of prompt and messages, empty
             content, unset role, or a parameter out of range (metadata ``field`` names it).
-        NotImplementedYetError: an option whose support is not built yet.
 
     """
     require(bool(request.model), "model", "must be set")
     has_prompt, has_messages = bool(request.prompt), len(request.messages) > 0
     require(has_prompt != has_messages, "messages", "exactly one of prompt and messages must be set")
     params = _sampling(request.parameters, max_tokens_limit, max_choices)
-    if has_messages:
-        return GenerationRequest(request_id=request_id, messages=_messages(request), params=params)
-    return GenerationRequest(request_id=request_id, prompt=request.prompt, params=params)
+    tools, tool_choice, function = _tools(request.parameters)
+    require(not tools or has_messages, "parameters.tools", "tools need chat messages, not a raw prompt")
+    return GenerationRequest(
+        request_id=request_id,
+        prompt=None if has_messages else request.prompt,
+        messages=_messages(request) if has_messages else None,
+        params=params,
+        response_format=_response_format(request.parameters),
+        tools=tools,
+        tool_choice=tool_choice,
+        tool_choice_function=function,
+    )
+
+
+def choice_count(request: generation_pb2.GenerateRequest | generation_pb2.GenerateStreamRequest) -> int:
+    """Number of choices asked for (``n``, default 1; validated by :func:`generation_request`)."""
+    return request.parameters.n if request.parameters.HasField("n") else 1
 
 
 def usage_message(prompt_tokens: int, completion_tokens: int) -> common_pb2.Usage:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
+import random
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import grpc
 from universal_runtime.v1 import common_pb2, generation_pb2
 
-from engines.types import Task
-from service.convert.generation import FINISH_REASONS, generation_request, usage_message
+from engines.generation.base import GenerationEngine
+from engines.types import GenerationDelta, GenerationRequest, Task, TokenLogprobs
+from service.convert.generation import FINISH_REASONS, choice_count, generation_request, usage_message
 from service.request_context import note_model, request_id_var
 from service.servicers.base import RpcBase
 
@@ -27,11 +32,73 @@ def _timings(
     )
 
 
+def _logprobs_message(scored: TokenLogprobs) -> generation_pb2.TokenLogprobs:
+    def one(entry) -> generation_pb2.TokenLogprob:
+        return generation_pb2.TokenLogprob(token_id=entry.token_id, token=entry.token, logprob=entry.logprob)
+
+    return generation_pb2.TokenLogprobs(
+        sampled=one(scored.sampled), top_logprobs=[one(e) for e in scored.top]
+    )
+
+
+def _choice_requests(job: GenerationRequest, n: int) -> list[GenerationRequest]:
+    """One engine request per choice; choice i of a seeded request uses seed + i (reproducible)."""
+    if n == 1:
+        return [job]
+    base_seed = job.params.seed if job.params.seed is not None else random.randrange(2**31)
+    return [
+        dataclasses.replace(
+            job,
+            request_id=f"{job.request_id}/{i}",
+            params=dataclasses.replace(job.params, seed=base_seed + i),
+        )
+        for i in range(n)
+    ]
+
+
+async def _merge_choices(
+    engine: GenerationEngine, jobs: list[GenerationRequest]
+) -> AsyncIterator[tuple[int, GenerationDelta]]:
+    """Run the choices concurrently (they batch together) and yield (choice index, delta) as they come."""
+    if len(jobs) == 1:
+        async with contextlib.aclosing(engine.stream(jobs[0])) as deltas:
+            async for delta in deltas:
+                yield 0, delta
+        return
+    queue: asyncio.Queue[tuple[int, GenerationDelta] | BaseException | None] = asyncio.Queue()
+
+    async def pump(index: int, job: GenerationRequest) -> None:
+        try:
+            async with contextlib.aclosing(engine.stream(job)) as deltas:
+                async for delta in deltas:
+                    queue.put_nowait((index, delta))
+        except Exception as exc:
+            queue.put_nowait(exc)
+        finally:
+            queue.put_nowait(None)
+
+    tasks = [asyncio.create_task(pump(i, job)) for i, job in enumerate(jobs)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class GenerationRpcs(RpcBase):
     """Generate and GenerateStream over the model manager's generation engines."""
 
     async def _generate(self, request, context: grpc.aio.ServicerContext):
-        """Shared by Generate and GenerateStream: yields stream responses."""
+        """Shared by Generate and GenerateStream: yields stream responses, one per delta."""
         started = time.perf_counter()
         completion_id = f"gen-{uuid.uuid4().hex}"
         job = generation_request(
@@ -40,51 +107,75 @@ class GenerationRpcs(RpcBase):
             max_tokens_limit=self._settings.max_tokens_limit,
             max_choices=self._settings.max_choices,
         )
+        jobs = _choice_requests(job, choice_count(request))
         note_model(request.model)
+        prompt_tokens = completion_tokens = 0
+        open_choices = len(jobs)
+        first_token: float | None = None
         async with self._manager.acquire(request.model, Task.GENERATE, request.keep_alive or None) as engine:
-            first_token: float | None = None
-            async with contextlib.aclosing(engine.stream(job)) as deltas:
-                async for delta in deltas:
-                    if first_token is None and delta.token_ids:
-                        first_token = time.perf_counter()
-                    message = generation_pb2.GenerateStreamResponse(
-                        id=completion_id,
-                        model=request.model,
-                        index=0,
-                        text=delta.text,
-                        token_ids=delta.token_ids,
-                    )
-                    if delta.finish_reason is not None:
-                        message.finish_reason = FINISH_REASONS[delta.finish_reason]
-                        usage = delta.usage
-                        assert usage is not None
-                        message.usage.CopyFrom(usage_message(usage.prompt_tokens, usage.completion_tokens))
-                        message.timings.CopyFrom(
-                            _timings(started, first_token, time.perf_counter(), usage.completion_tokens)
+            async for index, delta in _merge_choices(engine, jobs):
+                if first_token is None and delta.token_ids:
+                    first_token = time.perf_counter()
+                message = generation_pb2.GenerateStreamResponse(
+                    id=completion_id,
+                    model=request.model,
+                    index=index,
+                    text=delta.text,
+                    token_ids=delta.token_ids,
+                    logprobs=[_logprobs_message(s) for s in delta.logprobs],
+                    tool_calls=[
+                        generation_pb2.ToolCallDelta(
+                            index=c.index, id=c.id, name=c.name, arguments_json_delta=c.arguments_delta
                         )
-                    yield message
+                        for c in delta.tool_calls
+                    ],
+                )
+                if delta.finish_reason is not None:
+                    message.finish_reason = FINISH_REASONS[delta.finish_reason]
+                    assert delta.usage is not None
+                    prompt_tokens = delta.usage.prompt_tokens  # the same prompt for every choice
+                    completion_tokens += delta.usage.completion_tokens
+                    open_choices -= 1
+                    if open_choices == 0:
+                        message.usage.CopyFrom(usage_message(prompt_tokens, completion_tokens))
+                        message.timings.CopyFrom(
+                            _timings(started, first_token, time.perf_counter(), completion_tokens)
+                        )
+                yield message
 
     async def GenerateStream(
         self, request: generation_pb2.GenerateStreamRequest, context: grpc.aio.ServicerContext
     ):
-        """Stream tokens as they are generated; the last message has finish_reason, usage, timings."""
+        """Stream tokens as they are generated; the last message has usage and timings."""
         async for message in self._generate(request, context):
             yield message
 
     async def Generate(
         self, request: generation_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> generation_pb2.GenerateResponse:
-        """Generate a whole completion and return it at once."""
-        text: list[str] = []
+        """Generate whole completions and return them at once."""
         response = generation_pb2.GenerateResponse(model=request.model)
-        choice = generation_pb2.GenerateChoice(index=0)
+        choices: dict[int, generation_pb2.GenerateChoice] = {}
+        texts: dict[int, list[str]] = {}
+        calls: dict[tuple[int, int], generation_pb2.ToolCall] = {}
         async for message in self._generate(request, context):
             response.id = message.id
-            text.append(message.text)
+            choice = choices.setdefault(message.index, generation_pb2.GenerateChoice(index=message.index))
+            texts.setdefault(message.index, []).append(message.text)
+            choice.logprobs.extend(message.logprobs)
+            for piece in message.tool_calls:
+                call = calls.get((message.index, piece.index))
+                if call is None:
+                    call = calls[(message.index, piece.index)] = choice.tool_calls.add()
+                call.id = call.id or piece.id
+                call.name = call.name or piece.name
+                call.arguments_json += piece.arguments_json_delta
             if message.finish_reason:
                 choice.finish_reason = message.finish_reason
+            if message.HasField("usage"):
                 response.usage.CopyFrom(message.usage)
                 response.timings.CopyFrom(message.timings)
-        choice.text = "".join(text)
-        response.choices.append(choice)
+        for index in sorted(choices):
+            choices[index].text = "".join(texts[index])
+            response.choices.append(choices[index])
         return response

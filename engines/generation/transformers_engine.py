@@ -1,0 +1,420 @@
+"""Text generation with a transformers causal LM, continuously batched by our own scheduler.
+
+transformers ships a continuous-batching manager (``generate_batch`` / ``init_continuous_batching``),
+but it runs its own background thread and owns the request queue, which does not fit the
+service's model: all compute for a device runs as jobs on its one :class:`DeviceExecutor`
+thread, so generation steps interleave fairly with embedding batches, and the shared
+:class:`ContinuousBatchScheduler` owns admission and cancellation. So this engine implements
+the scheduler's ``prepare``/``step``/``release`` itself over a plain model forward:
+
+* the running batch keeps one left-padded KV cache (:class:`~engines.generation.hf_batch_cache.BatchKVCache`);
+  each step feeds the last token of every decoding sequence (``input_ids`` ``[B, 1]``), the
+  padding mask (``[B, T + 1]``) and each sequence's own ``position_ids`` (``[B, 1]``);
+* newly admitted sequences are prefilled in the same step (their prompts left-padded together,
+  in groups of at most ``prefill_tokens`` padded tokens), their first token sampled, and their
+  cache rows appended to the running batch;
+* a sequence that leaves has its row dropped and the padding every remaining row shares trimmed.
+
+Sampling (penalties, temperature, top-k/p, min-p, seeds) is per sequence in torch
+(:mod:`engines.generation.torch_sampling`); JSON output is enforced with llguidance
+(:mod:`engines.generation.grammar_constraint`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engines.device import torch_dtype_for, torch_module_memory
+from engines.errors import InvalidArgumentError, ModelLoadError
+from engines.generation.base import GenerationEngine, StepResult
+from engines.generation.llama_cpp_engine import _message_dict
+from engines.generation.logprobs import token_logprobs
+from engines.generation.sequence import GenerationSequence
+from engines.generation.structured import messages_with_tools, output_constraint
+from engines.registry import register_backend
+from engines.sources import ResolvedSource, path_size_bytes, resolve_source
+from engines.types import GenerationRequest, MemoryUsage
+
+if TYPE_CHECKING:
+    import torch
+
+    from engines.generation.grammar_constraint import GrammarTokenizer
+    from engines.generation.hf_batch_cache import BatchKVCache
+    from engines.generation.torch_sampling import SequenceSampler
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONTEXT = 4096
+DEFAULT_PREFILL_TOKENS = 4096  # padded prompt tokens per prefill forward
+
+
+@dataclass(eq=False)
+class _SequenceState:
+    """Engine-side state of one sequence."""
+
+    sampler: SequenceSampler
+    logprobs: bool
+    top_logprobs: int
+    n_past: int = 0  # tokens of this sequence in the KV cache
+    next_input: int | None = None  # last sampled token, fed at the next step
+    in_batch: bool = False
+    released: bool = False
+
+
+@register_backend
+class TransformersGenerationEngine(GenerationEngine):
+    """Generation with ``AutoModelForCausalLM`` and ``AutoTokenizer`` (hub id or local folder).
+
+    Only models whose cache is full attention in every layer (Llama, Qwen2, Phi-3, SmolLM…)
+    are supported; sliding-window and linear-attention layers are refused at load. Remote
+    code is never run.
+
+    Catalog options: ``gguf_file`` (load a GGUF file of the source folder through transformers,
+    dequantized; a converted safetensors copy is cached, see ``cache_dir``), ``cache_dir``
+    (where converted copies go; default ``$XDG_CACHE_HOME/universal-runtime/converted`` or
+    ``~/.cache/...``), ``dtype`` (``float32``/``float16``/``bfloat16``; default per device),
+    ``max_context`` (tokens per sequence; default ``max_position_embeddings`` capped at 4096),
+    ``max_sequences`` (default 8), ``prefill_tokens`` (padded prompt tokens per prefill
+    forward, default 4096).
+    """
+
+    backend = "transformers"
+
+    # -- loading -------------------------------------------------------------------------
+
+    def _gguf_path(self, resolved: ResolvedSource) -> Path | None:
+        gguf_file = self.option("gguf_file")
+        if not gguf_file:
+            return None
+        if resolved.path is None:
+            raise ModelLoadError(
+                "gguf_file needs a local source folder (download the file first)", model=self.spec.name
+            )
+        path = resolved.path / gguf_file if resolved.path.is_dir() else resolved.path
+        if Path(gguf_file).name != gguf_file or not path.is_file():
+            raise ModelLoadError(f"gguf_file {gguf_file!r} is not a file in {resolved.path}", model=self.spec.name)
+        return path
+
+    def _converted_dir(self, gguf: Path) -> Path:
+        """Where the dequantized copy of ``gguf`` lives: keyed by path, size and mtime of the file."""
+        stat = gguf.stat()
+        key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+        base = self.option("cache_dir")
+        if base:
+            root = Path(base).expanduser()
+        else:
+            root = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "universal-runtime" / "converted"
+        return root / f"{self.spec.name}-{key}"
+
+    def estimated_load_bytes(self) -> int:
+        """Weights at the load dtype: from the GGUF's tensor shapes, or the size of a local folder."""
+        resolved = resolve_source(self.spec.source)
+        gguf = self._gguf_path(resolved)
+        if gguf is not None:
+            from gguf import GGUFReader
+
+            itemsize = torch_dtype_for(self.device, self.option("dtype")).itemsize
+            return sum(int(t.n_elements) for t in GGUFReader(gguf).tensors) * itemsize
+        return path_size_bytes(resolved.path) if resolved.path else 0
+
+    def _load_pretrained(self) -> tuple[Any, Any]:
+        """(tokenizer, model) on the CPU, from the converted cache when there is one."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        dtype = torch_dtype_for(self.device, self.option("dtype"))
+        resolved = resolve_source(self.spec.source)
+        gguf = self._gguf_path(resolved)
+        if gguf is None:
+            local = resolved.path is not None
+            tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
+            model = AutoModelForCausalLM.from_pretrained(resolved.location, dtype=dtype, local_files_only=local)
+            return tokenizer, model
+        converted = self._converted_dir(gguf)
+        if (converted / "config.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(converted, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, local_files_only=True)
+            return tokenizer, model
+        log.info("converting %s to transformers format (cached in %s)", gguf, converted)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        self._save_converted(tokenizer, model, converted)
+        return tokenizer, model.to(dtype)
+
+    @staticmethod
+    def _save_converted(tokenizer: Any, model: Any, target: Path) -> None:
+        """Save a dequantized GGUF model as safetensors, atomically (temp folder, then rename)."""
+        quantizer = getattr(model, "hf_quantizer", None)
+        if quantizer is not None:
+            if getattr(quantizer, "packed_modules", None):
+                log.info("GGUF weights stay packed; not caching a converted copy")
+                return
+            quantizer.remove_quantization_config(model)  # dense weights: save as a plain model
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            os.replace(tmp, target)
+        except OSError as exc:  # another process won the race, or the cache is not writable
+            log.warning("could not cache converted model in %s: %s", target, exc)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def load(self) -> None:
+        """Load tokenizer and model, check the cache layout, build the token piece table."""
+        from engines.generation.hf_batch_cache import BatchKVCache
+        from engines.generation.hf_vocab import token_piece_table
+
+        tokenizer, model = self._load_pretrained()
+        if not BatchKVCache.supports(model.config):
+            raise ModelLoadError(
+                f"model {self.spec.name!r} uses sliding-window or linear attention, which the transformers "
+                "generation engine does not batch yet",
+                model=self.spec.name,
+            )
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        config = model.config.get_text_config(decoder=True)
+        self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        limit = int(getattr(config, "max_position_embeddings", 0) or DEFAULT_MAX_CONTEXT)
+        self._context_length = int(self.option("max_context", 0)) or min(limit, DEFAULT_MAX_CONTEXT)
+        self._prefill_tokens = int(self.option("prefill_tokens", DEFAULT_PREFILL_TOKENS))
+        eos = model.generation_config.eos_token_id
+        eos_ids = eos if isinstance(eos, list) else [eos]
+        self._eos_ids = [int(i) for i in [*eos_ids, tokenizer.eos_token_id] if i is not None]
+        self._end_ids = frozenset(self._eos_ids)
+        self._pieces = token_piece_table(tokenizer, self._vocab_size)
+        template = tokenizer.chat_template
+        self._template_has_tools = bool(template) and "tools" in template
+        self._grammar_tokenizer: GrammarTokenizer | None = None
+        self._batch: BatchKVCache | None = None
+        self._rows: list[GenerationSequence] = []
+
+    def unload(self) -> None:
+        """Drop model, tokenizer and cache; the manager then frees device memory."""
+        self.model = None
+        self.tokenizer = None
+        self._batch = None
+        self._rows = []
+        self._grammar_tokenizer = None
+
+    def memory_usage(self) -> MemoryUsage:
+        """Parameters and buffers plus the KV cache buffers (their allocated capacity)."""
+        if getattr(self, "model", None) is None:
+            return MemoryUsage()
+        ram, vram = torch_module_memory(self.model)
+        cache = self._batch.allocated_bytes if self._batch is not None else 0
+        if self.device == "cpu":
+            return MemoryUsage(ram_bytes=ram + cache, vram_bytes=vram)
+        return MemoryUsage(ram_bytes=ram, vram_bytes=vram + cache)
+
+    @property
+    def context_length(self) -> int:
+        """Tokens one sequence can hold."""
+        return self._context_length
+
+    # -- vocabulary (TokenVocabulary) ---------------------------------------------------------
+
+    def is_end_of_generation(self, token_id: int) -> bool:
+        """The generation config's EOS ids and the tokenizer's EOS (``<|im_end|>`` for ChatML models)."""
+        return token_id in self._end_ids
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """Raw bytes of the token (special tokens: nothing)."""
+        return self._pieces[token_id] if 0 <= token_id < len(self._pieces) else b""
+
+    def _token_text(self, token_id: int) -> str:
+        return self.token_bytes(token_id).decode("utf-8", errors="replace")
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def tokenize_prompt(self, request: GenerationRequest) -> list[int]:
+        """Token ids of the prompt: the chat template's rendering, or the raw prompt with BOS if the tokenizer adds one.
+
+        Raises:
+            InvalidArgumentError: no chat template (NO_CHAT_TEMPLATE) or the template rejects
+                the messages (CHAT_TEMPLATE_ERROR).
+
+        """
+        if request.messages is None:
+            return list(self.tokenizer(request.prompt or "", add_special_tokens=True)["input_ids"])
+        if not self.tokenizer.chat_template:
+            raise InvalidArgumentError(
+                f"model {self.spec.name!r} has no chat template; send a raw prompt instead",
+                reason="NO_CHAT_TEMPLATE",
+                model=self.spec.name,
+            )
+        messages, tools = messages_with_tools(request, self._template_has_tools)
+        try:
+            text = self.tokenizer.apply_chat_template(
+                [_message_dict(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False
+            )
+        except Exception as exc:  # template errors (raise_exception in the template) are client errors
+            raise InvalidArgumentError(
+                f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
+                reason="CHAT_TEMPLATE_ERROR",
+            ) from None
+        # The rendered text carries its own special tokens (BOS where the template puts one).
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prepare(self, request: GenerationRequest) -> GenerationSequence:
+        """Tokenize, check the length, and set up the sequence's sampler and constraint."""
+        from engines.generation.torch_sampling import SequenceSampler
+
+        params = request.params
+        unknown = [t for t in params.logit_bias if not 0 <= t < self._vocab_size]
+        if unknown:
+            raise InvalidArgumentError(
+                f"logit_bias token ids {unknown[:5]} are outside the vocabulary (0..{self._vocab_size - 1})",
+                field="parameters.logit_bias",
+            )
+        tokens = self.tokenize_prompt(request)
+        sequence = GenerationSequence(request, tokens, self.max_new_tokens(request, len(tokens)), self)
+        spec = output_constraint(request)
+        constraint = None
+        if spec is not None:
+            if self._grammar_tokenizer is None:
+                from engines.generation.grammar_constraint import GrammarTokenizer
+
+                self._grammar_tokenizer = GrammarTokenizer(self.tokenizer, self._eos_ids)
+            constraint = self._grammar_tokenizer.constraint(spec)
+        sequence.engine_state = _SequenceState(
+            sampler=SequenceSampler(params, self._vocab_size, self.device, constraint),
+            logprobs=params.logprobs,
+            top_logprobs=params.top_logprobs,
+        )
+        return sequence
+
+    # -- batching ---------------------------------------------------------------------------------
+
+    def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
+        """Free ``released``; decode one token for the batch, and prefill newly admitted sequences."""
+        import torch
+
+        self.release(released)
+        results: list[StepResult] = []
+        with torch.inference_mode():
+            if self._rows:
+                results.extend(self._decode())
+            joining = [s for s in running if not s.engine_state.in_batch and not s.engine_state.released]
+            for group in self._prefill_groups(joining):
+                results.extend(self._prefill(group))
+        wanted = {id(s) for s in running}
+        return [r for r in results if id(r[0]) in wanted]
+
+    def _decode(self) -> list[StepResult]:
+        """One forward over every row: each feeds its last sampled token."""
+        import torch
+
+        assert self._batch is not None
+        states: list[_SequenceState] = [s.engine_state for s in self._rows]
+        input_ids = torch.tensor([[st.next_input] for st in states], dtype=torch.long, device=self.device)
+        positions = torch.tensor([[st.n_past] for st in states], dtype=torch.long, device=self.device)
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=self._batch.step_mask(1),
+            position_ids=positions,
+            past_key_values=self._batch,
+            use_cache=True,
+        ).logits[:, -1, :]
+        for st in states:
+            st.n_past += 1
+        return self._sample(self._rows, logits)
+
+    def _prefill_groups(self, joining: list[GenerationSequence]) -> list[list[GenerationSequence]]:
+        """Split joining sequences so each group's padded prompt tokens stay within ``prefill_tokens``."""
+        groups: list[list[GenerationSequence]] = []
+        current: list[GenerationSequence] = []
+        longest = 0
+        for sequence in joining:
+            length = len(sequence.prompt_tokens)
+            if current and (len(current) + 1) * max(longest, length) > self._prefill_tokens:
+                groups.append(current)
+                current, longest = [], 0
+            current.append(sequence)
+            longest = max(longest, length)
+        if current:
+            groups.append(current)
+        return groups
+
+    def _prefill(self, group: list[GenerationSequence]) -> list[StepResult]:
+        """Run the prompts of ``group`` (left-padded together), sample their first tokens, join the batch."""
+        import torch
+
+        from engines.generation.hf_batch_cache import BatchKVCache
+
+        longest = max(len(s.prompt_tokens) for s in group)
+        pad = self._eos_ids[0]
+        input_ids = torch.tensor(
+            [[pad] * (longest - len(s.prompt_tokens)) + s.prompt_tokens for s in group],
+            dtype=torch.long,
+            device=self.device,
+        )
+        mask = torch.tensor(
+            [[0] * (longest - len(s.prompt_tokens)) + [1] * len(s.prompt_tokens) for s in group],
+            dtype=torch.long,
+            device=self.device,
+        )
+        # Each row counts positions from its first real token; padding gets position 0 (masked anyway).
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        cache = BatchKVCache()
+        cache.mask = mask
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        for sequence in group:
+            state: _SequenceState = sequence.engine_state
+            state.n_past = len(sequence.prompt_tokens)
+            state.in_batch = True
+        if self._batch is None:
+            self._batch = cache
+        else:
+            self._batch.extend(cache)
+        self._rows.extend(group)
+        return self._sample(group, logits)
+
+    def _sample(self, sequences: list[GenerationSequence], logits: torch.Tensor) -> list[StepResult]:
+        """Next token of each sequence from its row of ``logits`` (``[len(sequences), vocab]``)."""
+        results: list[StepResult] = []
+        for sequence, row in zip(sequences, logits, strict=True):
+            state: _SequenceState = sequence.engine_state
+            token = state.sampler.sample(row)
+            state.sampler.accept(token)
+            state.next_input = token
+            scored = None
+            if state.logprobs:
+                scored = token_logprobs(row.float().cpu().numpy(), token, state.top_logprobs, self._token_text)
+            results.append((sequence, token, scored))
+        return results
+
+    def release(self, sequences: list[GenerationSequence]) -> None:
+        """Drop the sequences' cache rows (one copy of the remaining rows) and their sampling state."""
+        leaving = set()
+        for sequence in sequences:
+            state: _SequenceState | None = sequence.engine_state
+            if state is None or state.released:
+                continue
+            state.released = True
+            if state.in_batch:
+                leaving.add(id(sequence))
+                state.in_batch = False
+        if not leaving:
+            return
+        keep = [i for i, s in enumerate(self._rows) if id(s) not in leaving]
+        self._rows = [self._rows[i] for i in keep]
+        if not keep:
+            self._batch = None
+        elif self._batch is not None:
+            self._batch.keep(keep)
