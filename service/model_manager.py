@@ -36,7 +36,7 @@ from engines.errors import (
     TaskNotSupportedError,
     UnavailableError,
 )
-from engines.executor import ExecutorPool
+from engines.executor import DeviceExecutor, ExecutorPool
 from engines.registry import engine_class
 from engines.types import MemoryUsage, Task
 from service.keep_alive import format_keep_alive, parse_keep_alive
@@ -170,6 +170,14 @@ class ModelManager:
     def models(self) -> list[ManagedModel]:
         """All managed models, sorted by name."""
         return [self._models[name] for name in sorted(self._models)]
+
+    def executor_for(self, device: str) -> DeviceExecutor:
+        """The executor of ``device`` (e.g. ``"cpu"``) for blocking work that is not a catalog model's.
+
+        Anomaly detectors are fitted and scored here, so that their CPU work queues fairly with
+        the CPU engines' instead of running beside them or on the event loop.
+        """
+        return self._executors.get(device)
 
     # -- use ------------------------------------------------------------------------------
 

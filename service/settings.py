@@ -45,6 +45,25 @@ class Settings(BaseSettings):
     memory_headroom_bytes: int = Field(
         512 * 1024 * 1024, ge=0, description="Free memory kept in reserve when deciding whether a model fits."
     )
+    ocr_default_model: str = Field("rapidocr", description="OCR engine used when a request names none.")
+    ocr_max_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="Largest file one Ocr call may send, over all its chunks."
+    )
+    ocr_max_pixels: int = Field(
+        40_000_000, gt=0, description="Most pixels in one page image (decoded or rendered), width x height."
+    )
+    ocr_max_pages: int = Field(100, gt=0, description="Most pages one Ocr call may read.")
+    ocr_pdf_dpi: int = Field(
+        200, ge=36, le=1200, description="Resolution PDF pages are rendered at by default."
+    )
+    anomaly_max_rows: int = Field(200_000, gt=0, description="Most rows in one fit or detect request.")
+    anomaly_max_features: int = Field(1024, gt=0, description="Most columns in an anomaly row.")
+    anomaly_keep_versions: int = Field(
+        3, gt=0, description="Saved versions of each anomaly detector kept on disk (older ones are deleted)."
+    )
+    anomaly_max_window: int = Field(
+        100_000, gt=0, description="Largest rolling window of a StreamDetectAnomaly call, rows."
+    )
 
     @field_validator("default_keep_alive")
     @classmethod

@@ -56,8 +56,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     Catalog options: ``n_ctx`` (tokens per sequence; default the model's training context
     capped at 4096), ``max_sequences`` (default 8), ``n_batch`` (tokens per decode, default
-    512), ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers`` (default all on CUDA builds when the
-    device is CUDA, else 0), ``chat_template`` (override the GGUF's template).
+    512), ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
+    (default all on CUDA builds when the device is CUDA, else 0), ``chat_template`` (override
+    the GGUF's template).
     """
 
     backend = "llama_cpp"

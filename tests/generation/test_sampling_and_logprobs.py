@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from universal_runtime.v1 import generation_pb2 as g
 
 from tests.conftest import CHAT_MODEL
-from universal_runtime.v1 import generation_pb2 as g
 
 ASK = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="Write one sentence about the sea.")]
 
@@ -35,7 +35,13 @@ async def test_logprobs_are_log_probabilities_and_top_includes_the_greedy_token(
         {"temperature": 0.9, "top_k": 20, "seed": 11},
         {"temperature": 0.7, "top_p": 0.8, "seed": 12},
         {"temperature": 1.0, "min_p": 0.1, "seed": 13},
-        {"temperature": 0.8, "repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.5, "seed": 14},
+        {
+            "temperature": 0.8,
+            "repetition_penalty": 1.3,
+            "presence_penalty": 0.5,
+            "frequency_penalty": 0.5,
+            "seed": 14,
+        },
     ],
 )
 async def test_same_seed_same_text_for_each_sampler(inference, params):
@@ -45,7 +51,10 @@ async def test_same_seed_same_text_for_each_sampler(inference, params):
 
 
 async def test_different_seeds_differ(inference):
-    texts = {(await inference.Generate(request(max_tokens=20, temperature=1.0, seed=s))).choices[0].text for s in range(4)}
+    texts = {
+        (await inference.Generate(request(max_tokens=20, temperature=1.0, seed=s))).choices[0].text
+        for s in range(4)
+    }
     assert len(texts) > 1
 
 
@@ -53,7 +62,12 @@ async def test_logit_bias_bans_a_token(inference):
     greedy = await inference.Generate(request(max_tokens=8, temperature=0, logprobs=True))
     first_token = greedy.choices[0].logprobs[0].sampled.token_id
     banned = await inference.Generate(
-        request(max_tokens=8, temperature=0, logprobs=True, logit_bias=[g.LogitBias(token_id=first_token, bias=-100)])
+        request(
+            max_tokens=8,
+            temperature=0,
+            logprobs=True,
+            logit_bias=[g.LogitBias(token_id=first_token, bias=-100)],
+        )
     )
     assert banned.choices[0].logprobs[0].sampled.token_id != first_token
 
@@ -61,9 +75,15 @@ async def test_logit_bias_bans_a_token(inference):
 async def test_n_choices_come_back_indexed_with_summed_usage(inference):
     response = await inference.Generate(request(max_tokens=10, temperature=0.9, seed=5, n=3))
     assert [c.index for c in response.choices] == [0, 1, 2]
-    assert response.usage.completion_tokens == sum(
-        len(c.text) > 0 and 10 or 0 for c in response.choices if c.finish_reason == g.FINISH_REASON_LENGTH
-    ) or response.usage.completion_tokens > 0
+    assert (
+        response.usage.completion_tokens
+        == sum(
+            (len(c.text) > 0 and 10) or 0
+            for c in response.choices
+            if c.finish_reason == g.FINISH_REASON_LENGTH
+        )
+        or response.usage.completion_tokens > 0
+    )
     assert len({c.text for c in response.choices}) > 1
     again = await inference.Generate(request(max_tokens=10, temperature=0.9, seed=5, n=3))
     assert [c.text for c in again.choices] == [c.text for c in response.choices]

@@ -7,9 +7,9 @@ import json
 import grpc
 import jsonschema
 import pytest
+from universal_runtime.v1 import generation_pb2 as g
 
 from tests.conftest import CHAT_MODEL, error_info
-from universal_runtime.v1 import generation_pb2 as g
 
 SCHEMAS = {
     "nested_object": {
@@ -35,7 +35,12 @@ SCHEMAS = {
     "array": {
         "type": "object",
         "properties": {
-            "colours": {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 1, "maxItems": 4}
+            "colours": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 12},
+                "minItems": 1,
+                "maxItems": 4,
+            }
         },
         "required": ["colours"],
         "additionalProperties": False,
@@ -52,7 +57,9 @@ def json_request(schema: dict | None, seed: int) -> g.GenerateRequest:
     return g.GenerateRequest(
         model=CHAT_MODEL,
         messages=[g.ChatMessage(role=g.CHAT_ROLE_USER, content="Describe something as JSON.")],
-        parameters=g.GenerationParameters(max_tokens=160, temperature=0.8, seed=seed, response_format=response_format),
+        parameters=g.GenerationParameters(
+            max_tokens=160, temperature=0.8, seed=seed, response_format=response_format
+        ),
     )
 
 

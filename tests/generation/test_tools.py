@@ -6,9 +6,9 @@ import json
 
 import grpc
 import pytest
+from universal_runtime.v1 import generation_pb2 as g
 
 from tests.conftest import CHAT_MODEL, error_info
-from universal_runtime.v1 import generation_pb2 as g
 
 WEATHER = g.ToolDefinition(
     name="get_weather",
@@ -24,7 +24,9 @@ def tool_request(cls, choice: g.ToolChoice, tools=(WEATHER,)):
     return cls(
         model=CHAT_MODEL,
         messages=QUESTION,
-        parameters=g.GenerationParameters(max_tokens=80, temperature=0, tools=list(tools), tool_choice=choice),
+        parameters=g.GenerationParameters(
+            max_tokens=80, temperature=0, tools=list(tools), tool_choice=choice
+        ),
     )
 
 
@@ -58,7 +60,9 @@ async def test_streamed_tool_call_arrives_incrementally(inference):
 
 
 async def test_tool_choice_none_answers_in_text(inference):
-    response = await inference.Generate(tool_request(g.GenerateRequest, g.ToolChoice(mode=g.TOOL_CHOICE_MODE_NONE)))
+    response = await inference.Generate(
+        tool_request(g.GenerateRequest, g.ToolChoice(mode=g.TOOL_CHOICE_MODE_NONE))
+    )
     assert response.choices[0].finish_reason in (g.FINISH_REASON_STOP, g.FINISH_REASON_LENGTH)
     assert not response.choices[0].tool_calls
 
@@ -69,8 +73,16 @@ async def test_tool_choice_none_answers_in_text(inference):
         ([g.ToolDefinition(name="", parameters_json_schema="{}")], REQUIRED, "parameters.tools[0].name"),
         ([g.ToolDefinition(name="has space")], REQUIRED, "parameters.tools[0].name"),
         ([WEATHER, WEATHER], REQUIRED, "parameters.tools[1].name"),
-        ([g.ToolDefinition(name="f", parameters_json_schema="{not json")], REQUIRED, "parameters.tools[0].parameters_json_schema"),
-        ([WEATHER], g.ToolChoice(mode=g.TOOL_CHOICE_MODE_FUNCTION, function_name="nope"), "parameters.tool_choice.function_name"),
+        (
+            [g.ToolDefinition(name="f", parameters_json_schema="{not json")],
+            REQUIRED,
+            "parameters.tools[0].parameters_json_schema",
+        ),
+        (
+            [WEATHER],
+            g.ToolChoice(mode=g.TOOL_CHOICE_MODE_FUNCTION, function_name="nope"),
+            "parameters.tool_choice.function_name",
+        ),
         ([], REQUIRED, "parameters.tool_choice"),
     ],
 )

@@ -1,0 +1,253 @@
+"""Anomaly protos ↔ engine dataclasses (``engines.anomaly.types``), with request validation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from universal_runtime.v1 import anomaly_pb2 as pb
+
+from engines.anomaly.detector import check_contamination
+from engines.anomaly.stream import StreamConfig, StreamState, StreamStep
+from engines.anomaly.types import (
+    AnomalyBackend,
+    CategoricalEncoding,
+    Cell,
+    DetectorInfo,
+    FeatureField,
+    FeatureKind,
+    FitConfig,
+    Normalization,
+    RowScore,
+    ScoreResult,
+)
+from service.convert.validation import check_range, require
+
+DEFAULT_CONTAMINATION = 0.1
+DEFAULT_WINDOW_SIZE = 1000
+DEFAULT_MIN_SAMPLES = 100
+DEFAULT_REFIT_INTERVAL = 100
+
+BACKENDS: dict[int, AnomalyBackend] = {
+    pb.ANOMALY_BACKEND_UNSPECIFIED: AnomalyBackend.ISOLATION_FOREST,
+    pb.ANOMALY_BACKEND_ISOLATION_FOREST: AnomalyBackend.ISOLATION_FOREST,
+    pb.ANOMALY_BACKEND_LOCAL_OUTLIER_FACTOR: AnomalyBackend.LOCAL_OUTLIER_FACTOR,
+    pb.ANOMALY_BACKEND_ONE_CLASS_SVM: AnomalyBackend.ONE_CLASS_SVM,
+    pb.ANOMALY_BACKEND_ECOD: AnomalyBackend.ECOD,
+    pb.ANOMALY_BACKEND_HBOS: AnomalyBackend.HBOS,
+    pb.ANOMALY_BACKEND_COPOD: AnomalyBackend.COPOD,
+    pb.ANOMALY_BACKEND_KNN: AnomalyBackend.KNN,
+}
+BACKENDS_PB = {v: k for k, v in BACKENDS.items() if k != pb.ANOMALY_BACKEND_UNSPECIFIED}
+
+NORMALIZATIONS: dict[int, Normalization] = {
+    pb.NORMALIZATION_UNSPECIFIED: Normalization.STANDARD,
+    pb.NORMALIZATION_STANDARD: Normalization.STANDARD,
+    pb.NORMALIZATION_ROBUST: Normalization.ROBUST,
+    pb.NORMALIZATION_NONE: Normalization.NONE,
+}
+NORMALIZATIONS_PB = {v: k for k, v in NORMALIZATIONS.items() if k != pb.NORMALIZATION_UNSPECIFIED}
+
+KINDS: dict[int, FeatureKind] = {
+    pb.FEATURE_TYPE_UNSPECIFIED: FeatureKind.NUMERIC,
+    pb.FEATURE_TYPE_NUMERIC: FeatureKind.NUMERIC,
+    pb.FEATURE_TYPE_CATEGORICAL: FeatureKind.CATEGORICAL,
+}
+KINDS_PB = {
+    FeatureKind.NUMERIC: pb.FEATURE_TYPE_NUMERIC,
+    FeatureKind.CATEGORICAL: pb.FEATURE_TYPE_CATEGORICAL,
+}
+
+ENCODINGS: dict[int, CategoricalEncoding] = {
+    pb.CATEGORICAL_ENCODING_UNSPECIFIED: CategoricalEncoding.ONE_HOT,
+    pb.CATEGORICAL_ENCODING_ONE_HOT: CategoricalEncoding.ONE_HOT,
+    pb.CATEGORICAL_ENCODING_LABEL: CategoricalEncoding.LABEL,
+    pb.CATEGORICAL_ENCODING_HASH: CategoricalEncoding.HASH,
+    pb.CATEGORICAL_ENCODING_FREQUENCY: CategoricalEncoding.FREQUENCY,
+}
+ENCODINGS_PB = {v: k for k, v in ENCODINGS.items() if k != pb.CATEGORICAL_ENCODING_UNSPECIFIED}
+
+STATES_PB = {
+    StreamState.COLLECTING: pb.STREAM_DETECTOR_STATE_COLLECTING,
+    StreamState.READY: pb.STREAM_DETECTOR_STATE_READY,
+    StreamState.REFITTING: pb.STREAM_DETECTOR_STATE_REFITTING,
+}
+
+
+def _enum(table: dict, value: int, field: str, what: str):
+    require(value in table, field, f"unknown {what} {value}", value=value)
+    return table[value]
+
+
+def schema_from_pb(
+    fields: Sequence[pb.FeatureField], field: str = "schema"
+) -> tuple[FeatureField, ...] | None:
+    """Column declarations, or ``None`` when empty (all numeric); unnamed columns become ``x<i>``.
+
+    Raises:
+        InvalidArgumentError: unknown type or encoding, duplicate names.
+
+    """
+    if not fields:
+        return None
+    out = []
+    for i, f in enumerate(fields):
+        kind = _enum(KINDS, f.type, f"{field}[{i}].type", "feature type")
+        encoding = _enum(ENCODINGS, f.encoding, f"{field}[{i}].encoding", "categorical encoding")
+        out.append(FeatureField(name=f.name or f"x{i}", kind=kind, encoding=encoding))
+    names = [f.name for f in out]
+    require(len(set(names)) == len(names), field, "feature names must be unique")
+    return tuple(out)
+
+
+def fit_config_from_pb(
+    backend: int,
+    schema: Sequence[pb.FeatureField],
+    contamination: float,
+    normalization: int,
+    prefix: str = "",
+) -> FitConfig:
+    """Backend, schema, contamination (0 means 0.1) and normalization as a :class:`FitConfig`.
+
+    Raises:
+        InvalidArgumentError: unknown enum values, contamination outside (0, 0.5].
+
+    """
+    value = float(contamination) if contamination else DEFAULT_CONTAMINATION
+    check_contamination(value, f"{prefix}contamination")
+    return FitConfig(
+        backend=_enum(BACKENDS, backend, f"{prefix}backend", "anomaly backend"),
+        schema=schema_from_pb(schema, f"{prefix}schema"),
+        contamination=value,
+        normalization=_enum(NORMALIZATIONS, normalization, f"{prefix}normalization", "normalization"),
+    )
+
+
+def rows_from_pb(
+    rows: Sequence[pb.FeatureRow], *, max_rows: int, max_features: int, allow_empty: bool = False
+) -> list[list[Cell]]:
+    """Rows as lists of floats and strings (widths and finiteness are checked by the engine).
+
+    Raises:
+        InvalidArgumentError: no rows (unless ``allow_empty``), too many rows or columns, a cell
+            with no value set.
+
+    """
+    require(allow_empty or len(rows) > 0, "rows", "must contain at least one row")
+    require(len(rows) <= max_rows, "rows", f"at most {max_rows} rows per request, got {len(rows)}")
+    out: list[list[Cell]] = []
+    for i, row in enumerate(rows):
+        values = row.values
+        require(len(values) <= max_features, f"rows[{i}]", f"at most {max_features} values per row")
+        cells: list[Cell] = []
+        for j, value in enumerate(values):
+            kind = value.WhichOneof("kind")
+            require(
+                kind is not None,
+                f"rows[{i}].values[{j}]",
+                "has no value (set number_value or string_value)",
+            )
+            cells.append(value.number_value if kind == "number_value" else value.string_value)
+        out.append(cells)
+    return out
+
+
+def optional_threshold(request: pb.DetectAnomalyRequest) -> float | None:
+    """The per-request threshold on the normalized score, or ``None``.
+
+    Raises:
+        InvalidArgumentError: outside (0, 1].
+
+    """
+    if not request.HasField("threshold"):
+        return None
+    check_range(request.threshold, "threshold", 0.0, 1.0, low_open=True)
+    return float(request.threshold)
+
+
+def stream_config_from_pb(config: pb.StreamDetectorConfig) -> StreamConfig:
+    """A stream's settings, with defaults for the sizes left at 0.
+
+    Defaults: window_size 1000 (or min_samples if larger), min_samples 100 (or the window if
+    smaller), refit_interval 100.
+
+    Raises:
+        InvalidArgumentError: unknown enums, contamination outside (0, 0.5], negative sizes.
+
+    """
+    for name in ("window_size", "min_samples", "refit_interval"):
+        require(getattr(config, name) >= 0, f"config.{name}", "must not be negative")
+    min_samples = config.min_samples or min(DEFAULT_MIN_SAMPLES, config.window_size or DEFAULT_MIN_SAMPLES)
+    return StreamConfig(
+        fit=fit_config_from_pb(
+            config.backend, config.schema, config.contamination, config.normalization, prefix="config."
+        ),
+        window_size=config.window_size or max(DEFAULT_WINDOW_SIZE, min_samples),
+        min_samples=min_samples,
+        refit_interval=config.refit_interval or DEFAULT_REFIT_INTERVAL,
+    )
+
+
+def score_messages(scores: Sequence[RowScore]) -> list[pb.AnomalyScore]:
+    """One AnomalyScore per row, in order."""
+    return [
+        pb.AnomalyScore(
+            index=s.index,
+            score=s.score,
+            normalized_score=s.normalized_score,
+            is_anomaly=s.is_anomaly,
+            explanation=[pb.FeatureContribution(feature=f, contribution=c) for f, c in s.explanation],
+        )
+        for s in scores
+    ]
+
+
+def detect_response(result: ScoreResult) -> pb.DetectAnomalyResponse:
+    """Scores and their summary (the threshold is the raw-score one applied)."""
+    count = len(result.scores)
+    flagged = result.anomaly_count
+    return pb.DetectAnomalyResponse(
+        scores=score_messages(result.scores),
+        summary=pb.AnomalySummary(
+            row_count=count,
+            anomaly_count=flagged,
+            anomaly_rate=flagged / count if count else 0.0,
+            threshold=result.threshold,
+        ),
+    )
+
+
+def stream_response(step: StreamStep) -> pb.StreamDetectAnomalyResponse:
+    """One stream reply."""
+    return pb.StreamDetectAnomalyResponse(
+        scores=score_messages(step.scores),
+        state=STATES_PB[step.state],
+        window_row_count=step.window_row_count,
+        fit_count=step.fit_count,
+    )
+
+
+def schema_to_pb(schema: Sequence[FeatureField]) -> list[pb.FeatureField]:
+    """Column declarations as protos."""
+    return [
+        pb.FeatureField(
+            name=f.name,
+            type=KINDS_PB[f.kind],
+            encoding=ENCODINGS_PB[f.encoding] if f.kind is FeatureKind.CATEGORICAL else 0,
+        )
+        for f in schema
+    ]
+
+
+def detector_info_to_pb(info: DetectorInfo) -> pb.AnomalyDetectorInfo:
+    """A listed detector."""
+    return pb.AnomalyDetectorInfo(
+        detector=info.name,
+        version=info.version,
+        backend=BACKENDS_PB[info.backend],
+        schema=schema_to_pb(info.schema),
+        row_count=info.row_count,
+        threshold=info.threshold,
+        contamination=info.contamination,
+        normalization=NORMALIZATIONS_PB[info.normalization],
+        created_at_ms=info.created_at_ms,
+    )
