@@ -6,14 +6,22 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PROTOS := $(wildcard protos/universal_runtime/v1/*.proto)
 BUF := npx --yes @bufbuild/buf@1.75.0
+# apt-get needs root: run it through sudo unless we already are root.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 export DO_NOT_TRACK ?= 1
 
-.PHONY: install protos protos-check proto-breaking lint format serve gateway node-deps test test-fast clean
+.PHONY: install system-deps protos protos-check proto-breaking lint format serve gateway node-deps test test-fast clean
 
-install: $(STAMP)
+install: system-deps $(STAMP)
+
+# Debian packages: Tesseract (second OCR engine) and DejaVu fonts (OCR tests render text with them).
+# Checked first, so this is instant when they are there.
+system-deps:
+	@command -v tesseract >/dev/null && test -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq tesseract-ocr fonts-dejavu-core; }
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -72,6 +80,18 @@ $(NODE_EXAMPLE)/node_modules: $(NODE_EXAMPLE)/package-lock.json
 
 test: install node-deps
 	$(BIN)/pytest
+
+# Benchmarks against the peers, side by side (bench/README.md). The peers install themselves into
+# bench/.venv-peers-* on first use; results go to bench/results/ and the tables to bench/README.md.
+.PHONY: bench bench-quick bench-deps
+bench-deps: install
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install --quiet -r bench/requirements.txt
+
+bench: bench-deps
+	$(BIN)/python -m bench
+
+bench-quick: bench-deps
+	$(BIN)/python -m bench --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -18,7 +18,15 @@ _BACKENDS: dict[str, type[Engine]] = {}
 # does not import torch or llama.cpp.
 _BUILTIN_MODULES = (
     "engines.generation.llama_cpp_engine",
+    "engines.generation.transformers_engine",
     "engines.embedding.sentence_transformers_engine",
+    "engines.ocr.rapidocr_engine",
+    "engines.ocr.tesseract_engine",
+    "engines.rerank.cross_encoder_engine",
+    "engines.classification.transformers_engine",
+    "engines.classification.embedding_head_engine",
+    "engines.ner.spacy_engine",
+    "engines.ner.transformers_engine",
 )
 _builtins_loaded = False
 

@@ -12,7 +12,7 @@ from gateway.dependencies import require_api_key
 from gateway.errors import install_error_handlers
 from gateway.grpc_clients import GrpcClients
 from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
-from gateway.routes import chat, completions, embeddings, health, models
+from gateway.routes import anomaly, chat, classify, completions, embeddings, health, models, ner, ocr, rerank
 from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,9 @@ def create_app(
     drive the app through ``httpx.ASGITransport``.
 
     Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
-    ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /health``. Every response carries an
+    ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /health``; encoders: ``POST /v1/rerank``,
+    ``POST /v1/classify``, ``POST|GET /v1/classifiers``, ``DELETE /v1/classifiers/{name}``,
+    ``POST /v1/ner``. Every response carries an
     ``x-request-id`` header (the client's, or a new one), also sent to the server as gRPC metadata.
 
     Args:
@@ -74,6 +76,6 @@ def create_app(
 
     app.include_router(health.router)
     authenticated = [Depends(require_api_key)]
-    for module in (chat, completions, embeddings, models):
+    for module in (chat, completions, embeddings, models, ocr, anomaly, rerank, classify, ner):
         app.include_router(module.router, dependencies=authenticated)
     return app

@@ -149,11 +149,12 @@ async def test_path_like_model_names_are_rejected_before_touching_disk(inference
     await assert_healthy(inference)
 
 
-async def test_rpc_of_a_later_engine_is_unimplemented(inference):
+async def test_classify_on_an_embed_only_catalog_entry_is_failed_precondition(inference):
+    # Classify is built now (tests/encoders); an entry that lists only embed still cannot do it.
     await expect_error(
         inference.Classify(e.ClassifyRequest(model=EMBED_MODEL, inputs=["x"])),
-        grpc.StatusCode.UNIMPLEMENTED,
-        "NOT_IMPLEMENTED",
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "TASK_NOT_SUPPORTED",
     )
     await assert_healthy(inference)
 
@@ -194,19 +195,6 @@ async def test_invalid_keep_alive(inference):
         grpc.StatusCode.INVALID_ARGUMENT,
         "INVALID_KEEP_ALIVE",
     )
-
-
-async def test_options_not_built_yet_are_refused_not_ignored(inference):
-    err = await expect_error(
-        inference.Generate(
-            g.GenerateRequest(
-                model=CHAT_MODEL, messages=USER, parameters=g.GenerationParameters(logprobs=True)
-            )
-        ),
-        grpc.StatusCode.UNIMPLEMENTED,
-        "FEATURE_NOT_IMPLEMENTED",
-    )
-    assert "logprobs" in err.details()
 
 
 async def test_hub_ids_are_not_found_unless_the_server_allows_them(inference):

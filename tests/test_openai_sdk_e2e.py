@@ -115,12 +115,3 @@ async def test_models_and_health_routes(server):
         assert {m["id"] for m in response.json()["data"]} >= {CHAT_MODEL, EMBED_MODEL}
         health = await client.get("/health")
         assert health.status_code == 200 and health.json()["status"] == "SERVING"
-
-
-async def test_option_whose_engine_support_comes_later_is_501(sdk):
-    with pytest.raises(openai.APIStatusError) as caught:
-        await sdk.chat.completions.create(
-            model=CHAT_MODEL, messages=[{"role": "user", "content": "hi"}], logprobs=True, top_logprobs=2
-        )
-    assert caught.value.status_code == 501
-    assert caught.value.code == "feature_not_implemented"

@@ -1,39 +1,57 @@
-"""Sentence embeddings with sentence-transformers (from a hub id or a local folder)."""
+"""Sentence embeddings with sentence-transformers (from a hub id or a local folder).
+
+The same bi-encoder also serves rerank (cosine similarity of query and document embeddings)
+and zero-shot classification (cosine similarity of text and candidate-label embeddings), for
+models that have no cross-encoder or classification head. Every forward pass goes through the
+engine's :class:`~engines.batching.DynamicBatcher`, so concurrent requests share batches.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import numpy as np
 
-from engines.base import Engine
-from engines.device import torch_dtype_for, torch_module_memory
-from engines.errors import InputTooLongError, InvalidArgumentError
+from engines.batching.engine import BatchedEncoderEngine
+from engines.batching.tokens import TokenCounter
+from engines.classification.scoring import classifications, softmax
+from engines.device import torch_dtype_for
+from engines.encoder_types import ClassificationRequest, ClassificationResult, RerankRequest, RerankResult
+from engines.errors import FailedPreconditionError, InvalidArgumentError
 from engines.registry import register_backend
-from engines.sources import path_size_bytes, resolve_source
-from engines.types import EmbeddingRequest, EmbeddingResult, MemoryUsage, Task, Truncation
+from engines.rerank.ranking import ranked
+from engines.sources import resolve_source
+from engines.types import EmbeddingRequest, EmbeddingResult, Task, Truncation
 
 log = logging.getLogger(__name__)
 
+# Zero-shot softmax temperature over cosine similarities: cosines of related and unrelated
+# texts differ by a few tenths, so they are sharpened before the softmax (CLIP-style logit scale).
+DEFAULT_ZERO_SHOT_TEMPERATURE = 0.05
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Scale each row to unit L2 norm (rows of zeros stay zero)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
 
 @register_backend
-class SentenceTransformersEmbeddingEngine(Engine):
-    """Embeddings from a ``SentenceTransformer`` model.
+class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
+    """Embeddings from a ``SentenceTransformer`` model; also cosine rerank and zero-shot classify.
 
-    Catalog options: ``batch_size`` (default 32), ``dtype`` (``float32``/``float16``/``bfloat16``;
-    default by device), ``max_seq_length`` (override the model's).
+    Catalog options: ``dtype`` (``float32``/``float16``/``bfloat16``; default by device),
+    ``max_seq_length`` (override the model's), ``zero_shot_temperature`` (default 0.05) and the
+    batching limits of :class:`~engines.batching.BatchingConfig` (``max_batch_tokens``,
+    ``max_batch_size``, ``max_wait_ms``, ``max_queue``).
     """
 
     backend = "sentence_transformers"
-    tasks = frozenset({Task.EMBED})
-
-    def estimated_load_bytes(self) -> int:
-        """Size of the model folder on disk (a local source), else unknown."""
-        resolved = resolve_source(self.spec.source)
-        return path_size_bytes(resolved.path) if resolved.path else 0
+    tasks = frozenset({Task.EMBED, Task.RERANK, Task.CLASSIFY})
 
     def load(self) -> None:
-        """Load the model onto the device in inference mode."""
+        """Load the model onto the device in inference mode and set up its batcher."""
         from sentence_transformers import SentenceTransformer
 
         resolved = resolve_source(self.spec.source)
@@ -47,49 +65,76 @@ class SentenceTransformersEmbeddingEngine(Engine):
         self.model.eval()
         if self.option("max_seq_length"):
             self.model.max_seq_length = int(self.option("max_seq_length"))
-
-    def unload(self) -> None:
-        """Drop the model."""
-        self.model = None
-
-    def memory_usage(self) -> MemoryUsage:
-        """Parameter and buffer bytes by device."""
-        if getattr(self, "model", None) is None:
-            return MemoryUsage()
-        ram, vram = torch_module_memory(self.model)
-        return MemoryUsage(ram_bytes=ram, vram_bytes=vram)
+        self.tokens = TokenCounter(self.model.tokenizer, self.model.max_seq_length, self.spec.name)
+        self.batcher = self.make_batcher(self._encode_batch)
 
     @property
     def dimensions(self) -> int:
         """Length of the model's vectors."""
-        return int(self.model.get_sentence_embedding_dimension())
+        # Renamed in sentence-transformers 6; the old name still works in 5.
+        model = self.model
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
 
     @property
     def max_seq_length(self) -> int:
         """Longest input in tokens, special tokens included."""
         return int(self.model.max_seq_length)
 
-    def _prefixed(self, request: EmbeddingRequest) -> list[str]:
-        if request.prompt_name:
+    # -- batched forward pass ---------------------------------------------------------------
+
+    def _encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """One forward pass over a batch (blocking; the batcher runs it on the executor)."""
+        import torch
+
+        with torch.inference_mode():
+            vectors = self.model.encode(
+                texts,
+                batch_size=len(texts),
+                convert_to_numpy=True,
+                normalize_embeddings=False,
+                show_progress_bar=False,
+            )
+        return list(np.asarray(vectors, dtype=np.float32))
+
+    async def encode(
+        self, texts: list[str], truncation: Truncation = Truncation.END, *, field: str = "inputs"
+    ) -> tuple[np.ndarray, int]:
+        """Raw model vectors of ``texts`` through the batcher, and the tokens used.
+
+        Returns:
+            (len(texts), model dimensions) float32 array, and the token count.
+
+        Raises:
+            InputTooLongError: an input over ``max_seq_length`` with truncation ERROR.
+            ResourceExhaustedError: the batch queue is full (OVERLOADED).
+
+        """
+        prepared, lengths = await asyncio.to_thread(self.tokens.prepare, texts, truncation, field=field)
+        vectors = await self.batcher.submit(prepared, lengths)
+        return np.stack(vectors), sum(lengths)
+
+    def _prefixed(self, texts: list[str], prompt_name: str | None, prompt: str | None) -> list[str]:
+        if prompt_name:
             prompts = self.model.prompts or {}
-            if request.prompt_name not in prompts:
+            if prompt_name not in prompts:
                 known = ", ".join(sorted(prompts)) or "none"
                 raise InvalidArgumentError(
-                    f"model {self.spec.name!r} has no prompt named {request.prompt_name!r}; it has: {known}",
+                    f"model {self.spec.name!r} has no prompt named {prompt_name!r}; it has: {known}",
                     field="prompt_name",
                 )
-            return [prompts[request.prompt_name] + text for text in request.inputs]
-        if request.prompt:
-            return [request.prompt + text for text in request.inputs]
-        return list(request.inputs)
+            return [prompts[prompt_name] + text for text in texts]
+        if prompt:
+            return [prompt + text for text in texts]
+        return list(texts)
 
-    def _token_lengths(self, texts: list[str]) -> list[int]:
-        tokenizer = self.model.tokenizer
-        encoded = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
-        return [len(ids) for ids in encoded]
+    # -- tasks ----------------------------------------------------------------------------------
 
-    def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
-        """Embed ``request.inputs`` (blocking; call through the executor).
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        """Embed ``request.inputs``.
+
+        ``dimensions`` keeps the first values of each vector (Matryoshka truncation,
+        https://arxiv.org/abs/2205.13147); ``normalize`` then scales each to unit L2 norm.
 
         Returns:
             vectors of shape (len(inputs), dimensions or the model's size), float32.
@@ -97,10 +142,9 @@ class SentenceTransformersEmbeddingEngine(Engine):
         Raises:
             InvalidArgumentError: ``dimensions`` larger than the model's, unknown prompt name.
             InputTooLongError: an input over ``max_seq_length`` with truncation ERROR (states both lengths).
+            ResourceExhaustedError: the batch queue is full (OVERLOADED).
 
         """
-        import torch
-
         if request.dimensions and request.dimensions > self.dimensions:
             raise InvalidArgumentError(
                 f"dimensions={request.dimensions} is larger than the model's {self.dimensions}",
@@ -108,48 +152,65 @@ class SentenceTransformersEmbeddingEngine(Engine):
                 dimensions=request.dimensions,
                 model_dimensions=self.dimensions,
             )
-        texts = self._prefixed(request)
-        lengths = self._token_lengths(texts)
-        limit = self.max_seq_length
-        too_long = [(i, n) for i, n in enumerate(lengths) if n > limit]
-        if too_long and request.truncation is Truncation.ERROR:
-            index, length = too_long[0]
-            raise InputTooLongError(
-                f"input {index} is {length} tokens; model {self.spec.name!r} takes at most {limit}",
-                field="inputs",
-                index=index,
-                input_tokens=length,
-                max_tokens=limit,
-            )
-        if request.truncation is Truncation.START and too_long:
-            texts = self._keep_last_tokens(texts, lengths, limit)
-        tokenizer = self.model.tokenizer
-        with torch.inference_mode():
-            vectors = self.model.encode(
-                texts,
-                batch_size=int(self.option("batch_size", 32)),
-                convert_to_numpy=True,
-                normalize_embeddings=False,
-                show_progress_bar=False,
-            ).astype(np.float32, copy=False)
+        texts = self._prefixed(request.inputs, request.prompt_name, request.prompt)
+        vectors, used = await self.encode(texts, request.truncation)
         if request.dimensions:
             vectors = vectors[:, : request.dimensions]
         if request.normalize:
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors = vectors / np.maximum(norms, 1e-12)
-        used = sum(min(n, limit) for n in lengths)
-        del tokenizer
-        return EmbeddingResult(vectors=np.ascontiguousarray(vectors), prompt_tokens=used)
+            vectors = unit_rows(vectors)
+        return EmbeddingResult(vectors=np.ascontiguousarray(vectors, dtype=np.float32), prompt_tokens=used)
 
-    def _keep_last_tokens(self, texts: list[str], lengths: list[int], limit: int) -> list[str]:
-        """Cut over-long texts from the start so that their last tokens fit."""
-        tokenizer = self.model.tokenizer
-        special = lengths[0] - len(tokenizer(texts[0], add_special_tokens=False)["input_ids"]) if texts else 2
-        out = []
-        for text, length in zip(texts, lengths, strict=True):
-            if length <= limit:
-                out.append(text)
-                continue
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            out.append(tokenizer.decode(ids[len(ids) - (limit - special) :]))
-        return out
+    def _role_prompt(self, role: str) -> str | None:
+        """``role`` (``query``/``document``) when the model defines a prompt of that name, else None."""
+        return role if role in (self.model.prompts or {}) else None
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        """Rank documents by cosine similarity of their embeddings with the query's (bi-encoder rerank).
+
+        Scores are cosine similarities in [-1, 1]. The model's ``query`` and ``document``
+        prompts are applied when it defines them.
+
+        Raises:
+            InputTooLongError: the query or a document over ``max_seq_length`` with truncation ERROR.
+
+        """
+        query = self._prefixed([request.query], self._role_prompt("query"), None)
+        documents = self._prefixed(request.documents, self._role_prompt("document"), None)
+        (query_vectors, query_tokens), (doc_vectors, doc_tokens) = await asyncio.gather(
+            self.encode(query, request.truncation, field="query"),
+            self.encode(documents, request.truncation, field="documents"),
+        )
+        scores = unit_rows(doc_vectors) @ unit_rows(query_vectors)[0]
+        return RerankResult(results=ranked(scores, request), prompt_tokens=query_tokens + doc_tokens)
+
+    async def classify(self, request: ClassificationRequest) -> ClassificationResult:
+        """Zero-shot classification: cosine similarity of each text with each candidate label.
+
+        Single-label scores are a softmax over the cosines divided by ``zero_shot_temperature``;
+        multi-label scores are the cosines clipped to [0, 1].
+
+        Raises:
+            FailedPreconditionError: no ``candidate_labels`` (an embedding model has no trained labels).
+
+        """
+        if not request.candidate_labels:
+            raise FailedPreconditionError(
+                f"model {self.spec.name!r} is an embedding model: pass candidate_labels for zero-shot "
+                "classification",
+                reason="CANDIDATE_LABELS_REQUIRED",
+                field="candidate_labels",
+                model=self.spec.name,
+            )
+        (text_vectors, used), (label_vectors, _) = await asyncio.gather(
+            self.encode(request.inputs, request.truncation),
+            self.encode(request.candidate_labels, Truncation.END, field="candidate_labels"),
+        )
+        cosines = unit_rows(text_vectors) @ unit_rows(label_vectors).T
+        if request.multi_label:
+            scores = np.clip(cosines, 0.0, 1.0)
+        else:
+            temperature = float(self.option("zero_shot_temperature", DEFAULT_ZERO_SHOT_TEMPERATURE))
+            scores = softmax(cosines / temperature)
+        return ClassificationResult(
+            classifications=classifications(scores, request.candidate_labels, request), prompt_tokens=used
+        )

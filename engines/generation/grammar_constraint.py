@@ -83,7 +83,9 @@ class GrammarConstraint:
         """Boolean ``[vocab_size]`` mask of the tokens allowed next (ids past the tokenizer's are never)."""
         import torch
 
-        bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+        bits = np.unpackbits(
+            np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little"
+        )
         mask = np.zeros(vocab_size, dtype=bool)
         n = min(vocab_size, bits.shape[0])
         mask[:n] = bits[:n].astype(bool)

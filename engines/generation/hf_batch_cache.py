@@ -61,7 +61,9 @@ class GrowableLayer(DynamicLayer):
         return self.keys, self.values
 
     def _grow(self, key_like: torch.Tensor, value_like: torch.Tensor, needed: int) -> None:
-        capacity = max(MIN_CAPACITY, needed, 2 * (self._key_buffer.shape[-2] if self._key_buffer is not None else 0))
+        capacity = max(
+            MIN_CAPACITY, needed, 2 * (self._key_buffer.shape[-2] if self._key_buffer is not None else 0)
+        )
         keys = key_like.new_zeros((*key_like.shape[:2], capacity, key_like.shape[-1]))
         values = value_like.new_zeros((*value_like.shape[:2], capacity, value_like.shape[-1]))
         if self._key_buffer is not None and self.length:
@@ -70,7 +72,7 @@ class GrowableLayer(DynamicLayer):
         self._key_buffer, self._value_buffer = keys, values
 
     def assign(self, keys: torch.Tensor, values: torch.Tensor, spare: int) -> None:
-        """Replace the contents with ``keys``/``values`` (``[B, heads, T, head_dim]``), ``spare`` free columns after."""
+        """Hold exactly ``keys``/``values`` (``[B, heads, T, head_dim]``) plus ``spare`` free columns."""
         length = keys.shape[-2]
         self._key_buffer = keys.new_zeros((*keys.shape[:2], length + spare, keys.shape[-1]))
         self._value_buffer = values.new_zeros((*values.shape[:2], length + spare, values.shape[-1]))
@@ -155,7 +157,9 @@ class BatchKVCache(DynamicCache):
         for mine, theirs in zip(self.layers, other.layers, strict=True):
             assert isinstance(mine, GrowableLayer) and isinstance(theirs, GrowableLayer)
             keys = torch.cat([_left_pad(mine.keys, length, dim=2), _left_pad(theirs.keys, length, dim=2)])
-            values = torch.cat([_left_pad(mine.values, length, dim=2), _left_pad(theirs.values, length, dim=2)])
+            values = torch.cat(
+                [_left_pad(mine.values, length, dim=2), _left_pad(theirs.values, length, dim=2)]
+            )
             mine.assign(keys, values, spare=MIN_CAPACITY)
 
 

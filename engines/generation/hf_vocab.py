@@ -21,7 +21,11 @@ SPIECE_SPACE = "\u2581"  # ▁
 @functools.cache
 def gpt2_byte_decoder() -> dict[str, int]:
     """Inverse of GPT-2's ``bytes_to_unicode``: printable stand-in character -> byte value."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars = list(printable)
     extra = 0
     for byte in range(256):

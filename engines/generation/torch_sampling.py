@@ -61,7 +61,9 @@ class SequenceSampler:
         scores = logits.float()
         modified = False
         if self.constraint is not None:
-            scores = scores.masked_fill(~self.constraint.allowed(scores.shape[0], scores.device), float("-inf"))
+            scores = scores.masked_fill(
+                ~self.constraint.allowed(scores.shape[0], scores.device), float("-inf")
+            )
             modified = True
         if self.bias is not None:
             scores = scores + self.bias

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from engines.device import torch_dtype_for, torch_module_memory
 from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.generation.base import GenerationEngine, StepResult
+from engines.generation.gguf_info import gguf_parameter_count
 from engines.generation.llama_cpp_engine import _message_dict
 from engines.generation.logprobs import token_logprobs
 from engines.generation.sequence import GenerationSequence
@@ -99,7 +100,9 @@ class TransformersGenerationEngine(GenerationEngine):
             )
         path = resolved.path / gguf_file if resolved.path.is_dir() else resolved.path
         if Path(gguf_file).name != gguf_file or not path.is_file():
-            raise ModelLoadError(f"gguf_file {gguf_file!r} is not a file in {resolved.path}", model=self.spec.name)
+            raise ModelLoadError(
+                f"gguf_file {gguf_file!r} is not a file in {resolved.path}", model=self.spec.name
+            )
         return path
 
     def _converted_dir(self, gguf: Path) -> Path:
@@ -110,22 +113,30 @@ class TransformersGenerationEngine(GenerationEngine):
         if base:
             root = Path(base).expanduser()
         else:
-            root = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "universal-runtime" / "converted"
-        return root / f"{self.spec.name}-{key}"
+            root = (
+                Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser()
+                / "universal-runtime"
+                / "converted"
+            )
+        return root / f"{gguf.stem}-{key}"  # keyed by the file, so catalog entries sharing it share it
 
     def estimated_load_bytes(self) -> int:
-        """Weights at the load dtype: from the GGUF's tensor shapes, or the size of a local folder."""
+        """Weights at the load dtype: from the GGUF's tensor shapes, or the size of a local folder.
+
+        Called on the event loop before a load, so it reads only the GGUF header.
+        """
         resolved = resolve_source(self.spec.source)
         gguf = self._gguf_path(resolved)
         if gguf is not None:
-            from gguf import GGUFReader
-
             itemsize = torch_dtype_for(self.device, self.option("dtype")).itemsize
-            return sum(int(t.n_elements) for t in GGUFReader(gguf).tensors) * itemsize
+            return gguf_parameter_count(gguf) * itemsize
         return path_size_bytes(resolved.path) if resolved.path else 0
 
     def _load_pretrained(self) -> tuple[Any, Any]:
-        """(tokenizer, model) on the CPU, from the converted cache when there is one."""
+        """(tokenizer, model) on the CPU, from the converted cache when there is one.
+
+        Sets :attr:`loaded_from` to the folder, hub id or GGUF file the weights came from.
+        """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         dtype = torch_dtype_for(self.device, self.option("dtype"))
@@ -133,15 +144,20 @@ class TransformersGenerationEngine(GenerationEngine):
         gguf = self._gguf_path(resolved)
         if gguf is None:
             local = resolved.path is not None
+            self.loaded_from = resolved.location
             tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
-            model = AutoModelForCausalLM.from_pretrained(resolved.location, dtype=dtype, local_files_only=local)
+            model = AutoModelForCausalLM.from_pretrained(
+                resolved.location, dtype=dtype, local_files_only=local
+            )
             return tokenizer, model
         converted = self._converted_dir(gguf)
         if (converted / "config.json").is_file():
+            self.loaded_from = str(converted)
             tokenizer = AutoTokenizer.from_pretrained(converted, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, local_files_only=True)
             return tokenizer, model
         log.info("converting %s to transformers format (cached in %s)", gguf, converted)
+        self.loaded_from = str(gguf)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         self._save_converted(tokenizer, model, converted)
@@ -236,7 +252,7 @@ class TransformersGenerationEngine(GenerationEngine):
     # -- requests -------------------------------------------------------------------------------
 
     def tokenize_prompt(self, request: GenerationRequest) -> list[int]:
-        """Token ids of the prompt: the chat template's rendering, or the raw prompt with BOS if the tokenizer adds one.
+        """Token ids of the prompt: the rendered chat template, or the raw prompt with the tokenizer's BOS.
 
         Raises:
             InvalidArgumentError: no chat template (NO_CHAT_TEMPLATE) or the template rejects
@@ -276,6 +292,8 @@ class TransformersGenerationEngine(GenerationEngine):
                 field="parameters.logit_bias",
             )
         tokens = self.tokenize_prompt(request)
+        if not tokens:
+            raise InvalidArgumentError("the prompt is empty once tokenized", field="prompt")
         sequence = GenerationSequence(request, tokens, self.max_new_tokens(request, len(tokens)), self)
         spec = output_constraint(request)
         constraint = None
@@ -395,7 +413,9 @@ class TransformersGenerationEngine(GenerationEngine):
             state.next_input = token
             scored = None
             if state.logprobs:
-                scored = token_logprobs(row.float().cpu().numpy(), token, state.top_logprobs, self._token_text)
+                scored = token_logprobs(
+                    row.float().cpu().numpy(), token, state.top_logprobs, self._token_text
+                )
             results.append((sequence, token, scored))
         return results
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from gateway.schemas.base import Int32, OpenAIRequestModel, keep_alive_duration
+from gateway.schemas.base import Int32
+from gateway.schemas.encoder_base import TextsRequestModel
 
 
-class EmbeddingRequest(OpenAIRequestModel):
+class EmbeddingRequest(TextsRequestModel):
     """Body of ``POST /v1/embeddings``.
 
     Attributes:
@@ -29,22 +30,9 @@ class EmbeddingRequest(OpenAIRequestModel):
 
     """
 
-    model: str
-    input: str | list[str]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Int32 | None = None
     normalize: bool = True
     truncation: Literal["end", "start", "error"] | bool | None = None
     prompt_name: str | None = None
     prompt: str | None = None
-    keep_alive: str | int | None = None
-
-    @property
-    def inputs(self) -> list[str]:
-        """Return ``input`` as a list of texts."""
-        return [self.input] if isinstance(self.input, str) else list(self.input)
-
-    @property
-    def keep_alive_value(self) -> str:
-        """Return ``keep_alive`` as the server's duration string (``""`` when unset)."""
-        return keep_alive_duration(self.keep_alive)

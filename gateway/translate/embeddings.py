@@ -14,7 +14,8 @@ from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.embeddings import EmbeddingRequest
 
-_TRUNCATION: dict[str | bool | None, int] = {
+TRUNCATION_POLICIES: dict[str | bool | None, int] = {
+    # The request's ``truncation`` value (see the schemas) to the proto's TruncationPolicy.
     None: encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED,
     True: encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED,
     False: encoders_pb2.TRUNCATION_POLICY_ERROR,
@@ -31,7 +32,7 @@ def to_embed_request(request: EmbeddingRequest) -> encoders_pb2.EmbedRequest:
         inputs=request.inputs,
         normalize=request.normalize,
         dimensions=request.dimensions or 0,
-        truncation=_TRUNCATION[request.truncation],
+        truncation=TRUNCATION_POLICIES[request.truncation],
         prompt_name=request.prompt_name or "",
         prompt=request.prompt or "",
         keep_alive=request.keep_alive_value,

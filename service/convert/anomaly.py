@@ -137,16 +137,18 @@ def rows_from_pb(
     out: list[list[Cell]] = []
     for i, row in enumerate(rows):
         values = row.values
-        require(len(values) <= max_features, f"rows[{i}]", f"at most {max_features} values per row")
+        if len(values) > max_features:
+            require(False, f"rows[{i}]", f"at most {max_features} values per row")
+        # Hot loop (every cell of every row): no helper calls or string formatting unless a cell is bad.
         cells: list[Cell] = []
-        for j, value in enumerate(values):
-            kind = value.WhichOneof("kind")
-            require(
-                kind is not None,
-                f"rows[{i}].values[{j}]",
-                "has no value (set number_value or string_value)",
-            )
-            cells.append(value.number_value if kind == "number_value" else value.string_value)
+        for value in values:
+            if value.HasField("number_value"):
+                cells.append(value.number_value)
+            elif value.HasField("string_value"):
+                cells.append(value.string_value)
+            else:
+                j = len(cells)
+                require(False, f"rows[{i}].values[{j}]", "has no value (set number_value or string_value)")
         out.append(cells)
     return out
 

@@ -183,7 +183,7 @@ def fit_examples(
     require(
         len(distinct) >= 2,
         "examples",
-        f"need examples of at least two labels to fit a classifier, got {len(distinct)} ({', '.join(distinct)})",
+        f"need examples of at least two labels, got {len(distinct)} ({', '.join(distinct)})",
     )
     return texts, labels
 

@@ -221,3 +221,49 @@ class StreamDetectAnomalyResponse(_message.Message):
     window_row_count: int
     fit_count: int
     def __init__(self, scores: _Optional[_Iterable[_Union[AnomalyScore, _Mapping]]] = ..., state: _Optional[_Union[StreamDetectorState, str]] = ..., window_row_count: _Optional[int] = ..., fit_count: _Optional[int] = ...) -> None: ...
+
+class AnomalyDetectorInfo(_message.Message):
+    __slots__ = ("detector", "version", "backend", "schema", "row_count", "threshold", "contamination", "normalization", "created_at_ms")
+    DETECTOR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    CONTAMINATION_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    detector: str
+    version: int
+    backend: AnomalyBackend
+    schema: _containers.RepeatedCompositeFieldContainer[FeatureField]
+    row_count: int
+    threshold: float
+    contamination: float
+    normalization: Normalization
+    created_at_ms: int
+    def __init__(self, detector: _Optional[str] = ..., version: _Optional[int] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., row_count: _Optional[int] = ..., threshold: _Optional[float] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+
+class ListAnomalyDetectorsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAnomalyDetectorsResponse(_message.Message):
+    __slots__ = ("detectors",)
+    DETECTORS_FIELD_NUMBER: _ClassVar[int]
+    detectors: _containers.RepeatedCompositeFieldContainer[AnomalyDetectorInfo]
+    def __init__(self, detectors: _Optional[_Iterable[_Union[AnomalyDetectorInfo, _Mapping]]] = ...) -> None: ...
+
+class DeleteAnomalyDetectorRequest(_message.Message):
+    __slots__ = ("detector",)
+    DETECTOR_FIELD_NUMBER: _ClassVar[int]
+    detector: str
+    def __init__(self, detector: _Optional[str] = ...) -> None: ...
+
+class DeleteAnomalyDetectorResponse(_message.Message):
+    __slots__ = ("detector", "versions_deleted")
+    DETECTOR_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    detector: str
+    versions_deleted: int
+    def __init__(self, detector: _Optional[str] = ..., versions_deleted: _Optional[int] = ...) -> None: ...

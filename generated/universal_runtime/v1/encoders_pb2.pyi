@@ -60,7 +60,7 @@ class EmbedResponse(_message.Message):
     def __init__(self, model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., dimensions: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
-    __slots__ = ("model", "inputs", "multi_label", "all_scores", "threshold", "candidate_labels", "keep_alive")
+    __slots__ = ("model", "inputs", "multi_label", "all_scores", "threshold", "candidate_labels", "keep_alive", "truncation")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     MULTI_LABEL_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class ClassifyRequest(_message.Message):
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_LABELS_FIELD_NUMBER: _ClassVar[int]
     KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATION_FIELD_NUMBER: _ClassVar[int]
     model: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     multi_label: bool
@@ -75,7 +76,8 @@ class ClassifyRequest(_message.Message):
     threshold: float
     candidate_labels: _containers.RepeatedScalarFieldContainer[str]
     keep_alive: str
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., multi_label: _Optional[bool] = ..., all_scores: _Optional[bool] = ..., threshold: _Optional[float] = ..., candidate_labels: _Optional[_Iterable[str]] = ..., keep_alive: _Optional[str] = ...) -> None: ...
+    truncation: TruncationPolicy
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., multi_label: _Optional[bool] = ..., all_scores: _Optional[bool] = ..., threshold: _Optional[float] = ..., candidate_labels: _Optional[_Iterable[str]] = ..., keep_alive: _Optional[str] = ..., truncation: _Optional[_Union[TruncationPolicy, str]] = ...) -> None: ...
 
 class LabelScore(_message.Message):
     __slots__ = ("label", "score")
@@ -192,3 +194,69 @@ class RerankResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[RerankResult]
     usage: _common_pb2.Usage
     def __init__(self, model: _Optional[str] = ..., results: _Optional[_Iterable[_Union[RerankResult, _Mapping]]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
+
+class ClassifierExample(_message.Message):
+    __slots__ = ("text", "label")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    label: str
+    def __init__(self, text: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+
+class ClassifierInfo(_message.Message):
+    __slots__ = ("name", "embedding_model", "labels", "example_count", "created_at_unix_ms", "training_accuracy")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    embedding_model: str
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    example_count: int
+    created_at_unix_ms: int
+    training_accuracy: float
+    def __init__(self, name: _Optional[str] = ..., embedding_model: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., example_count: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., training_accuracy: _Optional[float] = ...) -> None: ...
+
+class FitClassifierRequest(_message.Message):
+    __slots__ = ("name", "embedding_model", "examples", "overwrite", "keep_alive")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    embedding_model: str
+    examples: _containers.RepeatedCompositeFieldContainer[ClassifierExample]
+    overwrite: bool
+    keep_alive: str
+    def __init__(self, name: _Optional[str] = ..., embedding_model: _Optional[str] = ..., examples: _Optional[_Iterable[_Union[ClassifierExample, _Mapping]]] = ..., overwrite: _Optional[bool] = ..., keep_alive: _Optional[str] = ...) -> None: ...
+
+class FitClassifierResponse(_message.Message):
+    __slots__ = ("classifier",)
+    CLASSIFIER_FIELD_NUMBER: _ClassVar[int]
+    classifier: ClassifierInfo
+    def __init__(self, classifier: _Optional[_Union[ClassifierInfo, _Mapping]] = ...) -> None: ...
+
+class ListClassifiersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListClassifiersResponse(_message.Message):
+    __slots__ = ("classifiers",)
+    CLASSIFIERS_FIELD_NUMBER: _ClassVar[int]
+    classifiers: _containers.RepeatedCompositeFieldContainer[ClassifierInfo]
+    def __init__(self, classifiers: _Optional[_Iterable[_Union[ClassifierInfo, _Mapping]]] = ...) -> None: ...
+
+class DeleteClassifierRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteClassifierResponse(_message.Message):
+    __slots__ = ("classifier",)
+    CLASSIFIER_FIELD_NUMBER: _ClassVar[int]
+    classifier: ClassifierInfo
+    def __init__(self, classifier: _Optional[_Union[ClassifierInfo, _Mapping]] = ...) -> None: ...

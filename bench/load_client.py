@@ -1,0 +1,249 @@
+"""The load generator: a separate process that sends a bounded load and prints JSON on stdout.
+
+The same code drives our server and every peer: gRPC (``grpc.aio``) for our contract, HTTP
+(``httpx``) for the gateway and the peers' OpenAI-style APIs. ``--concurrency`` workers share
+one channel (or one connection pool) and take requests until ``--requests`` are sent or
+``--duration-s`` has passed; each request's latency (and for streams the time to first token
+and the tokens received) is recorded. ``--warmup`` requests go first and are not recorded.
+
+Usage::
+
+    python -m bench.load_client --mode grpc-generate --target 127.0.0.1:50051 \\
+        --model smollm2-135m-instruct --concurrency 4 --requests 8
+
+Output (one JSON object)::
+
+    {"mode": ..., "concurrency": 4, "wall_s": 3.2,
+     "records": [{"ok": true, "latency_s": 0.8, "ttft_s": 0.05, "tokens": 128, "items": 1}, ...]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bench.workloads import MAX_NEW_TOKENS, chat_messages, sentence_batch
+
+Record = dict[str, Any]
+Call = Callable[[int], Awaitable[Record]]
+
+MODES = (
+    "grpc-generate",
+    "sse-chat",
+    "grpc-embed",
+    "http-embed",
+    "grpc-health",
+    "grpc-list-models",
+    "http-get",
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line flags (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.load_client", description=__doc__)
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--target", required=True, help="host:port for gRPC, a base URL for HTTP")
+    parser.add_argument("--path", default="", help="HTTP path appended to the base URL")
+    parser.add_argument("--model", default="")
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--requests", type=int, default=10, help="most requests recorded")
+    parser.add_argument("--duration-s", type=float, default=60.0, help="no request starts after this")
+    parser.add_argument("--warmup", type=int, default=1, help="unrecorded requests sent first")
+    parser.add_argument("--batch", type=int, default=1, help="inputs per embedding call")
+    parser.add_argument("--max-tokens", type=int, default=MAX_NEW_TOKENS)
+    parser.add_argument("--extra", default="{}", help="JSON merged into each HTTP request body")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="per-request deadline")
+    return parser.parse_args(argv)
+
+
+def _error(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            return f"{type(exc).__name__}: {code().name}"
+        except Exception:
+            pass
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from universal_runtime.v1 import (
+        encoders_pb2,
+        generation_pb2,
+        inference_service_pb2_grpc,
+        model_service_pb2,
+        model_service_pb2_grpc,
+    )
+
+    channel = grpc.aio.insecure_channel(args.target)
+    inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
+    roles = {"user": generation_pb2.CHAT_ROLE_USER, "system": generation_pb2.CHAT_ROLE_SYSTEM}
+
+    async def generate(i: int) -> Record:
+        request = generation_pb2.GenerateStreamRequest(
+            model=args.model,
+            messages=[
+                generation_pb2.ChatMessage(role=roles[m["role"]], content=m["content"])
+                for m in chat_messages(i)
+            ],
+            parameters=generation_pb2.GenerationParameters(
+                max_tokens=args.max_tokens, temperature=0.0, repetition_penalty=1.0
+            ),
+        )
+        start = time.perf_counter()
+        ttft = None
+        tokens = 0
+        usage_tokens = None
+        async for message in inference.GenerateStream(request, timeout=args.timeout_s):
+            if ttft is None and (message.text or message.token_ids):
+                ttft = time.perf_counter() - start
+            tokens += len(message.token_ids)
+            if message.HasField("usage"):
+                usage_tokens = message.usage.completion_tokens
+        return {"latency_s": time.perf_counter() - start, "ttft_s": ttft, "tokens": usage_tokens or tokens}
+
+    async def embed(i: int) -> Record:
+        inputs = sentence_batch(i, args.batch)
+        start = time.perf_counter()
+        response = await inference.Embed(
+            encoders_pb2.EmbedRequest(model=args.model, inputs=inputs), timeout=args.timeout_s
+        )
+        assert len(response.embeddings) == len(inputs)
+        return {"latency_s": time.perf_counter() - start, "items": len(inputs)}
+
+    async def health(i: int) -> Record:
+        stub = health_pb2_grpc.HealthStub(channel)
+        start = time.perf_counter()
+        await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=args.timeout_s)
+        return {"latency_s": time.perf_counter() - start}
+
+    async def list_models(i: int) -> Record:
+        stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        start = time.perf_counter()
+        await stub.ListModels(model_service_pb2.ListModelsRequest(), timeout=args.timeout_s)
+        return {"latency_s": time.perf_counter() - start}
+
+    calls = {
+        "grpc-generate": generate,
+        "grpc-embed": embed,
+        "grpc-health": health,
+        "grpc-list-models": list_models,
+    }
+    return calls[args.mode], channel.close
+
+
+async def _http_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    client = httpx.AsyncClient(base_url=args.target, limits=limits, timeout=args.timeout_s)
+    extra = json.loads(args.extra)
+
+    async def chat(i: int) -> Record:
+        body = {
+            "model": args.model,
+            "messages": chat_messages(i),
+            "max_tokens": args.max_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **extra,
+        }
+        start = time.perf_counter()
+        ttft = None
+        chunks = 0
+        usage_tokens = None
+        async with client.stream("POST", args.path or "/v1/chat/completions", json=body) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                for choice in chunk.get("choices") or []:
+                    if (choice.get("delta") or {}).get("content"):
+                        chunks += 1
+                        if ttft is None:
+                            ttft = time.perf_counter() - start
+                if chunk.get("usage"):
+                    usage_tokens = chunk["usage"].get("completion_tokens")
+        # Servers that send no usage send one chunk per token (llama.cpp does).
+        return {"latency_s": time.perf_counter() - start, "ttft_s": ttft, "tokens": usage_tokens or chunks}
+
+    async def embed(i: int) -> Record:
+        inputs = sentence_batch(i, args.batch)
+        start = time.perf_counter()
+        response = await client.post(
+            args.path or "/v1/embeddings", json={"model": args.model, "input": inputs, **extra}
+        )
+        response.raise_for_status()
+        assert len(response.json()["data"]) == len(inputs)
+        return {"latency_s": time.perf_counter() - start, "items": len(inputs)}
+
+    async def get(i: int) -> Record:
+        start = time.perf_counter()
+        response = await client.get(args.path or "/health")
+        response.raise_for_status()
+        return {"latency_s": time.perf_counter() - start}
+
+    calls = {"sse-chat": chat, "http-embed": embed, "http-get": get}
+    return calls[args.mode], client.aclose
+
+
+async def run_load(args: argparse.Namespace) -> dict[str, Any]:
+    """Send the load described by ``args``; return the result object (see the module docstring)."""
+    make = _grpc_calls if args.mode.startswith("grpc-") else _http_calls
+    call, close = await make(args)
+    try:
+        # Warm-up opens the connection (and a generation warm-up asks for one token only, so
+        # that connection setup is not counted in the first request's time to first token).
+        max_tokens, args.max_tokens = args.max_tokens, 1
+        for i in range(args.warmup):
+            await call(-1 - i)
+        args.max_tokens = max_tokens
+        next_index = 0
+        records: list[Record] = []
+        deadline = time.perf_counter() + args.duration_s
+
+        async def worker() -> None:
+            nonlocal next_index
+            while next_index < args.requests and time.perf_counter() < deadline:
+                i = next_index
+                next_index += 1
+                try:
+                    record = await call(i)
+                    record["ok"] = True
+                except Exception as exc:  # recorded, never fatal: errors are part of the result
+                    record = {"ok": False, "error": _error(exc)}
+                records.append(record)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        wall = time.perf_counter() - start
+    finally:
+        await close()
+    return {"mode": args.mode, "concurrency": args.concurrency, "wall_s": wall, "records": records}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the load and print the JSON result on the original stdout."""
+    args = parse_args(argv)
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything a library prints goes to stderr, keeping stdout pure JSON
+    result = asyncio.run(run_load(args))
+    out.write(json.dumps(result) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Memory: our server's RSS idle, with each default model loaded, and after unloading each.
+
+Loads and unloads go through ``ModelService/LoadModel`` and ``UnloadModel``; after a load one
+small request runs (memory-mapped weights count once they are touched), then RSS is read
+(the process and its children, from ``/proc`` via psutil). The peers are measured the same
+way with the same model loaded: ``llama_cpp.server`` and infinity, and the in-process
+references (llama-cpp-python, sentence-transformers) as the floor. One fresh process per
+contender and repetition.
+
+Usage: ``python -m bench.memory [--quick|--tiny] [--no-peers] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import peers, servers
+from bench.runner import BenchConfig, Contender, Report, parse_config, run_load_client
+from bench.servers import Server
+from bench.workloads import CHAT_MODEL, EMBED_MODEL
+
+MIB = 1024 * 1024
+#: Time for the allocator and the OS to settle before RSS is read.
+SETTLE_S = 1.0
+PeerStart = Callable[[Path, Path], Server]
+HEADLINE = [
+    {"key": "rss_mib", "label": "RSS MiB", "higher_is_better": False},
+    {"key": "added_mib", "label": "added by the load MiB", "higher_is_better": False},
+    {"key": "given_back_mib", "label": "given back by the unload MiB", "higher_is_better": True},
+]
+
+
+def warm_args(model: str, target: str, *, http: bool = False) -> list[str] | None:
+    """Load-client flags for one small request to ``model`` (None for models the bench cannot drive)."""
+    if model == CHAT_MODEL:
+        mode = "sse-chat" if http else "grpc-generate"
+        return ["--mode", mode, "--target", target, "--model", model, "--max-tokens", "8"]
+    if model == EMBED_MODEL:
+        mode, path = ("http-embed", "/embeddings") if http else ("grpc-embed", "")
+        return ["--mode", mode, "--target", target, "--model", model, *(["--path", path] if path else [])]
+    return None
+
+
+def touch(args: list[str] | None) -> None:
+    """One request, not measured, so that lazily mapped weights are resident."""
+    if args:
+        run_load_client(args, {"requests": 1, "warmup": 0, "concurrency": 1})
+
+
+def measure_rss(server: Server) -> float:
+    """RSS (MiB) of ``server`` and its children after :data:`SETTLE_S`."""
+    time.sleep(SETTLE_S)
+    return server.process.rss_bytes() / MIB
+
+
+def ours_cycle(report: Report, models: list[str]) -> dict[str, dict[str, float]]:
+    """One fresh server: idle, then load, touch, measure, unload, measure for each model in turn.
+
+    ``added_mib`` is RSS after a load minus RSS before it (libraries a first load brings in,
+    such as torch, count for the first model that needs them); ``given_back_mib`` is RSS
+    after the load minus RSS after the unload.
+    """
+    cfg = report.cfg
+    ours = servers.start_ours(cfg.log_dir, name="ours-memory")
+    try:
+        rss = measure_rss(ours)
+        out = {"idle": {"rss_mib": rss}}
+        for model in models:
+            report.progress(f"ours: loading {model}")
+            before = rss
+            reported = servers.load_model(ours.grpc_target, model)
+            touch(warm_args(model, ours.grpc_target))
+            loaded = measure_rss(ours)
+            out[f"loaded {model}"] = {
+                "rss_mib": loaded,
+                "added_mib": loaded - before,
+                "server_reported_mib": reported["ram_bytes"] / MIB,
+            }
+            servers.load_model(ours.grpc_target, model, unload=True)
+            rss = measure_rss(ours)
+            out[f"unloaded {model}"] = {"rss_mib": rss, "given_back_mib": loaded - rss}
+        return out
+    finally:
+        ours.stop()
+
+
+def single(start: Callable[[], Server], warm: Callable[[Server], None]) -> dict[str, float]:
+    """Start a peer or worker, ``warm`` it with one request, read its RSS, stop it."""
+    server = start()
+    try:
+        warm(server)
+        return {"rss_mib": measure_rss(server)}
+    finally:
+        server.stop()
+
+
+def worker_entry(
+    kind: str, op: str, cfg: BenchConfig
+) -> tuple[Callable[[], Server], Callable[[Server], None]]:
+    """Start and warm-up functions of an in-process reference worker (``llama``/``st``)."""
+    command = {"op": op, "requests": 1, "warmup": 0, "max_tokens": 8}
+    return (lambda: servers.start_worker(kind, cfg.log_dir)), (lambda s: s.process.request(command) and None)
+
+
+def peer_entry(
+    start: PeerStart, python: Path, model: str, cfg: BenchConfig
+) -> tuple[Callable[[], Server], Callable[[Server], None]]:
+    """Start and warm-up functions of a peer server (``start(python, log_dir)``)."""
+    return (lambda: start(python, cfg.log_dir)), (
+        lambda s: touch(warm_args(model, s.http_base or "", http=True))
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the memory comparison; write its JSON, plot and README section."""
+    cfg = parse_config("memory", argv, __doc__, reps={"full": 3, "quick": 1, "tiny": 1})
+    settings = {"settle_s": SETTLE_S, "keep_alive": "-1 (until unloaded)", "rss": "process + children"}
+    title = "Memory — server RSS idle, per default model loaded, and after unloading"
+    with Report(cfg, title, HEADLINE, {"models": "the embedded default catalog"}, settings) as report:
+        probe = servers.start_ours(cfg.log_dir, name="ours-catalog")
+        try:
+            catalog = [str(m["name"]) for m in servers.list_models(probe.grpc_target)]
+        finally:
+            probe.stop()
+        # The smoke test loads only the GGUF model (fast, no torch); the catalog may grow.
+        models = catalog if cfg.mode != "tiny" else [m for m in catalog if m == CHAT_MODEL]
+        report.payload["model"]["loaded"] = models
+        ours = report.add(Contender("ours", "ours (gRPC + gateway process)", "ours"))
+        # name -> (label, role, model, start, warm)
+        others: dict[str, tuple[str, str, str, Callable[[], Server], Callable[[Server], None]]] = {}
+        if CHAT_MODEL in models:
+            others["llama-inprocess"] = (
+                "llama-cpp-python in-process",
+                "reference",
+                CHAT_MODEL,
+                *worker_entry("llama", "generate", cfg),
+            )
+        if EMBED_MODEL in models:
+            others["st-inprocess"] = (
+                "sentence-transformers in-process",
+                "reference",
+                EMBED_MODEL,
+                *worker_entry("st", "embed", cfg),
+            )
+        for name, label, env, model, start in (
+            ("llama-server", "llama_cpp.server", peers.llama_env, CHAT_MODEL, servers.start_llama_server),
+            ("infinity", "infinity", peers.infinity_env, EMBED_MODEL, servers.start_infinity),
+        ):
+            if model not in models:
+                continue
+            try:
+                python = report.peer_python(env())
+            except peers.PeerUnavailableError as exc:
+                report.unavailable(name, label, "peer", str(exc))
+                continue
+            others[name] = (label, "peer", model, *peer_entry(start, python, model, cfg))
+        for name, (label, role, *_) in others.items():
+            report.add(Contender(name, label, role))
+        per_rep: dict[str, dict[str, list[dict[str, float] | None]]] = {}
+        for rep in range(cfg.reps):
+            report.progress(f"repetition {rep + 1}/{cfg.reps}: ours")
+            for scenario, values in ours_cycle(report, models).items():
+                per_rep.setdefault(scenario, {}).setdefault(ours.name, []).append(values)
+            for name, (label, role, model, start, warm) in others.items():
+                report.progress(f"repetition {rep + 1}/{cfg.reps}: {label}")
+                try:
+                    values = single(start, warm)
+                except Exception as exc:
+                    report.unavailable(name, label, role, str(exc)[-300:])
+                    values = None
+                per_rep.setdefault(f"loaded {model}", {}).setdefault(name, []).append(values)
+        for scenario, contenders in per_rep.items():
+            reference = next((n for n in contenders if n.endswith("-inprocess")), ours.name)
+            report.record(scenario, {}, reference, contenders)
+        report.note(
+            "RSS sums the process and its children and counts shared pages (libraries, "
+            "memory-mapped weights); references: the same model loaded in a bare Python process"
+        )
+        report.finish()
+    return report.payload
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,165 @@
+"""One results writer for every area: JSON, a PNG plot (matplotlib, Agg) and a Markdown table.
+
+The payload an area hands over (see :class:`bench.runner.Report`) has ``headline`` metrics and
+``scenarios``; each scenario has per-contender ``metrics`` (summaries over repetitions) and
+``ratios`` (summaries of per-repetition ratios to the scenario's reference).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from bench.stats import fmt
+
+GIB = 1024**3
+# Typography of the tables (escaped: ruff flags the literal characters as ambiguous).
+DASH, TIMES = "\u2013", "\u00d7"
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` as indented JSON (NaN written as null)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_no_nan(payload), indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def _no_nan(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def _available(scenario: dict[str, Any]) -> list[str]:
+    return [name for name, result in scenario["results"].items() if result["metrics"]]
+
+
+def _reps(payload: dict[str, Any]) -> str:
+    count = payload["reps"]
+    return f"{count} interleaved repetition{'s' if count != 1 else ''}"
+
+
+def machine_line(payload: dict[str, Any]) -> str:
+    """One line naming the machine: CPU, cores, RAM, GPUs."""
+    m = payload["machine"]
+    gpus = ", ".join(m.get("gpus") or []) or "no GPU"
+    return f"{m['cpu_model']}, {m['usable_cores']} cores, {m['ram_bytes'] / GIB:.0f} GiB RAM, {gpus}"
+
+
+def plot(path: Path, payload: dict[str, Any]) -> Path | None:
+    """Grouped bars (one panel per headline metric): medians with p5-p95 whiskers per contender.
+
+    Returns the PNG's path, or None when matplotlib is not installed (noted in the payload).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        payload.setdefault("notes", []).append("plot skipped: matplotlib is not installed")
+        return None
+    headline = payload["headline"]
+    scenarios = payload["scenarios"]
+    labels = {name: c["label"] for name, c in payload["contenders"].items()}
+    names = [n for n in payload["contenders"] if any(n in _available(s) for s in scenarios)]
+    fig, axes = plt.subplots(1, len(headline), figsize=(max(6.0, 4.2 * len(headline)), 4.6), squeeze=False)
+    width = 0.8 / max(1, len(names))
+    for ax, metric in zip(axes[0], headline, strict=True):
+        for k, name in enumerate(names):
+            xs, ys, lo, hi = [], [], [], []
+            for i, scenario in enumerate(scenarios):
+                summary = scenario["results"].get(name, {}).get("metrics", {}).get(metric["key"])
+                if not summary or summary["median"] is None or math.isnan(summary["median"]):
+                    continue
+                xs.append(i + (k - (len(names) - 1) / 2) * width)
+                ys.append(summary["median"])
+                lo.append(max(0.0, summary["median"] - summary["p5"]))
+                hi.append(max(0.0, summary["p95"] - summary["median"]))
+            if xs:
+                ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=labels[name])
+        ax.set_xticks(range(len(scenarios)), [s["name"] for s in scenarios], rotation=20, fontsize=8)
+        better = "higher" if metric["higher_is_better"] else "lower"
+        ax.set_title(f"{metric['label']} ({better} is better)", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(
+        f"{payload['title']}\n{machine_line(payload)}; {payload['mode']} mode, "
+        f"{_reps(payload)}; bars: median, whiskers: p5{DASH}p95",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _cell(summary: dict[str, float] | None, ratio: dict[str, float] | None, is_reference: bool) -> str:
+    if not summary or summary.get("median") is None or math.isnan(summary["median"]):
+        return "-"
+    text = f"{fmt(summary['median'])} [{fmt(summary['p5'])}{DASH}{fmt(summary['p95'])}]"
+    if is_reference:
+        return text + " (ref)"
+    if ratio and ratio.get("median") is not None and not math.isnan(ratio["median"]):
+        return text + f" {TIMES}{ratio['median']:.2f}"
+    return text
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    """The area's section for ``bench/README.md``: context line, table, unavailable contenders, notes."""
+    headline = payload["headline"]
+    lines = [
+        f"### {payload['title']}",
+        "",
+        f"Measured {payload['finished']} on {machine_line(payload)}; {payload['mode']} mode, "
+        f"{_reps(payload)}, wall {payload['wall_s']:.0f} s. "
+        f"Cells: median [p5{DASH}p95] over repetitions, {TIMES}: median of the per-repetition ratios to the "
+        f"scenario's reference (ref). JSON: `{payload['json_name']}`, plot: `{payload['png_name']}`.",
+        "",
+        "| scenario | contender | " + " | ".join(m["label"] for m in headline) + " | errors |",
+        "|---|---|" + "---|" * len(headline) + "---|",
+    ]
+    for scenario in payload["scenarios"]:
+        for name in _available(scenario):
+            result = scenario["results"][name]
+            is_ref = name == scenario["reference"] and len(_available(scenario)) > 1
+            cells = [
+                _cell(result["metrics"].get(m["key"]), result.get("ratios", {}).get(m["key"]), is_ref)
+                for m in headline
+            ]
+            label = payload["contenders"][name]["label"]
+            lines.append(
+                f"| {scenario['name']} | {label} | " + " | ".join(cells) + f" | {result['errors']} |"
+            )
+    unavailable = {n: c["reason"] for n, c in payload["contenders"].items() if c.get("reason")}
+    if unavailable:
+        lines += [
+            "",
+            "Not measured: "
+            + "; ".join(f"{payload['contenders'][n]['label']} — {r}" for n, r in unavailable.items()),
+        ]
+    for note in payload.get("notes", []):
+        lines += ["", f"- {note}"]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(readme: Path, area: str, section: str) -> Path:
+    """Replace the text between ``<!-- bench:<area>:begin -->`` and ``...:end -->`` (append if absent)."""
+    begin, end = f"<!-- bench:{area}:begin -->", f"<!-- bench:{area}:end -->"
+    block = f"{begin}\n{section}{end}"
+    text = readme.read_text() if readme.exists() else "# Benchmark results\n"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    text = (
+        pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip("\n") + f"\n\n{block}\n"
+    )
+    readme.parent.mkdir(parents=True, exist_ok=True)
+    readme.write_text(text)
+    return readme

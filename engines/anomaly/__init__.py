@@ -1,0 +1,1 @@
+"""Anomaly detection on tabular rows: encoding, fitting, scoring, safe persistence, streaming."""

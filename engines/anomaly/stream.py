@@ -1,0 +1,136 @@
+"""Streaming detection over a rolling window with periodic refits.
+
+The window keeps the last ``window_size`` rows; the first fit happens once ``min_samples`` rows
+have arrived, and a refit on the window after every ``refit_interval`` new rows.
+
+Refits run in the background on the executor while the next rows are read; the rows of the
+message that triggered a refit are scored by the previous model and the reply says
+``refitting``. The new model is swapped in before the next message is scored, so the order of
+events (and thus every score) depends only on the rows sent, not on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engines.anomaly.detector import MIN_FIT_ROWS, Detector, check_contamination, fit_detector
+from engines.anomaly.encoding import check_rows, default_schema
+from engines.anomaly.types import Cell, FitConfig, RowScore
+from engines.errors import InvalidArgumentError
+from engines.executor import DeviceExecutor
+
+
+class StreamState(enum.StrEnum):
+    """State of the window after a message."""
+
+    COLLECTING = "collecting"
+    READY = "ready"
+    REFITTING = "refitting"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """Settings of one stream: the fit settings and the window's sizes (rows)."""
+
+    fit: FitConfig = field(default_factory=FitConfig)
+    window_size: int = 1000
+    min_samples: int = 100
+    refit_interval: int = 100
+
+
+@dataclass(slots=True)
+class StreamStep:
+    """Outcome of one message: scores (empty while collecting) and the window's state."""
+
+    scores: list[RowScore]
+    state: StreamState
+    window_row_count: int
+    fit_count: int
+
+
+def check_stream_config(config: StreamConfig, max_window: int) -> None:
+    """Validate a stream's settings.
+
+    Raises:
+        InvalidArgumentError: ``min_samples`` below ``MIN_FIT_ROWS``, ``window_size`` below
+            ``min_samples`` or above ``max_window``, ``refit_interval`` below 1, contamination
+            outside (0, 0.5].
+
+    """
+    check_contamination(config.fit.contamination, "config.contamination")
+    checks = (
+        (config.min_samples >= MIN_FIT_ROWS, "config.min_samples", f"must be at least {MIN_FIT_ROWS}"),
+        (config.window_size >= config.min_samples, "config.window_size", "must be at least min_samples"),
+        (config.window_size <= max_window, "config.window_size", f"must be at most {max_window}"),
+        (config.refit_interval >= 1, "config.refit_interval", "must be at least 1"),
+    )
+    for ok, name, message in checks:
+        if not ok:
+            raise InvalidArgumentError(f"{name}: {message}", field=name)
+
+
+class StreamDetector:
+    """The state of one StreamDetectAnomaly call.
+
+    Args:
+        config: validated settings (see :func:`check_stream_config`).
+        executor: where fits and scoring run.
+
+    """
+
+    def __init__(self, config: StreamConfig, executor: DeviceExecutor) -> None:
+        self.config = config
+        self.executor = executor
+        self.schema = config.fit.schema
+        self.window: deque[Sequence[Cell]] = deque(maxlen=config.window_size)
+        self.detector: Detector | None = None
+        self.fit_count = 0
+        self.rows_since_fit = 0
+        self._refit: asyncio.Task[Detector] | None = None
+
+    def _fit(self, rows: list[Sequence[Cell]]) -> Detector:
+        return fit_detector(rows, dataclasses.replace(self.config.fit, schema=self.schema))
+
+    async def add(self, rows: Sequence[Sequence[Cell]]) -> StreamStep:
+        """Add ``rows`` to the window and score them when a model is ready.
+
+        Raises:
+            InvalidArgumentError: rows that do not fit the schema (checked before they enter the window).
+
+        """
+        if self._refit is not None:  # swap in the model refitted since the last message
+            self.detector, self._refit = await self._refit, None
+            self.fit_count += 1
+        if rows:
+            if self.schema is None:
+                self.schema = default_schema(len(rows[0]))
+            check_rows(rows, self.schema)
+        self.window.extend(rows)
+        self.rows_since_fit += len(rows)
+        if self.detector is None:
+            if len(self.window) < self.config.min_samples:
+                return StreamStep([], StreamState.COLLECTING, len(self.window), self.fit_count)
+            self.detector = await self.executor.run(self._fit, list(self.window))
+            self.fit_count += 1
+            self.rows_since_fit = 0
+        scores = (await self.executor.run(self.detector.score, rows)).scores if rows else []
+        state = StreamState.READY
+        if self.rows_since_fit >= self.config.refit_interval:
+            self.rows_since_fit = 0
+            self._refit = asyncio.ensure_future(self.executor.run(self._fit, list(self.window)))
+            state = StreamState.REFITTING
+        return StreamStep(scores, state, len(self.window), self.fit_count)
+
+    async def close(self) -> None:
+        """Cancel a refit still under way (the call ended)."""
+        if self._refit is not None:
+            self._refit.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refit
+            self._refit = None

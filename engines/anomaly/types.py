@@ -1,0 +1,120 @@
+"""Plain dataclasses and enums of the anomaly engine (no protobuf here)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+Cell = float | str
+"""One cell of a row: a number for numeric columns, a string for categorical ones."""
+
+
+class AnomalyBackend(enum.StrEnum):
+    """Detection algorithms (scikit-learn and pyod)."""
+
+    ISOLATION_FOREST = "isolation_forest"
+    LOCAL_OUTLIER_FACTOR = "local_outlier_factor"
+    ONE_CLASS_SVM = "one_class_svm"
+    ECOD = "ecod"
+    HBOS = "hbos"
+    COPOD = "copod"
+    KNN = "knn"
+
+
+class Normalization(enum.StrEnum):
+    """Feature scaling before the detector: z-score, median/IQR, or none."""
+
+    STANDARD = "standard"
+    ROBUST = "robust"
+    NONE = "none"
+
+
+class FeatureKind(enum.StrEnum):
+    """Kind of a column."""
+
+    NUMERIC = "numeric"
+    CATEGORICAL = "categorical"
+
+
+class CategoricalEncoding(enum.StrEnum):
+    """How a categorical column becomes numbers (see :mod:`engines.anomaly.encoding`)."""
+
+    ONE_HOT = "one_hot"
+    LABEL = "label"
+    HASH = "hash"
+    FREQUENCY = "frequency"
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureField:
+    """Declaration of one column: its name, kind and (categorical only) encoding."""
+
+    name: str
+    kind: FeatureKind = FeatureKind.NUMERIC
+    encoding: CategoricalEncoding = CategoricalEncoding.ONE_HOT
+
+
+@dataclass(frozen=True, slots=True)
+class FitConfig:
+    """How to fit a detector.
+
+    Attributes:
+        backend: the algorithm.
+        schema: column declarations; ``None`` means every column numeric, named ``x0, x1, ...``.
+        contamination: expected share of anomalies in the training rows, in (0, 0.5].
+        normalization: feature scaling.
+
+    """
+
+    backend: AnomalyBackend = AnomalyBackend.ISOLATION_FOREST
+    schema: tuple[FeatureField, ...] | None = None
+    contamination: float = 0.1
+    normalization: Normalization = Normalization.STANDARD
+
+
+@dataclass(slots=True)
+class RowScore:
+    """Score of one row.
+
+    Attributes:
+        index: position of the row in its request.
+        score: raw score, higher is more anomalous (the backend's own scale).
+        normalized_score: share of the training rows that score lower, in [0, 1].
+        is_anomaly: score at or above the threshold in force.
+        explanation: ``(feature, share)`` pairs summing to 1, largest first (flagged rows, on request).
+
+    """
+
+    index: int
+    score: float
+    normalized_score: float
+    is_anomaly: bool
+    explanation: list[tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ScoreResult:
+    """Scores of a batch and the raw-score threshold that was applied."""
+
+    scores: list[RowScore]
+    threshold: float
+
+    @property
+    def anomaly_count(self) -> int:
+        """Rows flagged."""
+        return sum(1 for s in self.scores if s.is_anomaly)
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorInfo:
+    """What the store knows about a saved detector's latest version."""
+
+    name: str
+    version: int
+    backend: AnomalyBackend
+    schema: tuple[FeatureField, ...]
+    row_count: int
+    threshold: float
+    contamination: float
+    normalization: Normalization
+    created_at_ms: int

@@ -1,0 +1,332 @@
+"""A dynamic batcher: concurrent small requests to one model run as one forward pass.
+
+Every encoder engine (embeddings, cross-encoder reranking, sequence classification) owns one
+:class:`DynamicBatcher`. Callers ``await batcher.submit(items, costs)`` from the event loop;
+their items wait in a bounded FIFO queue. One collector task per batcher:
+
+1. waits for the first queued item, then up to ``max_wait_ms`` (measured from that item's
+   arrival) for more, or less when the queue already holds a full batch;
+2. takes the oldest items that fit the batch limits (at most ``max_batch_size`` items and a
+   padded cost ``len(batch) * max(cost)`` of at most ``max_batch_tokens`` tokens; the first item
+   is always taken, so one over-budget input still runs), dropping items whose caller was
+   cancelled before they ran;
+3. sorts the batch by cost (longest first, so sub-batches inside the model pad little) and runs
+   ONE job, ``run_batch(items)``, on the device's executor;
+4. routes each output back to its caller's future. ``run_batch`` returns one output per item, or
+   an exception instance for an item that failed alone; an exception raised by ``run_batch``
+   fails every caller of the batch. No caller is ever left waiting.
+
+While a batch runs, new requests queue up, so under load each batch is as large as the limits
+allow (the same scheme as text-embeddings-inference's and infinity's batch queues).
+A queue that holds ``max_queue`` items refuses more with :class:`ResourceExhaustedError`
+(reason ``OVERLOADED``; HTTP 429 at the gateway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from engines.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
+from engines.executor import DeviceExecutor
+
+log = logging.getLogger(__name__)
+
+I = TypeVar("I")  # noqa: E741 - the conventional name for an input type variable
+O = TypeVar("O")  # noqa: E741
+
+# How many recent batch sizes the stats keep (enough for tests and metrics, bounded memory).
+STATS_HISTORY = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingConfig:
+    """Limits of one batcher; each can be set as a catalog option of the model.
+
+    Attributes:
+        max_batch_tokens: most padded tokens per batch (``len(batch) * longest item``).
+        max_batch_size: most items per batch.
+        max_wait_ms: longest time the oldest queued item waits for company before its batch runs.
+        max_queue: most items waiting (not yet running); more are refused with OVERLOADED.
+
+    """
+
+    max_batch_tokens: int = 16384
+    max_batch_size: int = 64
+    max_wait_ms: float = 5.0
+    max_queue: int = 4096
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> BatchingConfig:
+        """Read the limits from catalog options of the same names, with the class defaults.
+
+        Raises:
+            InvalidArgumentError: a limit that is not a positive number (``max_wait_ms`` may be 0).
+
+        """
+        defaults = cls()
+        values: dict[str, Any] = {}
+        for name in ("max_batch_tokens", "max_batch_size", "max_queue"):
+            values[name] = _positive(options, name, getattr(defaults, name), int)
+        wait = options.get("max_wait_ms", defaults.max_wait_ms)
+        try:
+            values["max_wait_ms"] = float(wait)
+        except (TypeError, ValueError):
+            values["max_wait_ms"] = -1.0
+        if values["max_wait_ms"] < 0:
+            raise InvalidArgumentError(f"option max_wait_ms must be >= 0, got {wait!r}", field="max_wait_ms")
+        return cls(**values)
+
+
+def _positive(options: Mapping[str, Any], name: str, default: int, kind: type[int]) -> int:
+    raw = options.get(name, default)
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        value = 0
+    if value <= 0:
+        raise InvalidArgumentError(f"option {name} must be a positive integer, got {raw!r}", field=name)
+    return value
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """Counters a batcher keeps (tests and metrics read them).
+
+    Attributes:
+        batch_sizes: items per batch run, most recent last (bounded history).
+        batches: batches run.
+        items: items run.
+        cancelled: items dropped before running because their caller was cancelled.
+        rejected: items refused because the queue was full.
+        failed_batches: batches whose ``run_batch`` raised.
+
+    """
+
+    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=STATS_HISTORY))
+    batches: int = 0
+    items: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    failed_batches: int = 0
+
+
+@dataclass(slots=True)
+class _Entry(Generic[I]):
+    item: I
+    cost: int
+    future: asyncio.Future
+    enqueued_at: float
+
+
+class DynamicBatcher(Generic[I, O]):
+    """Gathers items from concurrent callers into batches run on a device executor.
+
+    Args:
+        run_batch: blocking function run on the executor with a list of items (sorted longest
+            first); returns one output per item, in the same order, where an exception instance
+            fails that item's caller alone.
+        executor: the device executor of the engine.
+        config: the batch limits.
+        name: the model name, for logs and error messages.
+
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[I]], Sequence[O | BaseException]],
+        executor: DeviceExecutor,
+        config: BatchingConfig | None = None,
+        *,
+        name: str = "",
+    ) -> None:
+        self._run_batch = run_batch
+        self._executor = executor
+        self.config = config or BatchingConfig()
+        self.name = name
+        self.stats = BatchStats()
+        self._queue: deque[_Entry[I]] = deque()
+        self._wakeup: asyncio.Event | None = None
+        self._collector: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    @property
+    def queue_depth(self) -> int:
+        """Items waiting to run."""
+        return len(self._queue)
+
+    async def submit(self, items: Sequence[I], costs: Sequence[int]) -> list[O]:
+        """Queue ``items`` (one caller's inputs) and return their outputs, in order.
+
+        Args:
+            items: inputs of one request; they may run in different batches.
+            costs: token count of each item (its padded length in the batch).
+
+        Raises:
+            ResourceExhaustedError: the queue is full (reason OVERLOADED).
+            UnavailableError: the batcher is closed (model unloading, server stopping).
+            Exception: the first error of an item of this request (the others are then dropped
+                if they have not run).
+
+        """
+        if len(items) != len(costs):
+            raise ValueError("items and costs differ in length")
+        if self._closed:
+            raise UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING")
+        if not items:
+            return []
+        self._start()
+        # A request larger than the whole queue is still accepted into an empty queue, so that
+        # max_queue never makes a request impossible; it only sheds load.
+        if self._queue and len(self._queue) + len(items) > self.config.max_queue:
+            self.stats.rejected += len(items)
+            raise ResourceExhaustedError(
+                f"model {self.name!r} is overloaded: {len(self._queue)} inputs are queued "
+                f"(max_queue={self.config.max_queue}); retry later",
+                model=self.name,
+                queued=len(self._queue),
+                max_queue=self.config.max_queue,
+            )
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        futures = [loop.create_future() for _ in items]
+        self._queue.extend(
+            _Entry(item, max(1, int(cost)), future, now)
+            for item, cost, future in zip(items, costs, futures, strict=True)
+        )
+        assert self._wakeup is not None
+        self._wakeup.set()
+        try:
+            return [await future for future in futures]
+        except BaseException:
+            # Cancelled or one item failed: the request is over, drop what has not run yet.
+            for future in futures:
+                future.cancel()
+            raise
+
+    def _start(self) -> None:
+        if self._collector is None or self._collector.done():
+            self._loop = asyncio.get_running_loop()
+            self._wakeup = asyncio.Event()
+            self._collector = self._loop.create_task(self._collect(), name=f"batcher-{self.name}")
+
+    # -- collector ----------------------------------------------------------------------------
+
+    async def _collect(self) -> None:
+        assert self._wakeup is not None and self._loop is not None
+        wakeup, loop = self._wakeup, self._loop
+        while True:
+            self._drop_cancelled()
+            if not self._queue:
+                wakeup.clear()
+                await wakeup.wait()
+                continue
+            deadline = self._queue[0].enqueued_at + self.config.max_wait_ms / 1000
+            while not self._full() and (remaining := deadline - loop.time()) > 0:
+                wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wakeup.wait(), remaining)
+            batch = self._take()
+            if batch:
+                await self._run(batch)
+
+    def _drop_cancelled(self) -> None:
+        kept = deque(entry for entry in self._queue if not entry.future.done())
+        self.stats.cancelled += len(self._queue) - len(kept)
+        self._queue = kept
+
+    def _fits(self, count: int, longest: int) -> bool:
+        return count <= self.config.max_batch_size and count * longest <= self.config.max_batch_tokens
+
+    def _plan(self) -> tuple[int, int]:
+        """(entries to pop, live entries among them) for the next batch, oldest first."""
+        taken, live, longest = 0, 0, 0
+        for entry in self._queue:
+            if entry.future.done():
+                taken += 1  # cancelled: popped and dropped, costs nothing
+                continue
+            longest_with = max(longest, entry.cost)
+            if live and not self._fits(live + 1, longest_with):
+                break
+            taken, live, longest = taken + 1, live + 1, longest_with
+        return taken, live
+
+    def _full(self) -> bool:
+        taken, live = self._plan()
+        return taken < len(self._queue) or live >= self.config.max_batch_size
+
+    def _take(self) -> list[_Entry[I]]:
+        taken, _ = self._plan()
+        batch = []
+        for _ in range(taken):
+            entry = self._queue.popleft()
+            if entry.future.done():
+                self.stats.cancelled += 1
+            else:
+                batch.append(entry)
+        batch.sort(key=lambda entry: entry.cost, reverse=True)
+        return batch
+
+    async def _run(self, batch: list[_Entry[I]]) -> None:
+        self.stats.batches += 1
+        self.stats.items += len(batch)
+        self.stats.batch_sizes.append(len(batch))
+        try:
+            outputs = await self._executor.run(self._run_batch, [entry.item for entry in batch])
+            if len(outputs) != len(batch):
+                raise RuntimeError(f"run_batch returned {len(outputs)} outputs for {len(batch)} items")
+        except asyncio.CancelledError:
+            self._fail(batch, UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING"))
+            raise
+        except Exception as exc:
+            self.stats.failed_batches += 1
+            log.warning("batch of %d failed on model %s: %r", len(batch), self.name, exc)
+            self._fail(batch, exc)
+            return
+        for entry, output in zip(batch, outputs, strict=True):
+            if entry.future.done():
+                continue
+            if isinstance(output, BaseException):
+                entry.future.set_exception(output)
+            else:
+                entry.future.set_result(output)
+
+    @staticmethod
+    def _fail(entries: Sequence[_Entry[I]], error: BaseException) -> None:
+        for entry in entries:
+            if not entry.future.done():
+                entry.future.set_exception(error)
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Refuse new items, fail waiting ones with UNAVAILABLE and stop the collector.
+
+        Safe to call from any thread (engines unload on their executor's worker thread).
+        """
+        self._closed = True
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._close_on_loop()
+        else:
+            with contextlib.suppress(RuntimeError):  # loop closed meanwhile
+                loop.call_soon_threadsafe(self._close_on_loop)
+
+    def _close_on_loop(self) -> None:
+        if self._collector is not None:
+            self._collector.cancel()
+        error = UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING")
+        self._fail(list(self._queue), error)
+        self._queue.clear()

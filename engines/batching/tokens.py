@@ -1,0 +1,111 @@
+"""Token counting and truncation checks that run before inputs join a batch.
+
+The batcher needs each input's token count (its cost) and over-long inputs must be refused or
+cut before they share a batch with other callers' inputs. Tokenizing is cheap CPU work on a
+Rust tokenizer that releases the GIL, so it runs in a worker thread (``asyncio.to_thread``),
+overlapping the model's forward passes on the device executor, the way text-embeddings-inference
+runs tokenization in its own workers.
+
+Hugging Face fast tokenizers are not safe to call from two threads at once when their
+truncation/padding settings change between calls ("Already borrowed"), and the model's own
+tokenizer is in use on the executor thread; so :class:`TokenCounter` keeps its own copy of the
+tokenizer, behind a lock.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from engines.errors import InputTooLongError, InvalidArgumentError
+from engines.types import Truncation
+
+
+class TokenCounter:
+    """Counts tokens with a private copy of a Hugging Face tokenizer (thread-safe).
+
+    Args:
+        tokenizer: a ``transformers`` tokenizer (copied, so the original may be used elsewhere).
+        max_length: the model's longest input in tokens, special tokens included.
+        model: the model's catalog name, for error messages.
+
+    """
+
+    def __init__(self, tokenizer: Any, max_length: int, model: str) -> None:
+        self._tokenizer = copy.deepcopy(tokenizer)
+        self._lock = threading.Lock()
+        self.max_length = int(max_length)
+        self.model = model
+
+    def lengths(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[int]:
+        """Token counts of ``texts`` (or of ``(texts[i], pairs[i])`` pairs), special tokens included."""
+        with self._lock:
+            if pairs is None:
+                encoded = self._tokenizer(list(texts), add_special_tokens=True, truncation=False)
+            else:
+                encoded = self._tokenizer(list(texts), list(pairs), add_special_tokens=True, truncation=False)
+        return [len(ids) for ids in encoded["input_ids"]]
+
+    def check(
+        self, lengths: Sequence[int], truncation: Truncation, *, field: str = "inputs", what: str = "input"
+    ) -> list[int]:
+        """Apply the truncation policy to token counts; returns the counts the model will see.
+
+        Raises:
+            InputTooLongError: with :attr:`Truncation.ERROR`, the first input over ``max_length``
+                (the message and metadata give its length and the limit).
+
+        """
+        limit = self.max_length
+        if truncation is Truncation.ERROR:
+            for index, length in enumerate(lengths):
+                if length > limit:
+                    raise InputTooLongError(
+                        f"{what} {index} is {length} tokens; model {self.model!r} takes at most {limit} "
+                        "(set truncation to truncate it instead)",
+                        field=f"{field}[{index}]",
+                        index=index,
+                        input_tokens=length,
+                        max_tokens=limit,
+                    )
+        return [min(length, limit) for length in lengths]
+
+    def keep_last_tokens(self, texts: Sequence[str], lengths: Sequence[int]) -> list[str]:
+        """Cut over-long texts from the start so that their last tokens fit ``max_length``.
+
+        Raises:
+            InvalidArgumentError: the model's special tokens alone fill ``max_length``.
+
+        """
+        out = list(texts)
+        with self._lock:
+            special = self._tokenizer.num_special_tokens_to_add(pair=False)
+            budget = self.max_length - special
+            if budget <= 0:
+                raise InvalidArgumentError(f"model {self.model!r} has no room for input tokens")
+            for i, (text, length) in enumerate(zip(texts, lengths, strict=True)):
+                if length > self.max_length:
+                    ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+                    out[i] = self._tokenizer.decode(ids[len(ids) - budget :])
+        return out
+
+    def prepare(
+        self, texts: Sequence[str], truncation: Truncation, *, field: str = "inputs"
+    ) -> tuple[list[str], list[int]]:
+        """Count, check and (for :attr:`Truncation.START`) cut single texts (blocking).
+
+        Returns:
+            the texts to run (cut from the start where needed) and the token count of each as
+            the model will see it.
+
+        Raises:
+            InputTooLongError: see :meth:`check`.
+
+        """
+        raw = self.lengths(texts)
+        used = self.check(raw, truncation, field=field)
+        if truncation is Truncation.START and any(n > self.max_length for n in raw):
+            return self.keep_last_tokens(texts, raw), used
+        return list(texts), used

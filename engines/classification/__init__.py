@@ -1,0 +1,1 @@
+"""Text classification: transformers classifiers, scikit-learn heads over embeddings, custom heads."""

@@ -1,0 +1,173 @@
+"""Custom classifiers fitted from labelled examples through the API, saved under ``data_dir/classifiers/``.
+
+Each classifier is two files named after it: ``<name>.skops`` (the scikit-learn head, see
+:mod:`engines.classification.heads`) and ``<name>.json`` (what it is: embedding model, labels,
+example count, time, training accuracy). Names are validated before any path is built, so a
+client can never make the server read or write outside that folder. The files are the source
+of truth: a restarted server finds every classifier again.
+
+The store's methods are blocking (disk and skops); callers run them off the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engines.classification.heads import load_head, save_head
+from engines.errors import InvalidArgumentError, ModelNotFoundError
+
+# Like model names but one segment only: no '/', no '..', no leading dot.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+HEAD_SUFFIX = ".skops"
+INFO_SUFFIX = ".json"
+
+
+def validate_classifier_name(name: str) -> str:
+    """Return ``name`` if it can name a classifier file.
+
+    Raises:
+        InvalidArgumentError: empty, over 128 characters, or characters outside ``[A-Za-z0-9._-]``
+            (reason INVALID_CLASSIFIER_NAME).
+
+    """
+    if not _NAME.fullmatch(name or "") or ".." in name:
+        raise InvalidArgumentError(
+            f"invalid classifier name {name!r}: use 1-128 characters of [A-Za-z0-9._-], starting with a "
+            "letter or digit; paths are not allowed",
+            reason="INVALID_CLASSIFIER_NAME",
+            field="name",
+            name=name,
+        )
+    return name
+
+
+@dataclass(slots=True)
+class ClassifierInfo:
+    """What a saved classifier is (the ``<name>.json`` file)."""
+
+    name: str
+    embedding_model: str
+    labels: list[str]
+    example_count: int
+    created_at_unix_ms: int
+    training_accuracy: float
+
+
+@dataclass(slots=True)
+class CustomClassifier:
+    """A loaded custom classifier: its description and its fitted head."""
+
+    info: ClassifierInfo
+    head: Any
+
+    @property
+    def labels(self) -> list[str]:
+        """Label names in the head's column order."""
+        return [str(c) for c in self.head.classes_]
+
+
+class ClassifierStore:
+    """Saved custom classifiers in one folder, with an in-memory cache of loaded heads.
+
+    Args:
+        root: the folder (created on first save).
+
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._cache: dict[str, CustomClassifier] = {}
+        self._lock = threading.Lock()
+
+    def _paths(self, name: str) -> tuple[Path, Path]:
+        validate_classifier_name(name)
+        return self.root / f"{name}{HEAD_SUFFIX}", self.root / f"{name}{INFO_SUFFIX}"
+
+    def exists(self, name: str) -> bool:
+        """Whether a classifier called ``name`` is saved."""
+        head, info = self._paths(name)
+        return head.is_file() and info.is_file()
+
+    def get(self, name: str) -> CustomClassifier | None:
+        """The classifier called ``name`` (loaded once, then cached), or None when there is none.
+
+        Raises:
+            InvalidArgumentError: invalid name.
+            ModelLoadError: its head file is unreadable or holds untrusted types.
+
+        """
+        with self._lock:
+            cached = self._cache.get(name)
+            if cached is not None:
+                return cached
+            head_path, info_path = self._paths(name)
+            if not (head_path.is_file() and info_path.is_file()):
+                return None
+            info = ClassifierInfo(**json.loads(info_path.read_text(encoding="utf-8")))
+            loaded = self._cache[name] = CustomClassifier(info=info, head=load_head(head_path))
+            return loaded
+
+    def save(self, info: ClassifierInfo, head: Any) -> CustomClassifier:
+        """Write (or replace) the classifier ``info.name`` and cache it.
+
+        The head is written first and the description last, both atomically, so a crash
+        never leaves a description without its head.
+        """
+        head_path, info_path = self._paths(info.name)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            save_head(head, head_path)
+            tmp = info_path.with_name(f".{info_path.name}.tmp")
+            tmp.write_text(json.dumps(asdict(info), indent=2), encoding="utf-8")
+            tmp.replace(info_path)
+            saved = self._cache[info.name] = CustomClassifier(info=info, head=head)
+            return saved
+
+    def list(self) -> list[ClassifierInfo]:
+        """Every saved classifier's description, sorted by name (unreadable entries are skipped)."""
+        if not self.root.is_dir():
+            return []
+        infos = []
+        for path in sorted(self.root.glob(f"*{INFO_SUFFIX}")):
+            name = path.name.removesuffix(INFO_SUFFIX)
+            if not _NAME.fullmatch(name) or not (self.root / f"{name}{HEAD_SUFFIX}").is_file():
+                continue
+            try:
+                infos.append(ClassifierInfo(**json.loads(path.read_text(encoding="utf-8"))))
+            except (OSError, ValueError, TypeError):
+                continue
+        return infos
+
+    def delete(self, name: str) -> ClassifierInfo:
+        """Delete the classifier called ``name`` and return its description.
+
+        Raises:
+            InvalidArgumentError: invalid name.
+            ModelNotFoundError: no such classifier (reason CLASSIFIER_NOT_FOUND).
+
+        """
+        head_path, info_path = self._paths(name)
+        with self._lock:
+            if not info_path.is_file():
+                raise ModelNotFoundError(
+                    f"no custom classifier named {name!r}",
+                    reason="CLASSIFIER_NOT_FOUND",
+                    field="name",
+                    name=name,
+                )
+            info = ClassifierInfo(**json.loads(info_path.read_text(encoding="utf-8")))
+            info_path.unlink(missing_ok=True)
+            head_path.unlink(missing_ok=True)
+            self._cache.pop(name, None)
+            return info
+
+
+def now_unix_ms() -> int:
+    """Current wall-clock time in milliseconds since the Unix epoch."""
+    return int(time.time() * 1000)

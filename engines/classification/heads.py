@@ -1,0 +1,148 @@
+"""Scikit-learn classifier heads over sentence embeddings: scoring, fitting, and safe files.
+
+Two kinds of heads use this module:
+
+* heads shipped in an installed package and named by the operator's catalog (the
+  ``rag-intent-classifier`` package's joblib files): trusted like any installed code;
+* custom heads fitted through the API (``FitClassifier``): clients cause these files to be
+  written and loaded, so they are saved with skops (https://skops.readthedocs.io/en/stable/persistence.html),
+  never pickle, and loaded only when ``skops.io.get_untrusted_types`` finds nothing outside
+  :data:`TRUSTED_TYPES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engines.classification.scoring import classifications, probabilities
+from engines.encoder_types import ClassificationRequest, ClassificationResult
+from engines.errors import FailedPreconditionError, ModelLoadError
+from engines.types import Truncation
+
+# Types a custom head file may contain beyond skops' defaults (which already cover scikit-learn's
+# linear models and numpy arrays): none.
+TRUSTED_TYPES: frozenset[str] = frozenset()
+
+
+def head_scores(head: Any, vectors: np.ndarray, *, multi_label: bool) -> np.ndarray:
+    """Scores in [0, 1] of shape (n, n_classes), columns in ``head.classes_`` order.
+
+    ``predict_proba`` when the head has it (logistic regression, naive Bayes); otherwise the
+    ``decision_function`` margins through softmax, or sigmoid when ``multi_label`` (linear SVMs,
+    ridge, SGD with hinge loss, whose margins are not probabilities).
+    """
+    if hasattr(head, "predict_proba"):
+        return np.asarray(head.predict_proba(vectors), dtype=np.float64)
+    margins = np.asarray(head.decision_function(vectors), dtype=np.float64)
+    if margins.ndim == 1:  # binary: the margin of classes_[1]
+        margins = np.stack([-margins, margins], axis=1)
+    return probabilities(margins, multi_label=multi_label)
+
+
+def label_names(classes: Sequence[Any], label_map: Mapping[Any, Any] | None) -> list[str]:
+    """Human-readable names of a head's classes.
+
+    ``label_map`` maps class ids to names; entries written the other way round (name → id, as
+    some packages do for labels added later) are read both ways: whichever side is a number is
+    the id. Classes with no name keep their own string.
+    """
+    names: dict[str, str] = {}
+    for key, value in (label_map or {}).items():
+        key_s, value_s = str(key), str(value)
+        if _is_int(key_s) and not _is_int(value_s):
+            names[key_s] = value_s
+        elif _is_int(value_s) and not _is_int(key_s):
+            names[value_s] = key_s
+    return [names.get(str(c), str(c)) for c in classes]
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+def fit_logistic_head(vectors: np.ndarray, labels: Sequence[str]) -> tuple[Any, float]:
+    """Fit a multinomial logistic regression on unit-norm embeddings (blocking).
+
+    Returns:
+        the fitted head and its accuracy on the training examples.
+
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    # A large C: a few examples per class on unit vectors need little regularisation to separate.
+    head = LogisticRegression(C=10.0, max_iter=2000)
+    head.fit(vectors, np.asarray(labels))
+    accuracy = float(np.mean(head.predict(vectors) == np.asarray(labels)))
+    return head, accuracy
+
+
+def save_head(head: Any, path: Path) -> None:
+    """Write ``head`` with skops to ``path`` atomically (temporary file, then rename)."""
+    import skops.io as sio
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    sio.dump(head, tmp)
+    tmp.replace(path)
+
+
+def load_head(path: Path) -> Any:
+    """Load a skops head, refusing files that hold types outside skops' defaults and :data:`TRUSTED_TYPES`.
+
+    Raises:
+        ModelLoadError: unreadable file, or untrusted types in it (reason UNTRUSTED_MODEL_FILE).
+
+    """
+    import skops.io as sio
+
+    try:
+        untrusted = set(sio.get_untrusted_types(file=path))
+    except Exception as exc:
+        raise ModelLoadError(
+            f"classifier file {path.name} is unreadable", reason="MODEL_FILE_INVALID"
+        ) from exc
+    refused = untrusted - TRUSTED_TYPES
+    if refused:
+        raise ModelLoadError(
+            f"classifier file {path.name} holds untrusted types: {', '.join(sorted(refused))}",
+            reason="UNTRUSTED_MODEL_FILE",
+        )
+    return sio.load(path, trusted=sorted(untrusted))
+
+
+async def classify_with_head(
+    encoder: Any,
+    head: Any,
+    labels: Sequence[str],
+    request: ClassificationRequest,
+    *,
+    normalize: bool,
+) -> ClassificationResult:
+    """Embed ``request.inputs`` with ``encoder`` (batched) and score them with ``head``.
+
+    Args:
+        encoder: a loaded sentence-transformers embedding engine (has ``encode`` and ``executor``).
+        head: a fitted scikit-learn classifier over that encoder's vectors.
+        labels: names of ``head.classes_``, in order.
+        request: the classification request; ``candidate_labels`` must be empty.
+        normalize: scale vectors to unit norm first (as they were for fitting).
+
+    Raises:
+        FailedPreconditionError: ``candidate_labels`` given (a head has fixed labels).
+        InputTooLongError, ResourceExhaustedError: from the encoder.
+
+    """
+    if request.candidate_labels:
+        raise FailedPreconditionError(
+            "this classifier has fixed labels; candidate_labels need an embedding model",
+            reason="ZERO_SHOT_NOT_SUPPORTED",
+            field="candidate_labels",
+        )
+    vectors, used = await encoder.encode(request.inputs, request.truncation or Truncation.END)
+    if normalize:
+        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    scores = await encoder.executor.run(head_scores, head, vectors, multi_label=request.multi_label)
+    return ClassificationResult(classifications(scores, labels, request), prompt_tokens=used)

@@ -1,0 +1,93 @@
+"""Text classification with a transformers sequence-classification model (hub id or local folder)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from engines.batching.engine import BatchedEncoderEngine
+from engines.batching.tokens import TokenCounter
+from engines.classification.scoring import classifications, probabilities
+from engines.device import torch_dtype_for
+from engines.encoder_types import ClassificationRequest, ClassificationResult
+from engines.errors import FailedPreconditionError
+from engines.registry import register_backend
+from engines.sources import resolve_source
+from engines.types import Task
+
+
+@register_backend
+class TransformersClassificationEngine(BatchedEncoderEngine):
+    """Labels from ``AutoModelForSequenceClassification``; label names from the config's ``id2label``.
+
+    Single-label scores are the softmax of the logits; multi-label scores the sigmoid of each
+    logit (the ``text-classification`` pipeline's ``function_to_apply`` convention).
+
+    Catalog options: ``dtype``, ``max_seq_length`` (default: the smaller of the tokenizer's
+    ``model_max_length`` and the model's ``max_position_embeddings``) and the batching limits of
+    :class:`~engines.batching.BatchingConfig`.
+    """
+
+    backend = "transformers_classifier"
+    tasks = frozenset({Task.CLASSIFY})
+
+    def load(self) -> None:
+        """Load tokenizer and model onto the device and set up the batcher."""
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        resolved = resolve_source(self.spec.source)
+        local = resolved.path is not None
+        self.tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            resolved.location,
+            dtype=torch_dtype_for(self.device, self.option("dtype")),
+            local_files_only=local,
+        ).to(self.device)
+        self.model.eval()
+        model_config = self.model.config
+        self.labels = [str(model_config.id2label[i]) for i in range(model_config.num_labels)]
+        limit = self.option("max_seq_length") or min(
+            int(self.tokenizer.model_max_length),
+            int(getattr(model_config, "max_position_embeddings", 512) or 512),
+        )
+        self.max_length = int(limit)
+        self.tokens = TokenCounter(self.tokenizer, self.max_length, self.spec.name)
+        self.batcher = self.make_batcher(self._logits_batch)
+
+    def release(self) -> None:
+        """Drop the tokenizer."""
+        self.tokenizer = None
+
+    def _logits_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """One forward pass; returns each text's logits (blocking; run by the batcher)."""
+        import torch
+
+        encoded = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        ).to(self.device)
+        with torch.inference_mode():
+            logits = self.model(**encoded).logits
+        return list(logits.float().cpu().numpy())
+
+    async def classify(self, request: ClassificationRequest) -> ClassificationResult:
+        """Classify ``request.inputs`` with the model's own labels.
+
+        Raises:
+            FailedPreconditionError: ``candidate_labels`` were given (this model has fixed labels).
+            InputTooLongError: an input over the maximum length with truncation ERROR.
+            ResourceExhaustedError: the batch queue is full (OVERLOADED).
+
+        """
+        if request.candidate_labels:
+            raise FailedPreconditionError(
+                f"model {self.spec.name!r} has fixed labels ({', '.join(self.labels)}); candidate_labels "
+                "need an embedding model",
+                reason="ZERO_SHOT_NOT_SUPPORTED",
+                field="candidate_labels",
+                model=self.spec.name,
+            )
+        prepared, used = await asyncio.to_thread(self.tokens.prepare, request.inputs, request.truncation)
+        logits = np.stack(await self.batcher.submit(prepared, used))
+        scores = probabilities(logits, multi_label=request.multi_label)
+        return ClassificationResult(classifications(scores, self.labels, request), prompt_tokens=sum(used))

@@ -1,0 +1,114 @@
+"""Dataclasses of the encoder tasks besides embeddings: rerank, classify, named entities."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engines.types import Truncation
+
+
+@dataclass(slots=True)
+class RerankRequest:
+    """Rank ``documents`` by relevance to ``query`` (both non-empty).
+
+    ``top_n`` None returns every document.
+    """
+
+    query: str
+    documents: list[str]
+    top_n: int | None = None
+    return_documents: bool = False
+    truncation: Truncation = Truncation.END
+
+
+@dataclass(slots=True)
+class RankedDocument:
+    """One document's place: its position in the request, its score, and its text on request."""
+
+    index: int
+    relevance_score: float
+    document: str | None = None
+
+
+@dataclass(slots=True)
+class RerankResult:
+    """Documents sorted by ``relevance_score`` (highest first) and the tokens consumed."""
+
+    results: list[RankedDocument]
+    prompt_tokens: int
+
+
+@dataclass(slots=True)
+class ClassificationRequest:
+    """Classify ``inputs``.
+
+    Attributes:
+        inputs: non-empty texts.
+        multi_label: score each label on its own (sigmoid) instead of one distribution (softmax).
+        all_scores: return every label's score.
+        threshold: with ``multi_label``, labels scoring at least this are predicted.
+        candidate_labels: zero-shot labels (or label descriptions); empty for a trained classifier.
+        truncation: handling of inputs over the model's maximum length.
+
+    """
+
+    inputs: list[str]
+    multi_label: bool = False
+    all_scores: bool = False
+    threshold: float = 0.5
+    candidate_labels: list[str] = field(default_factory=list)
+    truncation: Truncation = Truncation.END
+
+
+@dataclass(slots=True)
+class LabelScore:
+    """A label and its score in [0, 1]."""
+
+    label: str
+    score: float
+
+
+@dataclass(slots=True)
+class Classification:
+    """Result for one input: the top label, the predicted labels (multi-label) and all scores on request."""
+
+    label: str
+    score: float
+    predicted_labels: list[LabelScore] = field(default_factory=list)
+    scores: list[LabelScore] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ClassificationResult:
+    """One :class:`Classification` per input, in order, and the tokens consumed."""
+
+    classifications: list[Classification]
+    prompt_tokens: int
+
+
+@dataclass(slots=True)
+class EntityRequest:
+    """Entities to find in ``inputs``: scoring >= ``min_score``, labelled in ``labels`` (any if empty)."""
+
+    inputs: list[str]
+    min_score: float = 0.0
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Entity:
+    """An entity: ``text == input[start:end]`` (code-point offsets, end exclusive), label, score in [0, 1]."""
+
+    text: str
+    label: str
+    start: int
+    end: int
+    score: float = 1.0
+
+
+@dataclass(slots=True)
+class EntityResult:
+    """Entities of each input, in order of appearance, and the tokens consumed."""
+
+    entities: list[list[Entity]]
+    prompt_tokens: int

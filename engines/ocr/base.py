@@ -1,0 +1,84 @@
+"""The OCR engine base class: one page image in, lines with boxes out."""
+
+from __future__ import annotations
+
+import abc
+
+from PIL import Image
+
+from engines.base import Engine
+from engines.ocr.documents import Document
+from engines.ocr.types import OcrLine, OcrOptions, OcrPage
+from engines.types import MemoryUsage, Task
+
+
+class OcrEngine(Engine):
+    """An OCR backend. Subclasses implement :meth:`recognize` and :meth:`resolve_languages`.
+
+    OCR engines run on the CPU executor (``select_device`` returns ``"cpu"``): PDFium, which
+    renders PDF pages, is not thread-safe, so every document call must stay on that one thread.
+    """
+
+    tasks = frozenset({Task.OCR})
+
+    @classmethod
+    def select_device(cls, preferred: str) -> str:
+        """Always the CPU (see the class notes)."""
+        return "cpu"
+
+    def memory_usage(self) -> MemoryUsage:
+        """Unknown for these engines (ONNX Runtime sessions, or an external process)."""
+        return MemoryUsage()
+
+    @abc.abstractmethod
+    def resolve_languages(self, languages: tuple[str, ...]) -> tuple[str, ...]:
+        """Map ISO 639-1 codes to the engine's own codes (cheap; call before any work).
+
+        Raises:
+            InvalidArgumentError: a language the engine cannot read (reason UNSUPPORTED_LANGUAGE).
+
+        """
+
+    @abc.abstractmethod
+    def recognize(self, image: Image.Image, languages: tuple[str, ...]) -> list[OcrLine]:
+        """Lines of ``image`` (RGB) in reading order, boxes in its pixels (blocking).
+
+        Args:
+            image: the page.
+            languages: engine codes from :meth:`resolve_languages`.
+
+        """
+
+    def read_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
+        """Read one page: its PDF text layer when asked for and present, else OCR (blocking).
+
+        Raises:
+            InvalidArgumentError, ResourceExhaustedError: see ``Document.render``.
+
+        """
+        if options.use_pdf_text_layer:
+            layer = document.text_layer(page_number, options.pdf_dpi)
+            if layer is not None:
+                return OcrPage(
+                    page_number=page_number,
+                    page_count=document.page_count,
+                    text=layer.text,
+                    lines=layer.lines,
+                    width=layer.width,
+                    height=layer.height,
+                    engine="pdf_text_layer",
+                    confidence=1.0,
+                )
+        image = document.render(page_number, options.pdf_dpi)
+        lines = self.recognize(image, self.resolve_languages(options.languages))
+        confidence = sum(line.confidence for line in lines) / len(lines) if lines else 0.0
+        return OcrPage(
+            page_number=page_number,
+            page_count=document.page_count,
+            text="\n".join(line.text for line in lines),
+            lines=lines,
+            width=image.width,
+            height=image.height,
+            engine=self.backend,
+            confidence=confidence,
+        )

@@ -1,0 +1,294 @@
+"""Files to page images, under limits: PNG, JPEG, TIFF (multi-page), WebP, BMP and PDF.
+
+The format is read from the file's first bytes (magic numbers), never trusted from the name.
+Limits are checked before anything large is decoded: an image's size comes from its header
+(Pillow opens lazily) and a PDF page's from its media box, so a decompression bomb is refused
+before its pixels exist. PDF pages are rendered with pypdfium2; PDFium is not thread-safe, so
+every call on a :class:`PdfDocument` (closing included) must run on one thread: the engine's
+executor.
+
+Errors: an empty file, an unknown format, a truncated or corrupt file is INVALID_ARGUMENT
+(reasons EMPTY_FILE, UNSUPPORTED_FORMAT, CORRUPT_FILE); a page over the pixel limit or a
+request over the page limit is RESOURCE_EXHAUSTED (IMAGE_TOO_LARGE, TOO_MANY_PAGES).
+"""
+
+from __future__ import annotations
+
+import abc
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from engines.errors import InvalidArgumentError, ResourceExhaustedError
+from engines.ocr.types import Box, OcrLimits, OcrLine
+
+PDF = "application/pdf"
+# MIME type -> Pillow format name.
+IMAGE_FORMATS = {
+    "image/png": "PNG",
+    "image/jpeg": "JPEG",
+    "image/tiff": "TIFF",
+    "image/webp": "WEBP",
+    "image/bmp": "BMP",
+}
+SUPPORTED_MIME_TYPES = (*IMAGE_FORMATS, PDF)
+
+
+def sniff_mime_type(data: bytes) -> str | None:
+    """MIME type from the magic number at the start of ``data``, or None when unknown.
+
+    Sources: PNG spec §5.2; JFIF/EXIF SOI marker FF D8 FF; TIFF 6.0 §2 (``II*`` NUL or ``MM`` NUL ``*``);
+    RIFF/WEBP container; BMP "BM"; PDF 1.7 §7.5.2 (``%PDF-`` within the first 1024 bytes).
+    """
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"II*\x00", b"MM\x00*")):
+        return "image/tiff"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if data.startswith(b"BM"):
+        return "image/bmp"
+    if b"%PDF-" in data[:1024]:
+        return PDF
+    return None
+
+
+def _corrupt(kind: str, detail: str = "") -> InvalidArgumentError:
+    suffix = f" ({detail})" if detail else ""
+    return InvalidArgumentError(
+        f"the {kind} file is truncated or corrupt{suffix}", reason="CORRUPT_FILE", field="chunk", format=kind
+    )
+
+
+def _too_large(page: int, width: int, height: int, limit: int, hint: str = "") -> ResourceExhaustedError:
+    return ResourceExhaustedError(
+        f"page {page} is {width}x{height} = {width * height} pixels; the limit is {limit}{hint}",
+        reason="IMAGE_TOO_LARGE",
+        page=page,
+        width=width,
+        height=height,
+        max_pixels=limit,
+    )
+
+
+@dataclass(slots=True)
+class TextLayer:
+    """Text of a PDF page's own text layer, with its runs as lines (pixels at the render dpi)."""
+
+    text: str
+    lines: list[OcrLine]
+    width: int
+    height: int
+
+
+class Document(abc.ABC):
+    """An opened file: its page count and its pages as RGB images."""
+
+    mime_type: str
+    page_count: int
+
+    @abc.abstractmethod
+    def render(self, page_number: int, dpi: int) -> Image.Image:
+        """Page ``page_number`` (1-based) as an RGB image (``dpi`` applies to PDFs only).
+
+        Raises:
+            InvalidArgumentError: the page cannot be decoded (CORRUPT_FILE).
+            ResourceExhaustedError: the page is over the pixel limit (IMAGE_TOO_LARGE).
+
+        """
+
+    def text_layer(self, page_number: int, dpi: int) -> TextLayer | None:
+        """The page's own text (PDFs with a text layer), or None."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release native resources."""
+
+
+class ImageDocument(Document):
+    """A raster image; TIFF frames are pages, other formats have one page."""
+
+    def __init__(self, data: bytes, mime_type: str, limits: OcrLimits) -> None:
+        self.mime_type = mime_type
+        self._limits = limits
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                self._image = Image.open(io.BytesIO(data), formats=[IMAGE_FORMATS[mime_type]])
+        except Image.DecompressionBombError as exc:
+            raise ResourceExhaustedError(
+                f"the image is over the pixel limit ({exc})",
+                reason="IMAGE_TOO_LARGE",
+                max_pixels=limits.max_pixels,
+            ) from None
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise _corrupt(IMAGE_FORMATS[mime_type], type(exc).__name__) from None
+        self.page_count = int(getattr(self._image, "n_frames", 1)) if mime_type == "image/tiff" else 1
+        self._check(1)
+
+    def _check(self, page_number: int) -> None:
+        width, height = self._image.size
+        if width * height > self._limits.max_pixels:
+            raise _too_large(page_number, width, height, self._limits.max_pixels)
+        if width == 0 or height == 0:
+            raise _corrupt(IMAGE_FORMATS[self.mime_type], "empty image")
+
+    def render(self, page_number: int, dpi: int) -> Image.Image:
+        """Decode frame ``page_number``; EXIF orientation applied, transparency composited on white."""
+        kind = IMAGE_FORMATS[self.mime_type]
+        try:
+            self._image.seek(page_number - 1)
+            self._check(page_number)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                self._image.load()
+                image = ImageOps.exif_transpose(self._image) or self._image
+                return _to_rgb(image)
+        except Image.DecompressionBombError:
+            width, height = self._image.size
+            raise _too_large(page_number, width, height, self._limits.max_pixels) from None
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            raise _corrupt(kind, type(exc).__name__) from None
+
+    def close(self) -> None:
+        """Close the image."""
+        self._image.close()
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    """RGB copy of ``image``; transparent areas become white (OCR wants dark text on light)."""
+    if image.mode == "F" or image.mode.startswith("I"):  # 16/32-bit grey: stretch to 8 bits
+        values = np.asarray(image, dtype=np.float64)
+        low, high = float(values.min()), float(values.max())
+        values = (values - low) * (255.0 / (high - low)) if high > low else np.zeros_like(values)
+        image = Image.fromarray(values.astype(np.uint8), mode="L")
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+class PdfDocument(Document):
+    """A PDF rendered page by page with pypdfium2 (all calls on one thread)."""
+
+    def __init__(self, data: bytes, limits: OcrLimits) -> None:
+        import pypdfium2 as pdfium
+
+        self.mime_type = PDF
+        self._limits = limits
+        try:
+            self._pdf = pdfium.PdfDocument(data)
+            self.page_count = len(self._pdf)
+        except pdfium.PdfiumError as exc:
+            if "password" in str(exc).lower():
+                raise InvalidArgumentError(
+                    "the PDF is encrypted; send it without a password", reason="ENCRYPTED_PDF", field="chunk"
+                ) from None
+            raise _corrupt("PDF", str(exc)) from None
+        if self.page_count < 1:
+            self._pdf.close()
+            raise _corrupt("PDF", "no pages")
+
+    def _page_pixels(self, page, page_number: int, dpi: int) -> tuple[int, int, float]:
+        width_pt, height_pt = page.get_size()
+        scale = dpi / 72.0  # PDF user space unit = 1/72 inch (PDF 1.7 §8.3.2.3)
+        width, height = round(width_pt * scale), round(height_pt * scale)
+        if width * height > self._limits.max_pixels:
+            raise _too_large(page_number, width, height, self._limits.max_pixels, "; lower pdf_dpi")
+        return width, height, scale
+
+    def render(self, page_number: int, dpi: int) -> Image.Image:
+        """Render page ``page_number`` at ``dpi`` on a white background."""
+        import pypdfium2 as pdfium
+
+        try:
+            page = self._pdf[page_number - 1]
+            try:
+                _, _, scale = self._page_pixels(page, page_number, dpi)
+                return page.render(scale=scale, fill_color=(255, 255, 255, 255)).to_pil().convert("RGB")
+            finally:
+                page.close()
+        except pdfium.PdfiumError as exc:
+            raise _corrupt("PDF", str(exc)) from None
+
+    def text_layer(self, page_number: int, dpi: int) -> TextLayer | None:
+        """The page's text runs as lines, or None when the page has no text layer."""
+        page = self._pdf[page_number - 1]
+        try:
+            width, height, scale = self._page_pixels(page, page_number, dpi)
+            _, page_height = page.get_size()
+            textpage = page.get_textpage()
+            try:
+                lines = []
+                for i in range(textpage.count_rects()):
+                    left, bottom, right, top = textpage.get_rect(i)
+                    text = textpage.get_text_bounded(left, bottom, right, top).strip()
+                    if text:
+                        box = Box(
+                            left * scale,
+                            (page_height - top) * scale,
+                            (right - left) * scale,
+                            (top - bottom) * scale,
+                        )
+                        lines.append(OcrLine(text=text, box=box, confidence=1.0))
+            finally:
+                textpage.close()
+        finally:
+            page.close()
+        if not lines:
+            return None
+        return TextLayer("\n".join(line.text for line in lines), lines, width, height)
+
+    def close(self) -> None:
+        """Close the PDF (on the thread that opened it)."""
+        self._pdf.close()
+
+
+def open_document(data: bytes, mime_type: str, limits: OcrLimits) -> Document:
+    """Open ``data`` as a document (blocking; on the engine's executor).
+
+    Args:
+        data: the whole file.
+        mime_type: the client's declared type, or ``""`` to detect it from the bytes.
+        limits: byte, pixel and page limits.
+
+    Raises:
+        InvalidArgumentError: empty file, unsupported or mismatched format, corrupt file.
+        ResourceExhaustedError: over the byte limit or the first page over the pixel limit.
+
+    """
+    if not data:
+        raise InvalidArgumentError(
+            "the file is empty: send its bytes in chunk", reason="EMPTY_FILE", field="chunk"
+        )
+    if len(data) > limits.max_bytes:
+        raise ResourceExhaustedError(
+            f"the file is {len(data)} bytes; the limit is {limits.max_bytes}",
+            reason="FILE_TOO_LARGE",
+            size_bytes=len(data),
+            max_bytes=limits.max_bytes,
+        )
+    sniffed = sniff_mime_type(data)
+    if sniffed is None:
+        raise InvalidArgumentError(
+            f"unsupported file format; supported: {', '.join(SUPPORTED_MIME_TYPES)}",
+            reason="UNSUPPORTED_FORMAT",
+            field="chunk",
+        )
+    if mime_type and mime_type != sniffed:
+        raise InvalidArgumentError(
+            f"options.mime_type is {mime_type} but the bytes are {sniffed}",
+            reason="UNSUPPORTED_FORMAT",
+            field="options.mime_type",
+            mime_type=mime_type,
+            detected=sniffed,
+        )
+    if sniffed == PDF:
+        return PdfDocument(data, limits)
+    return ImageDocument(data, sniffed, limits)

@@ -1,0 +1,114 @@
+"""OCR with Tesseract (the ``tesseract`` program, Debian ``tesseract-ocr``) through pytesseract.
+
+The catalog ``source`` is a ``tessdata`` folder, or ``system`` for the installed program's own
+data. Catalog options: ``psm`` (page segmentation mode, default 3: automatic layout analysis),
+``oem`` (engine mode, default 1: LSTM), ``timeout_s`` (per page, default 120),
+``default_language`` (default ``eng``).
+"""
+
+from __future__ import annotations
+
+from PIL import Image
+
+from engines.errors import InvalidArgumentError
+from engines.ocr.base import OcrEngine
+from engines.ocr.types import Box, OcrLine, OcrWord
+from engines.registry import register_backend
+from engines.sources import resolve_source
+
+# ISO 639-1 -> Tesseract traineddata names (ISO 639-2/T, plus Tesseract's script variants).
+# Source: https://tesseract-ocr.github.io/tessdoc/Data-Files-in-different-versions.html
+ISO_639_1 = {
+    "ar": "ara", "bg": "bul", "bn": "ben", "ca": "cat", "cs": "ces", "da": "dan", "de": "deu",
+    "el": "ell", "en": "eng", "es": "spa", "et": "est", "fa": "fas", "fi": "fin", "fr": "fra",
+    "he": "heb", "hi": "hin", "hr": "hrv", "hu": "hun", "id": "ind", "it": "ita", "ja": "jpn",
+    "ko": "kor", "lt": "lit", "lv": "lav", "nl": "nld", "no": "nor", "pl": "pol", "pt": "por",
+    "ro": "ron", "ru": "rus", "sk": "slk", "sl": "slv", "sr": "srp", "sv": "swe", "ta": "tam",
+    "th": "tha", "tr": "tur", "uk": "ukr", "vi": "vie", "zh": "chi_sim",
+}  # fmt: skip
+
+
+@register_backend
+class TesseractEngine(OcrEngine):
+    """Tesseract 4/5 (LSTM) through ``pytesseract.image_to_data``."""
+
+    backend = "tesseract"
+
+    def _config(self) -> str:
+        parts = [f"--psm {int(self.option('psm', 3))}", f"--oem {int(self.option('oem', 1))}"]
+        if self.tessdata is not None:
+            parts.append(f'--tessdata-dir "{self.tessdata}"')
+        return " ".join(parts)
+
+    def load(self) -> None:
+        """Find the program and its installed languages.
+
+        Raises:
+            RuntimeError: tesseract is not installed (``apt-get install tesseract-ocr``).
+
+        """
+        import pytesseract
+
+        self.tessdata = None if self.spec.source == "system" else resolve_source(self.spec.source).path
+        try:
+            self.version = str(pytesseract.get_tesseract_version())
+        except pytesseract.TesseractNotFoundError as exc:
+            raise RuntimeError(
+                "the tesseract program is not installed (apt-get install tesseract-ocr)"
+            ) from exc
+        extra = f'--tessdata-dir "{self.tessdata}"' if self.tessdata is not None else ""
+        self.installed = frozenset(pytesseract.get_languages(config=extra)) - {"osd"}
+
+    def unload(self) -> None:
+        """Nothing to drop (a process per page)."""
+
+    def resolve_languages(self, languages: tuple[str, ...]) -> tuple[str, ...]:
+        """ISO 639-1 (or Tesseract's own names) to installed traineddata names.
+
+        Raises:
+            InvalidArgumentError: a language whose data is not installed (UNSUPPORTED_LANGUAGE).
+
+        """
+        if not languages:
+            return (str(self.option("default_language", "eng")),)
+        resolved = []
+        for code in languages:
+            name = ISO_639_1.get(code.lower(), code)
+            if name not in self.installed:
+                raise InvalidArgumentError(
+                    f"tesseract has no data for language {code!r} ({name}); installed: "
+                    f"{', '.join(sorted(self.installed))} (e.g. apt-get install tesseract-ocr-{name})",
+                    reason="UNSUPPORTED_LANGUAGE",
+                    field="options.languages",
+                    language=code,
+                )
+            resolved.append(name)
+        return tuple(resolved)
+
+    def recognize(self, image: Image.Image, languages: tuple[str, ...]) -> list[OcrLine]:
+        """Words with boxes and confidences grouped into Tesseract's own lines, in its reading order."""
+        import pytesseract
+
+        data = pytesseract.image_to_data(
+            image,
+            lang="+".join(languages),
+            config=self._config(),
+            output_type=pytesseract.Output.DICT,
+            timeout=float(self.option("timeout_s", 120)),
+        )
+        grouped: dict[tuple[int, int, int], list[OcrWord]] = {}
+        for i, text in enumerate(data["text"]):
+            confidence = float(data["conf"][i])
+            if data["level"][i] != 5 or confidence < 0 or not text.strip():
+                continue
+            key = (data["block_num"][i], data["par_num"][i], data["line_num"][i])
+            box = Box(data["left"][i], data["top"][i], data["width"][i], data["height"][i])
+            grouped.setdefault(key, []).append(OcrWord(text.strip(), box, confidence / 100.0))
+        lines = []
+        for words in grouped.values():  # dicts keep Tesseract's reading order
+            confidence = sum(w.confidence for w in words) / len(words)
+            text = " ".join(w.text for w in words)
+            lines.append(
+                OcrLine(text=text, box=Box.union([w.box for w in words]), confidence=confidence, words=words)
+            )
+        return lines

@@ -1,0 +1,95 @@
+"""Reranking with a cross-encoder (sentence-transformers ``CrossEncoder``, from a hub id or a local folder).
+
+A cross-encoder reads the query and one document together and outputs a relevance logit; it
+ranks better than comparing separate embeddings, at one forward pass per (query, document)
+pair. Pairs from concurrent requests share batches through the engine's dynamic batcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from engines.batching.engine import BatchedEncoderEngine
+from engines.batching.tokens import TokenCounter
+from engines.classification.scoring import softmax
+from engines.device import torch_dtype_for
+from engines.encoder_types import RerankRequest, RerankResult
+from engines.errors import InvalidArgumentError
+from engines.registry import register_backend
+from engines.rerank.ranking import ranked
+from engines.sources import resolve_source
+from engines.types import Task, Truncation
+
+
+@register_backend
+class CrossEncoderRerankEngine(BatchedEncoderEngine):
+    """Relevance scores from a ``CrossEncoder``.
+
+    A single-logit model's score is its activation (sigmoid by default, so in [0, 1]); for a
+    model with several logits the score is the softmax probability of the last class (the
+    "relevant" class of two-class rerankers).
+
+    Catalog options: ``dtype``, ``max_length`` (override the model's maximum pair length) and
+    the batching limits of :class:`~engines.batching.BatchingConfig`.
+    """
+
+    backend = "cross_encoder"
+    tasks = frozenset({Task.RERANK})
+
+    def load(self) -> None:
+        """Load the model onto the device and set up its batcher."""
+        from sentence_transformers import CrossEncoder
+
+        resolved = resolve_source(self.spec.source)
+        max_length = self.option("max_length")
+        self.model = CrossEncoder(
+            resolved.location,
+            device=self.device,
+            model_kwargs={"torch_dtype": torch_dtype_for(self.device, self.option("dtype"))},
+            local_files_only=resolved.path is not None,
+            max_length=int(max_length) if max_length else None,
+        )
+        self.model.eval()
+        tokenizer = self.model.tokenizer
+        # ``max_length`` was renamed ``max_seq_length`` in sentence-transformers 6.
+        limit = getattr(self.model, "max_seq_length", None) or self.model.max_length
+        limit = limit or min(tokenizer.model_max_length, 512)
+        self.tokens = TokenCounter(tokenizer, limit, self.spec.name)
+        self.batcher = self.make_batcher(self._score_batch)
+
+    def _score_batch(self, pairs: list[tuple[str, str]]) -> list[float]:
+        """One forward pass over (query, document) pairs (blocking; run by the batcher)."""
+        import torch
+
+        with torch.inference_mode():
+            raw = self.model.predict(
+                pairs, batch_size=len(pairs), convert_to_numpy=True, show_progress_bar=False
+            )
+        scores = np.asarray(raw, dtype=np.float64)
+        if scores.ndim == 2 and scores.shape[1] > 1:
+            scores = softmax(scores)[:, -1]
+        return [float(s) for s in scores.reshape(len(pairs))]
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        """Score every (query, document) pair and sort.
+
+        Truncation END lets the tokenizer cut over-long pairs (longest side first); ERROR
+        refuses them.
+
+        Raises:
+            InvalidArgumentError: truncation START (not defined for a query+document pair).
+            InputTooLongError: a pair over the model's maximum length with truncation ERROR.
+            ResourceExhaustedError: the batch queue is full (OVERLOADED).
+
+        """
+        if request.truncation is Truncation.START:
+            raise InvalidArgumentError(
+                "truncation START is not supported for rerank: use END or ERROR", field="truncation"
+            )
+        queries = [request.query] * len(request.documents)
+        lengths = await asyncio.to_thread(self.tokens.lengths, queries, request.documents)
+        used = self.tokens.check(lengths, request.truncation, field="documents", what="query+document pair")
+        scores = await self.batcher.submit(list(zip(queries, request.documents, strict=True)), used)
+        return RerankResult(results=ranked(scores, request), prompt_tokens=sum(used))

@@ -1,0 +1,93 @@
+"""``POST /v1/classify`` over ``Classify``, and custom classifiers under ``/v1/classifiers``.
+
+``POST /v1/classifiers`` fits and saves one (``FitClassifier``), ``GET /v1/classifiers`` lists
+them, ``DELETE /v1/classifiers/{name}`` deletes one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from universal_runtime.v1 import encoders_pb2
+
+from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
+from gateway.grpc_clients import GrpcClients
+from gateway.schemas.classify import ClassifyRequest, FitClassifierRequest
+from gateway.streaming import call_until_disconnect
+from gateway.translate.classify import (
+    classifier_json,
+    classify_from_proto,
+    to_classify_request,
+    to_fit_classifier_request,
+)
+
+router = APIRouter(tags=["encoders"])
+
+
+@router.post("/v1/classify")
+async def classify(
+    body: ClassifyRequest,
+    request: Request,
+    clients: Annotated[GrpcClients, Depends(get_clients)],
+    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+) -> dict[str, Any]:
+    """Classify texts with a catalog classifier, a custom classifier, or zero-shot ``candidate_labels``.
+
+    Raises:
+        grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
+
+    """
+    call = clients.inference.Classify(to_classify_request(body), metadata=metadata)
+    response = await call_until_disconnect(request, call, call)
+    return classify_from_proto(
+        response, requested_model=body.model, multi_label=body.multi_label, all_scores=body.all_scores
+    )
+
+
+@router.post("/v1/classifiers")
+async def fit_classifier(
+    body: FitClassifierRequest,
+    request: Request,
+    clients: Annotated[GrpcClients, Depends(get_clients)],
+    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+) -> dict[str, Any]:
+    """Fit a classifier head on embeddings of labelled examples and save it; returns its description.
+
+    Raises:
+        grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
+
+    """
+    call = clients.inference.FitClassifier(to_fit_classifier_request(body), metadata=metadata)
+    response = await call_until_disconnect(request, call, call)
+    return classifier_json(response.classifier)
+
+
+@router.get("/v1/classifiers")
+async def list_classifiers(
+    clients: Annotated[GrpcClients, Depends(get_clients)],
+    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+) -> dict[str, Any]:
+    """List saved custom classifiers: ``{"object": "list", "data": [classifier, ...]}``."""
+    response = await clients.inference.ListClassifiers(
+        encoders_pb2.ListClassifiersRequest(), metadata=metadata
+    )
+    return {"object": "list", "data": [classifier_json(info) for info in response.classifiers]}
+
+
+@router.delete("/v1/classifiers/{name}")
+async def delete_classifier(
+    name: str,
+    clients: Annotated[GrpcClients, Depends(get_clients)],
+    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+) -> dict[str, Any]:
+    """Delete a saved classifier: ``{"object": "classifier", "name", ..., "deleted": true}``.
+
+    Raises:
+        grpc.aio.AioRpcError: NOT_FOUND (404) when there is no such classifier.
+
+    """
+    response = await clients.inference.DeleteClassifier(
+        encoders_pb2.DeleteClassifierRequest(name=name), metadata=metadata
+    )
+    return {**classifier_json(response.classifier), "deleted": True}

@@ -1,0 +1,52 @@
+"""NER: ``POST /v1/ner`` body to ``ExtractEntitiesRequest``, the response to JSON.
+
+Response shape::
+
+    {"object": "list", "model": str,
+     "data": [{"object": "entities", "index": int,
+               "entities": [{"text", "label", "start", "end", "score"}]}],
+     "usage": {"prompt_tokens": int, "total_tokens": int}}
+
+``start``/``end`` are code-point offsets into the input (``input[start:end] == text``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from universal_runtime.v1 import encoders_pb2
+
+from gateway.schemas.ner import NerRequest
+
+
+def to_entities_request(request: NerRequest) -> encoders_pb2.ExtractEntitiesRequest:
+    """Convert the HTTP body to ``ExtractEntitiesRequest``."""
+    return encoders_pb2.ExtractEntitiesRequest(
+        model=request.model,
+        inputs=request.inputs,
+        min_score=request.min_score,
+        labels=request.labels,
+        keep_alive=request.keep_alive_value,
+    )
+
+
+def entities_from_proto(
+    response: encoders_pb2.ExtractEntitiesResponse, *, requested_model: str
+) -> dict[str, Any]:
+    """Convert ``ExtractEntitiesResponse`` to the JSON list shown in the module docstring."""
+    return {
+        "object": "list",
+        "model": response.model or requested_model,
+        "data": [
+            {
+                "object": "entities",
+                "index": item.index,
+                "entities": [
+                    {"text": x.text, "label": x.label, "start": x.start, "end": x.end, "score": x.score}
+                    for x in item.entities
+                ],
+            }
+            for item in response.results
+        ],
+        "usage": {"prompt_tokens": response.usage.prompt_tokens, "total_tokens": response.usage.total_tokens},
+    }

@@ -1,0 +1,172 @@
+"""The dynamic batcher on its own: a real device executor, plain Python batch functions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from engines.batching import BatchingConfig, DynamicBatcher
+from engines.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
+from engines.executor import DeviceExecutor
+
+
+@pytest.fixture
+def executor():
+    ex = DeviceExecutor("cpu-batcher-test")
+    yield ex
+    ex.shutdown()
+
+
+def upper_batch(seen: list[list[str]]):
+    def run(items: list[str]) -> list[str]:
+        seen.append(list(items))
+        return [item.upper() for item in items]
+
+    return run
+
+
+async def test_concurrent_callers_share_batches_and_get_their_own_results(executor):
+    seen: list[list[str]] = []
+    batcher = DynamicBatcher(upper_batch(seen), executor, BatchingConfig(max_wait_ms=50), name="t")
+    words = [f"w{i}" for i in range(40)]
+    results = await asyncio.gather(*(batcher.submit([w], [1]) for w in words))
+    assert results == [[w.upper()] for w in words]
+    assert batcher.stats.batches < len(words)
+    assert sum(batcher.stats.batch_sizes) == len(words)
+    assert max(batcher.stats.batch_sizes) > 1
+
+
+async def test_batch_size_and_token_budget_are_respected(executor):
+    seen: list[list[str]] = []
+    config = BatchingConfig(max_batch_size=4, max_batch_tokens=30, max_wait_ms=30)
+    batcher = DynamicBatcher(upper_batch(seen), executor, config, name="t")
+    # Costs of 10 tokens: at most 3 per batch by the budget (3 * 10 <= 30 < 4 * 10).
+    await asyncio.gather(*(batcher.submit([f"x{i}"], [10]) for i in range(9)))
+    assert all(len(batch) <= 3 for batch in seen)
+    # Costs of 1 token: the size limit (4) binds.
+    seen.clear()
+    await asyncio.gather(*(batcher.submit([f"y{i}"], [1]) for i in range(9)))
+    assert all(len(batch) <= 4 for batch in seen)
+    assert max(len(batch) for batch in seen) == 4
+
+
+async def test_an_item_over_the_budget_still_runs_alone(executor):
+    seen: list[list[str]] = []
+    batcher = DynamicBatcher(upper_batch(seen), executor, BatchingConfig(max_batch_tokens=8), name="t")
+    assert await batcher.submit(["long"], [100]) == ["LONG"]
+
+
+async def test_batches_are_sorted_longest_first_and_results_routed_back(executor):
+    seen: list[list[str]] = []
+    batcher = DynamicBatcher(upper_batch(seen), executor, BatchingConfig(max_wait_ms=50), name="t")
+    texts = ["a", "ccc", "bb", "dddd"]
+    results = await asyncio.gather(*(batcher.submit([t], [len(t)]) for t in texts))
+    assert results == [[t.upper()] for t in texts]
+    assert seen[0] == sorted(texts, key=len, reverse=True)
+
+
+async def test_a_failed_batch_fails_every_caller_and_the_batcher_recovers(executor):
+    calls = 0
+
+    def flaky(items: list[str]) -> list[str]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("device fell over")
+        return items
+
+    batcher = DynamicBatcher(flaky, executor, BatchingConfig(max_wait_ms=50), name="t")
+    results = await asyncio.gather(*(batcher.submit([str(i)], [1]) for i in range(5)), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) for r in results)
+    assert batcher.stats.failed_batches == 1
+    assert await batcher.submit(["ok"], [1]) == ["ok"]
+
+
+async def test_an_item_error_fails_only_its_caller(executor):
+    def run(items: list[str]) -> list[object]:
+        return [InvalidArgumentError("bad") if item == "bad" else item for item in items]
+
+    batcher = DynamicBatcher(run, executor, BatchingConfig(max_wait_ms=50), name="t")
+    good, bad = await asyncio.gather(
+        batcher.submit(["good"], [1]), batcher.submit(["bad"], [1]), return_exceptions=True
+    )
+    assert good == ["good"]
+    assert isinstance(bad, InvalidArgumentError)
+
+
+async def test_a_full_queue_refuses_with_overloaded(executor):
+    release = threading.Event()
+
+    def slow(items: list[str]) -> list[str]:
+        release.wait(5)
+        return items
+
+    batcher = DynamicBatcher(
+        slow, executor, BatchingConfig(max_queue=2, max_batch_size=1, max_wait_ms=0), name="t"
+    )
+    first = asyncio.ensure_future(batcher.submit(["running"], [1]))
+    await asyncio.sleep(0.05)  # now running, the queue is empty again
+    queued = [asyncio.ensure_future(batcher.submit([f"q{i}"], [1])) for i in range(2)]
+    await asyncio.sleep(0.01)
+    with pytest.raises(ResourceExhaustedError) as caught:
+        await batcher.submit(["one too many"], [1])
+    assert caught.value.reason == "OVERLOADED"
+    release.set()
+    assert await first == ["running"]
+    assert [await q for q in queued] == [["q0"], ["q1"]]
+    assert batcher.stats.rejected == 1
+
+
+async def test_a_cancelled_callers_items_are_dropped_before_running(executor):
+    release = threading.Event()
+    seen: list[list[str]] = []
+
+    def run(items: list[str]) -> list[str]:
+        release.wait(5)
+        seen.append(list(items))
+        return items
+
+    batcher = DynamicBatcher(run, executor, BatchingConfig(max_batch_size=1, max_wait_ms=0), name="t")
+    first = asyncio.ensure_future(batcher.submit(["first"], [1]))
+    await asyncio.sleep(0.05)
+    doomed = asyncio.ensure_future(batcher.submit(["doomed", "doomed2"], [1, 1]))
+    await asyncio.sleep(0.01)
+    doomed.cancel()
+    release.set()
+    assert await first == ["first"]
+    assert await batcher.submit(["after"], [1]) == ["after"]
+    assert ["doomed"] not in seen and ["doomed2"] not in seen
+    assert batcher.stats.cancelled == 2
+
+
+async def test_close_fails_waiting_callers_and_refuses_new_ones(executor):
+    release = threading.Event()
+
+    def run(items: list[str]) -> list[str]:
+        release.wait(5)
+        return items
+
+    batcher = DynamicBatcher(run, executor, BatchingConfig(max_batch_size=1, max_wait_ms=0), name="t")
+    running = asyncio.ensure_future(batcher.submit(["running"], [1]))
+    await asyncio.sleep(0.05)
+    waiting = asyncio.ensure_future(batcher.submit(["waiting"], [1]))
+    await asyncio.sleep(0.01)
+    await asyncio.to_thread(batcher.close)  # engines close from their worker thread
+    await asyncio.sleep(0.01)
+    release.set()
+    with pytest.raises(UnavailableError):
+        await waiting
+    with pytest.raises(UnavailableError):
+        await running
+    with pytest.raises(UnavailableError):
+        await batcher.submit(["late"], [1])
+
+
+def test_config_from_options_validates():
+    config = BatchingConfig.from_options({"max_batch_size": "8", "max_wait_ms": 0})
+    assert config.max_batch_size == 8 and config.max_wait_ms == 0
+    for bad in ({"max_queue": 0}, {"max_batch_tokens": "many"}, {"max_wait_ms": -1}):
+        with pytest.raises(InvalidArgumentError):
+            BatchingConfig.from_options(bad)

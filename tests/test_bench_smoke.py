@@ -1,0 +1,91 @@
+"""Smoke test of the benchmark harness: every entry point in tiny mode, peers off, into a tmp dir.
+
+Speed targets live in bench/ (``make bench``); this only keeps the harness from rotting.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import results
+from bench.stats import paired_ratio, percentile, summarize
+
+REPO = Path(__file__).resolve().parent.parent
+AREAS = ("generation", "embeddings", "memory", "overhead")
+
+
+def test_percentile_matches_linear_interpolation():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([10], 95) == 10
+    assert percentile([3, 1, 2], 0) == 1 and percentile([3, 1, 2], 100) == 3
+    assert summarize([])["n"] == 0
+    ratios = paired_ratio([2.0, 4.0, float("nan")], [1.0, 2.0, 1.0])
+    assert ratios["median"] == 2.0 and ratios["n"] == 2
+
+
+def test_update_readme_replaces_only_its_section(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n\n<!-- bench:a:begin -->\nold\n<!-- bench:a:end -->\n\ntail\n")
+    results.update_readme(readme, "a", "new\n")
+    results.update_readme(readme, "b", "other\n")
+    results.update_readme(readme, "a", "newer\n")
+    text = readme.read_text()
+    assert "old" not in text and "new\n" not in text and text.count("newer") == 1
+    assert text.startswith("intro") and "tail" in text and "other" in text
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    """Run the four entry points at once (each in its own process and out dir)."""
+    out = tmp_path_factory.mktemp("bench")
+    readme_before = (REPO / "bench" / "README.md").read_text()
+    procs = {
+        area: subprocess.Popen(
+            [sys.executable, "-m", f"bench.{area}", "--tiny", "--no-peers", "--out", str(out / area)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for area in AREAS
+    }
+    logs = {area: proc.communicate(timeout=240)[0] for area, proc in procs.items()}
+    assert (REPO / "bench" / "README.md").read_text() == readme_before, "tiny runs must not touch bench/"
+    return out, {area: (procs[area].returncode, logs[area]) for area in AREAS}
+
+
+@pytest.mark.parametrize("area", AREAS)
+def test_entry_point_writes_json_plot_and_table(tiny_runs, area):
+    out, runs = tiny_runs
+    returncode, log = runs[area]
+    assert returncode == 0, log[-3000:]
+    payload = json.loads((out / area / f"{area}.json").read_text())
+    assert payload["mode"] == "tiny" and payload["machine"]["logical_cores"] >= 1
+    assert payload["packages"]["project"]["grpcio"]
+    assert payload["scenarios"], log[-3000:]
+    for scenario in payload["scenarios"]:
+        ours = [n for n, r in scenario["results"].items() if payload["contenders"][n]["role"] == "ours"]
+        assert ours and all(scenario["results"][n]["metrics"] for n in ours), scenario
+        assert all(r["errors"] == 0 for r in scenario["results"].values()), scenario
+    peers = [c for c in payload["contenders"].values() if c["role"] == "peer"]
+    assert all(c["reason"] == "skipped (--no-peers)" for c in peers)
+    readme = (out / area / "README.md").read_text()
+    assert f"<!-- bench:{area}:begin -->" in readme and "| scenario | contender |" in readme
+    pytest.importorskip("matplotlib")
+    assert (out / area / f"{area}.png").stat().st_size > 1000
+
+
+def test_run_all_help():
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.generation", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "--tiny" in proc.stdout and "--no-peers" in proc.stdout
