@@ -4,8 +4,8 @@
   one request after another on one thread: the floor of serving overhead for generation.
 - ``st``: sentence-transformers ``SentenceTransformer.encode``: the reference for embeddings.
 
-The worker loads its model, prints ``{"ready": true, "load_s": ...}``, then answers one JSON
-command per stdin line with one JSON line in the load client's result format
+The worker loads its model, prints ``{"ready": true, "load_s": ..., "rss_before_load_bytes": ...}``,
+then answers one JSON command per stdin line with one JSON line in the load client's result format
 (``{"mode", "concurrency": 1, "wall_s", "records": [...]}``)::
 
     {"op": "generate", "requests": 4, "max_tokens": 128, "warmup": 1, "duration_s": 60}
@@ -108,9 +108,13 @@ def main(argv: list[str] | None = None) -> None:
     kind = (argv or sys.argv[1:])[0]
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # llama.cpp and torch may print; stdout stays pure JSON lines
+    import psutil
+
+    rss_before = psutil.Process().memory_info().rss  # before the library is imported
     start = time.perf_counter()
     call = LOADERS[kind]()
-    out.write(json.dumps({"ready": True, "load_s": time.perf_counter() - start}) + "\n")
+    ready = {"ready": True, "load_s": time.perf_counter() - start, "rss_before_load_bytes": rss_before}
+    out.write(json.dumps(ready) + "\n")
     out.flush()
     for line in sys.stdin:
         if line.strip():

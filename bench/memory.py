@@ -34,14 +34,22 @@ HEADLINE = [
 ]
 
 
-def warm_args(model: str, target: str, *, http: bool = False) -> list[str] | None:
-    """Load-client flags for one small request to ``model`` (None for models the bench cannot drive)."""
-    if model == CHAT_MODEL:
-        mode = "sse-chat" if http else "grpc-generate"
-        return ["--mode", mode, "--target", target, "--model", model, "--max-tokens", "8"]
-    if model == EMBED_MODEL:
-        mode, path = ("http-embed", "/embeddings") if http else ("grpc-embed", "")
-        return ["--mode", mode, "--target", target, "--model", model, *(["--path", path] if path else [])]
+def warm_args(model: str, tasks: list[str], target: str, *, http: bool = False) -> list[str] | None:
+    """Load-client flags for one small request to ``model``, chosen by its tasks.
+
+    None for tasks the load client does not drive (their weights may be counted only in part
+    if they are memory-mapped and untouched).
+    """
+    common = ["--target", target, "--model", model]
+    if "TASK_GENERATE" in tasks:
+        return ["--mode", "sse-chat" if http else "grpc-generate", *common, "--max-tokens", "8"]
+    if "TASK_EMBED" in tasks:
+        # infinity serves embeddings at /embeddings; our gateway at /v1/embeddings (not used here).
+        return (
+            ["--mode", "http-embed", "--path", "/embeddings", *common]
+            if http
+            else ["--mode", "grpc-embed", *common]
+        )
     return None
 
 
@@ -57,7 +65,7 @@ def measure_rss(server: Server) -> float:
     return server.process.rss_bytes() / MIB
 
 
-def ours_cycle(report: Report, models: list[str]) -> dict[str, dict[str, float]]:
+def ours_cycle(report: Report, models: dict[str, list[str]]) -> dict[str, dict[str, float]]:
     """One fresh server: idle, then load, touch, measure, unload, measure for each model in turn.
 
     ``added_mib`` is RSS after a load minus RSS before it (libraries a first load brings in,
@@ -69,11 +77,11 @@ def ours_cycle(report: Report, models: list[str]) -> dict[str, dict[str, float]]
     try:
         rss = measure_rss(ours)
         out = {"idle": {"rss_mib": rss}}
-        for model in models:
+        for model, tasks in models.items():
             report.progress(f"ours: loading {model}")
             before = rss
             reported = servers.load_model(ours.grpc_target, model)
-            touch(warm_args(model, ours.grpc_target))
+            touch(warm_args(model, tasks, ours.grpc_target))
             loaded = measure_rss(ours)
             out[f"loaded {model}"] = {
                 "rss_mib": loaded,
@@ -89,11 +97,17 @@ def ours_cycle(report: Report, models: list[str]) -> dict[str, dict[str, float]]
 
 
 def single(start: Callable[[], Server], warm: Callable[[Server], None]) -> dict[str, float]:
-    """Start a peer or worker, ``warm`` it with one request, read its RSS, stop it."""
+    """Start a peer or worker, ``warm`` it with one request, read its RSS, stop it.
+
+    ``added_mib`` is given for workers: RSS minus the worker's RSS before it imported the
+    library and loaded the model (what the model costs a bare Python process).
+    """
     server = start()
     try:
         warm(server)
-        return {"rss_mib": measure_rss(server)}
+        rss = measure_rss(server)
+        before = server.info.get("rss_before_load_bytes")
+        return {"rss_mib": rss, **({"added_mib": rss - float(before) / MIB} if before else {})}
     finally:
         server.stop()
 
@@ -107,11 +121,11 @@ def worker_entry(
 
 
 def peer_entry(
-    start: PeerStart, python: Path, model: str, cfg: BenchConfig
+    start: PeerStart, python: Path, model: str, tasks: list[str], cfg: BenchConfig
 ) -> tuple[Callable[[], Server], Callable[[Server], None]]:
     """Start and warm-up functions of a peer server (``start(python, log_dir)``)."""
     return (lambda: start(python, cfg.log_dir)), (
-        lambda s: touch(warm_args(model, s.http_base or "", http=True))
+        lambda s: touch(warm_args(model, tasks, s.http_base or "", http=True))
     )
 
 
@@ -123,12 +137,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with Report(cfg, title, HEADLINE, {"models": "the embedded default catalog"}, settings) as report:
         probe = servers.start_ours(cfg.log_dir, name="ours-catalog")
         try:
-            catalog = [str(m["name"]) for m in servers.list_models(probe.grpc_target)]
+            catalog = {str(m["name"]): list(m["tasks"]) for m in servers.list_models(probe.grpc_target)}
         finally:
             probe.stop()
         # The smoke test loads only the GGUF model (fast, no torch); the catalog may grow.
-        models = catalog if cfg.mode != "tiny" else [m for m in catalog if m == CHAT_MODEL]
-        report.payload["model"]["loaded"] = models
+        models = catalog if cfg.mode != "tiny" else {m: t for m, t in catalog.items() if m == CHAT_MODEL}
+        report.payload["model"]["loaded"] = list(models)
         ours = report.add(Contender("ours", "ours (gRPC + gateway process)", "ours"))
         # name -> (label, role, model, start, warm)
         others: dict[str, tuple[str, str, str, Callable[[], Server], Callable[[Server], None]]] = {}
@@ -157,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             except peers.PeerUnavailableError as exc:
                 report.unavailable(name, label, "peer", str(exc))
                 continue
-            others[name] = (label, "peer", model, *peer_entry(start, python, model, cfg))
+            others[name] = (label, "peer", model, *peer_entry(start, python, model, models[model], cfg))
         for name, (label, role, *_) in others.items():
             report.add(Contender(name, label, role))
         per_rep: dict[str, dict[str, list[dict[str, float] | None]]] = {}
@@ -176,6 +190,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for scenario, contenders in per_rep.items():
             reference = next((n for n in contenders if n.endswith("-inprocess")), ours.name)
             report.record(scenario, {}, reference, contenders)
+        untouched = [m for m, tasks in models.items() if warm_args(m, tasks, "") is None]
+        if untouched:
+            report.note(
+                f"loaded but not sent a request (no load-client mode for their task): {', '.join(untouched)}"
+            )
         report.note(
             "RSS sums the process and its children and counts shared pages (libraries, "
             "memory-mapped weights); references: the same model loaded in a bare Python process"

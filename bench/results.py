@@ -70,7 +70,7 @@ def plot(path: Path, payload: dict[str, Any]) -> Path | None:
     scenarios = payload["scenarios"]
     labels = {name: c["label"] for name, c in payload["contenders"].items()}
     names = [n for n in payload["contenders"] if any(n in _available(s) for s in scenarios)]
-    fig, axes = plt.subplots(1, len(headline), figsize=(max(6.0, 4.2 * len(headline)), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(headline), figsize=(max(6.0, 4.2 * len(headline)), 5.2), squeeze=False)
     width = 0.8 / max(1, len(names))
     for ax, metric in zip(axes[0], headline, strict=True):
         for k, name in enumerate(names):
@@ -89,13 +89,14 @@ def plot(path: Path, payload: dict[str, Any]) -> Path | None:
         better = "higher" if metric["higher_is_better"] else "lower"
         ax.set_title(f"{metric['label']} ({better} is better)", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    handles, names_shown = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names_shown, loc="lower center", ncol=min(4, max(1, len(names_shown))), fontsize=8)
     fig.suptitle(
         f"{payload['title']}\n{machine_line(payload)}; {payload['mode']} mode, "
         f"{_reps(payload)}; bars: median, whiskers: p5{DASH}p95",
         fontsize=9,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))  # room for the legend below the panels
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

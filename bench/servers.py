@@ -136,7 +136,7 @@ def start_worker(kind: str, log_dir: Path) -> Server:
         process.stop()
         raise ProcessFailedError(f"{name} exited while loading:\n{process.log_tail()}")
     ready = json.loads(line)
-    return Server(name, process, ready_s=float(ready.get("load_s", 0.0)))
+    return Server(name, process, ready_s=float(ready.get("load_s", 0.0)), info=ready)
 
 
 def list_models(target: str) -> list[dict[str, object]]:

@@ -29,7 +29,6 @@ from engines.anomaly.types import (
     FeatureField,
     FitConfig,
     Normalization,
-    RowScore,
     ScoreResult,
 )
 from engines.errors import InvalidArgumentError
@@ -218,15 +217,13 @@ class Detector:
         if explain and flags.any():
             deviation = np.abs(x[flags] - self.center) / self.spread
             shares = feature_shares(deviation, self.encoder.output_features, len(self.encoder.names))
-        # Plain Python lists: indexing numpy arrays element by element is several times slower.
-        scores = [
-            RowScore(index=i, score=r, normalized_score=n, is_anomaly=f)
-            for i, (r, n, f) in enumerate(zip(raw.tolist(), normalized.tolist(), flags.tolist(), strict=True))
-        ]
+        explanations: dict[int, list[tuple[str, float]]] = {}
         if shares is not None:
-            for row, share in zip((s for s in scores if s.is_anomaly), shares.tolist(), strict=True):
-                row.explanation = sorted(zip(self.encoder.names, share, strict=True), key=lambda p: -p[1])
-        return ScoreResult(scores=scores, threshold=applied)
+            for row, share in zip(np.flatnonzero(flags).tolist(), shares.tolist(), strict=True):
+                explanations[row] = sorted(zip(self.encoder.names, share, strict=True), key=lambda p: -p[1])
+        return ScoreResult(
+            raw=raw, normalized=normalized, flags=flags, threshold=applied, explanations=explanations
+        )
 
 
 def check_contamination(contamination: float, field: str = "contamination") -> None:

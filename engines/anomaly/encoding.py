@@ -53,6 +53,8 @@ def check_rows(
 
     """
     width = len(schema)
+    if isinstance(rows, np.ndarray):
+        return _check_matrix(rows, schema)
     if not rows:
         raise InvalidArgumentError("rows: must contain at least one row", field="rows")
     for i, row in enumerate(rows):
@@ -95,6 +97,37 @@ def check_rows(
             )
         columns.append(array)
     return columns
+
+
+def _check_matrix(matrix: np.ndarray, schema: Sequence[FeatureField]) -> list[np.ndarray]:
+    """Vectorized :func:`check_rows` for an all-numeric float matrix of shape (rows, columns)."""
+    if matrix.ndim != 2 or matrix.shape[0] == 0:
+        raise InvalidArgumentError("numeric_rows: must contain at least one row", field="numeric_rows")
+    if matrix.shape[1] != len(schema):
+        raise InvalidArgumentError(
+            f"numeric_rows has {matrix.shape[1]} columns; expected {len(schema)} (the schema's width)",
+            field="numeric_rows.column_count",
+            width=matrix.shape[1],
+            expected_width=len(schema),
+        )
+    categorical = [f.name for f in schema if f.kind is not FeatureKind.NUMERIC]
+    if categorical:
+        raise InvalidArgumentError(
+            f"numeric_rows cannot carry categorical fields ({', '.join(categorical)}); send rows instead",
+            field="numeric_rows",
+        )
+    bad = np.argwhere(~np.isfinite(matrix))
+    if bad.size:
+        i, j = (int(v) for v in bad[0])
+        raise InvalidArgumentError(
+            f"numeric_rows row {i} column {j} ({schema[j].name}) is {matrix[i, j]}: values must be finite "
+            "(no NaN or infinity; impute missing values before sending)",
+            field=f"rows[{i}].values[{j}]",
+            row=i,
+            column=j,
+            feature=schema[j].name,
+        )
+    return [matrix[:, j] for j in range(matrix.shape[1])]
 
 
 class TabularEncoder:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import numpy as np
+
 Cell = float | str
 """One cell of a row: a number for numeric columns, a string for categorical ones."""
 
@@ -94,15 +96,39 @@ class RowScore:
 
 @dataclass(slots=True)
 class ScoreResult:
-    """Scores of a batch and the raw-score threshold that was applied."""
+    """Scores of a batch (parallel arrays, row i at position i) and the raw-score threshold applied.
 
-    scores: list[RowScore]
+    Attributes:
+        raw: raw scores, shape (rows,), float64.
+        normalized: normalized scores in [0, 1], shape (rows,).
+        flags: whether each row is flagged, shape (rows,), bool.
+        threshold: the raw-score threshold applied.
+        explanations: ``(feature, share)`` pairs of flagged rows by row index, when asked for.
+
+    """
+
+    raw: np.ndarray
+    normalized: np.ndarray
+    flags: np.ndarray
     threshold: float
+    explanations: dict[int, list[tuple[str, float]]] = field(default_factory=dict)
+
+    @property
+    def scores(self) -> list[RowScore]:
+        """One :class:`RowScore` per row (built on demand: large batches use the arrays)."""
+        return [
+            RowScore(
+                index=i, score=r, normalized_score=n, is_anomaly=f, explanation=self.explanations.get(i, [])
+            )
+            for i, (r, n, f) in enumerate(
+                zip(self.raw.tolist(), self.normalized.tolist(), self.flags.tolist(), strict=True)
+            )
+        ]
 
     @property
     def anomaly_count(self) -> int:
         """Rows flagged."""
-        return sum(1 for s in self.scores if s.is_anomaly)
+        return int(np.count_nonzero(self.flags))
 
 
 @dataclass(frozen=True, slots=True)

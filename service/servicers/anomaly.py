@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import numpy as np
 from universal_runtime.v1 import anomaly_pb2 as pb
 
 from engines.anomaly.detector import fit_detector
@@ -15,7 +16,7 @@ from service.convert.anomaly import (
     detector_info_to_pb,
     fit_config_from_pb,
     optional_threshold,
-    rows_from_pb,
+    request_rows,
     stream_config_from_pb,
     stream_response,
 )
@@ -51,9 +52,9 @@ class AnomalyRpcs(RpcBase):
     def _cpu(self) -> DeviceExecutor:
         return self._manager.executor_for("cpu")
 
-    def _rows(self, rows, *, allow_empty: bool = False) -> list[list[Cell]]:
-        return rows_from_pb(
-            rows,
+    def _rows(self, request, *, allow_empty: bool = False) -> list[list[Cell]] | np.ndarray:
+        return request_rows(
+            request,
             max_rows=self._settings.anomaly_max_rows,
             max_features=self._settings.anomaly_max_features,
             allow_empty=allow_empty,
@@ -67,7 +68,7 @@ class AnomalyRpcs(RpcBase):
         config = fit_config_from_pb(
             request.backend, request.schema, request.contamination, request.normalization
         )
-        rows = self._rows(request.rows)
+        rows = self._rows(request)
         detector = await self._cpu.run(fit_detector, rows, config)
         version = await self._cpu.run(self._detectors.save, name, detector)
         return pb.FitAnomalyDetectorResponse(
@@ -79,13 +80,18 @@ class AnomalyRpcs(RpcBase):
     ) -> pb.DetectAnomalyResponse:
         """Score rows against a saved detector, or fit-and-score them when no detector is named."""
         threshold = optional_threshold(request)
-        rows = self._rows(request.rows)
+        require(
+            not (request.columnar_output and request.explain),
+            "columnar_output",
+            "columnar output carries no explanations; drop explain or columnar_output",
+        )
+        rows = self._rows(request)
         if not request.detector:
             config = fit_config_from_pb(
                 request.backend, request.schema, request.contamination, request.normalization
             )
             result = await self._cpu.run(_fit_and_score, rows, config, threshold, request.explain)
-            return detect_response(result)
+            return detect_response(result, columnar=request.columnar_output)
         name = validate_detector_name(request.detector)
         one_shot_only = (request.backend, len(request.schema), request.contamination, request.normalization)
         require(
@@ -96,7 +102,7 @@ class AnomalyRpcs(RpcBase):
         )
         _, detector = await self._cpu.run(self._detectors.load, name)
         result = await self._cpu.run(detector.score, rows, threshold=threshold, explain=request.explain)
-        return detect_response(result)
+        return detect_response(result, columnar=request.columnar_output)
 
     async def StreamDetectAnomaly(self, request_iterator, context: grpc.aio.ServicerContext):
         """Score rows as they arrive over a rolling window (one reply per request message)."""
@@ -107,7 +113,9 @@ class AnomalyRpcs(RpcBase):
                     config = stream_config_from_pb(request.config)
                     check_stream_config(config, self._settings.anomaly_max_window)
                     session = StreamDetector(config, self._cpu)
-                rows = self._rows(request.rows, allow_empty=True)
+                rows = self._rows(request, allow_empty=True)
+                if isinstance(rows, np.ndarray):
+                    rows = rows.tolist()  # the rolling window keeps plain rows
                 yield stream_response(await session.add(rows))
         finally:
             if session is not None:

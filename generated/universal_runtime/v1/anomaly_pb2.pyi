@@ -94,21 +94,31 @@ class FeatureRow(_message.Message):
     values: _containers.RepeatedCompositeFieldContainer[FeatureValue]
     def __init__(self, values: _Optional[_Iterable[_Union[FeatureValue, _Mapping]]] = ...) -> None: ...
 
+class NumericRows(_message.Message):
+    __slots__ = ("column_count", "values")
+    COLUMN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    column_count: int
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, column_count: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
 class FitAnomalyDetectorRequest(_message.Message):
-    __slots__ = ("detector", "backend", "schema", "rows", "contamination", "normalization")
+    __slots__ = ("detector", "backend", "schema", "rows", "contamination", "normalization", "numeric_rows")
     DETECTOR_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     CONTAMINATION_FIELD_NUMBER: _ClassVar[int]
     NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
+    NUMERIC_ROWS_FIELD_NUMBER: _ClassVar[int]
     detector: str
     backend: AnomalyBackend
     schema: _containers.RepeatedCompositeFieldContainer[FeatureField]
     rows: _containers.RepeatedCompositeFieldContainer[FeatureRow]
     contamination: float
     normalization: Normalization
-    def __init__(self, detector: _Optional[str] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ...) -> None: ...
+    numeric_rows: NumericRows
+    def __init__(self, detector: _Optional[str] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ..., numeric_rows: _Optional[_Union[NumericRows, _Mapping]] = ...) -> None: ...
 
 class FitAnomalyDetectorResponse(_message.Message):
     __slots__ = ("detector", "version", "row_count", "threshold")
@@ -157,7 +167,7 @@ class AnomalySummary(_message.Message):
     def __init__(self, row_count: _Optional[int] = ..., anomaly_count: _Optional[int] = ..., anomaly_rate: _Optional[float] = ..., threshold: _Optional[float] = ...) -> None: ...
 
 class DetectAnomalyRequest(_message.Message):
-    __slots__ = ("detector", "rows", "threshold", "explain", "backend", "schema", "contamination", "normalization")
+    __slots__ = ("detector", "rows", "threshold", "explain", "backend", "schema", "contamination", "normalization", "numeric_rows", "columnar_output")
     DETECTOR_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +176,8 @@ class DetectAnomalyRequest(_message.Message):
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     CONTAMINATION_FIELD_NUMBER: _ClassVar[int]
     NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
+    NUMERIC_ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     detector: str
     rows: _containers.RepeatedCompositeFieldContainer[FeatureRow]
     threshold: float
@@ -174,15 +186,29 @@ class DetectAnomalyRequest(_message.Message):
     schema: _containers.RepeatedCompositeFieldContainer[FeatureField]
     contamination: float
     normalization: Normalization
-    def __init__(self, detector: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., threshold: _Optional[float] = ..., explain: _Optional[bool] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ...) -> None: ...
+    numeric_rows: NumericRows
+    columnar_output: bool
+    def __init__(self, detector: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., threshold: _Optional[float] = ..., explain: _Optional[bool] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ..., numeric_rows: _Optional[_Union[NumericRows, _Mapping]] = ..., columnar_output: _Optional[bool] = ...) -> None: ...
+
+class AnomalyScoreColumns(_message.Message):
+    __slots__ = ("scores", "normalized_scores", "is_anomaly")
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_SCORES_FIELD_NUMBER: _ClassVar[int]
+    IS_ANOMALY_FIELD_NUMBER: _ClassVar[int]
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    normalized_scores: _containers.RepeatedScalarFieldContainer[float]
+    is_anomaly: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, scores: _Optional[_Iterable[float]] = ..., normalized_scores: _Optional[_Iterable[float]] = ..., is_anomaly: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class DetectAnomalyResponse(_message.Message):
-    __slots__ = ("scores", "summary")
+    __slots__ = ("scores", "summary", "columns")
     SCORES_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     scores: _containers.RepeatedCompositeFieldContainer[AnomalyScore]
     summary: AnomalySummary
-    def __init__(self, scores: _Optional[_Iterable[_Union[AnomalyScore, _Mapping]]] = ..., summary: _Optional[_Union[AnomalySummary, _Mapping]] = ...) -> None: ...
+    columns: AnomalyScoreColumns
+    def __init__(self, scores: _Optional[_Iterable[_Union[AnomalyScore, _Mapping]]] = ..., summary: _Optional[_Union[AnomalySummary, _Mapping]] = ..., columns: _Optional[_Union[AnomalyScoreColumns, _Mapping]] = ...) -> None: ...
 
 class StreamDetectorConfig(_message.Message):
     __slots__ = ("backend", "schema", "contamination", "normalization", "window_size", "min_samples", "refit_interval")
@@ -203,12 +229,14 @@ class StreamDetectorConfig(_message.Message):
     def __init__(self, backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ..., window_size: _Optional[int] = ..., min_samples: _Optional[int] = ..., refit_interval: _Optional[int] = ...) -> None: ...
 
 class StreamDetectAnomalyRequest(_message.Message):
-    __slots__ = ("config", "rows")
+    __slots__ = ("config", "rows", "numeric_rows")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    NUMERIC_ROWS_FIELD_NUMBER: _ClassVar[int]
     config: StreamDetectorConfig
     rows: _containers.RepeatedCompositeFieldContainer[FeatureRow]
-    def __init__(self, config: _Optional[_Union[StreamDetectorConfig, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ...) -> None: ...
+    numeric_rows: NumericRows
+    def __init__(self, config: _Optional[_Union[StreamDetectorConfig, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., numeric_rows: _Optional[_Union[NumericRows, _Mapping]] = ...) -> None: ...
 
 class StreamDetectAnomalyResponse(_message.Message):
     __slots__ = ("scores", "state", "window_row_count", "fit_count")
