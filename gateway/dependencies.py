@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import secrets
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from gateway.errors import GatewayError
 from gateway.grpc_clients import GrpcClients
@@ -81,3 +82,10 @@ def require_api_key(request: Request) -> None:
             code="invalid_api_key",
             error_type="authentication_error",
         )
+
+
+Clients = Annotated[GrpcClients, Depends(get_clients)]
+"""Route parameter type: the app's gRPC stubs."""
+
+Metadata = Annotated[CallMetadata, Depends(get_call_metadata)]
+"""Route parameter type: the metadata for this request's gRPC calls."""

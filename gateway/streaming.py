@@ -17,6 +17,7 @@ from fastapi import Request
 from sse_starlette import EventSourceResponse
 from universal_runtime.v1 import generation_pb2
 
+from gateway.dependencies import CallMetadata
 from gateway.errors import HTTP_CLIENT_CLOSED_REQUEST, GatewayError, rpc_error_to_http
 
 logger = logging.getLogger(__name__)
@@ -158,3 +159,17 @@ async def stream_generation(
     call = start_call()
     first = await call_until_disconnect(request, call, call.read())
     return EventSourceResponse(_relay(call, first, translator), sep="\n", ping=_SSE_PING_SECONDS)
+
+
+async def unary_call(
+    request: Request, method: Callable[..., Any], message: Any, metadata: CallMetadata
+) -> Any:
+    """Make a unary gRPC call that is cancelled if the HTTP client disconnects first.
+
+    Raises:
+        GatewayError: 499 ``client_closed_request`` when the client disconnected first.
+        grpc.aio.AioRpcError: The call failed.
+
+    """
+    call = method(message, metadata=metadata)
+    return await call_until_disconnect(request, call, call)

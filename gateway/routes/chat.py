@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
-from gateway.grpc_clients import GrpcClients
+from gateway.dependencies import Clients, Metadata
 from gateway.schemas.chat import ChatCompletionRequest
-from gateway.streaming import call_until_disconnect, stream_generation
+from gateway.streaming import stream_generation, unary_call
 from gateway.translate import chat
 
 router = APIRouter(tags=["generation"])
@@ -20,8 +17,8 @@ router = APIRouter(tags=["generation"])
 async def create_chat_completion(
     body: ChatCompletionRequest,
     request: Request,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> Response:
     """Generate a chat completion.
 
@@ -39,6 +36,5 @@ async def create_chat_completion(
         return await stream_generation(
             request, lambda: clients.inference.GenerateStream(stream_request, metadata=metadata), translator
         )
-    call = clients.inference.Generate(chat.to_generate_request(body), metadata=metadata)
-    response = await call_until_disconnect(request, call, call)
+    response = await unary_call(request, clients.inference.Generate, chat.to_generate_request(body), metadata)
     return JSONResponse(chat.chat_completion_from_proto(response, requested_model=body.model))

@@ -6,15 +6,14 @@ them, ``DELETE /v1/classifiers/{name}`` deletes one.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from universal_runtime.v1 import encoders_pb2
 
-from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
-from gateway.grpc_clients import GrpcClients
+from gateway.dependencies import Clients, Metadata
 from gateway.schemas.classify import ClassifyRequest, FitClassifierRequest
-from gateway.streaming import call_until_disconnect
+from gateway.streaming import unary_call
 from gateway.translate.classify import (
     classifier_json,
     classify_from_proto,
@@ -29,8 +28,8 @@ router = APIRouter(tags=["encoders"])
 async def classify(
     body: ClassifyRequest,
     request: Request,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """Classify texts with a catalog classifier, a custom classifier, or zero-shot ``candidate_labels``.
 
@@ -38,8 +37,7 @@ async def classify(
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
 
     """
-    call = clients.inference.Classify(to_classify_request(body), metadata=metadata)
-    response = await call_until_disconnect(request, call, call)
+    response = await unary_call(request, clients.inference.Classify, to_classify_request(body), metadata)
     return classify_from_proto(
         response, requested_model=body.model, multi_label=body.multi_label, all_scores=body.all_scores
     )
@@ -49,8 +47,8 @@ async def classify(
 async def fit_classifier(
     body: FitClassifierRequest,
     request: Request,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """Fit a classifier head on embeddings of labelled examples and save it; returns its description.
 
@@ -58,15 +56,16 @@ async def fit_classifier(
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
 
     """
-    call = clients.inference.FitClassifier(to_fit_classifier_request(body), metadata=metadata)
-    response = await call_until_disconnect(request, call, call)
+    response = await unary_call(
+        request, clients.inference.FitClassifier, to_fit_classifier_request(body), metadata
+    )
     return classifier_json(response.classifier)
 
 
 @router.get("/v1/classifiers")
 async def list_classifiers(
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """List saved custom classifiers: ``{"object": "list", "data": [classifier, ...]}``."""
     response = await clients.inference.ListClassifiers(
@@ -78,8 +77,8 @@ async def list_classifiers(
 @router.delete("/v1/classifiers/{name}")
 async def delete_classifier(
     name: str,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """Delete a saved classifier: ``{"object": "classifier", "name", ..., "deleted": true}``.
 

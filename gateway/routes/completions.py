@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
-from gateway.grpc_clients import GrpcClients
+from gateway.dependencies import Clients, Metadata
 from gateway.schemas.completions import CompletionRequest
-from gateway.streaming import call_until_disconnect, stream_generation
+from gateway.streaming import stream_generation, unary_call
 from gateway.translate import completions
 
 router = APIRouter(tags=["generation"])
@@ -20,8 +17,8 @@ router = APIRouter(tags=["generation"])
 async def create_completion(
     body: CompletionRequest,
     request: Request,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> Response:
     """Complete a raw prompt.
 
@@ -40,6 +37,7 @@ async def create_completion(
         return await stream_generation(
             request, lambda: clients.inference.GenerateStream(stream_request, metadata=metadata), translator
         )
-    call = clients.inference.Generate(completions.to_generate_request(body), metadata=metadata)
-    response = await call_until_disconnect(request, call, call)
+    response = await unary_call(
+        request, clients.inference.Generate, completions.to_generate_request(body), metadata
+    )
     return JSONResponse(completions.completion_from_proto(response, requested_model=body.model))

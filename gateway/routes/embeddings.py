@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
-from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
-from gateway.grpc_clients import GrpcClients
+from gateway.dependencies import Clients, Metadata
 from gateway.schemas.embeddings import EmbeddingRequest
-from gateway.streaming import call_until_disconnect
+from gateway.streaming import unary_call
 from gateway.translate.embeddings import embeddings_from_proto, to_embed_request
 
 router = APIRouter(tags=["encoders"])
@@ -19,8 +18,8 @@ router = APIRouter(tags=["encoders"])
 async def create_embeddings(
     body: EmbeddingRequest,
     request: Request,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """Embed one or more texts; returns OpenAI's embeddings list (float lists or base64 strings).
 
@@ -28,6 +27,5 @@ async def create_embeddings(
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
 
     """
-    call = clients.inference.Embed(to_embed_request(body), metadata=metadata)
-    response = await call_until_disconnect(request, call, call)
+    response = await unary_call(request, clients.inference.Embed, to_embed_request(body), metadata)
     return embeddings_from_proto(response, requested_model=body.model, encoding_format=body.encoding_format)

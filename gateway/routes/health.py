@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
 
 import grpc
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from grpc_health.v1 import health_pb2
 
-from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
-from gateway.grpc_clients import GrpcClients
+from gateway.dependencies import Clients, Metadata
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +21,8 @@ HEALTH_CHECK_TIMEOUT_S = 3.0
 
 @router.get("/health")
 async def health(
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> JSONResponse:
     """Check the server with ``grpc.health.v1.Health/Check`` (service ``""``: the whole server).
 

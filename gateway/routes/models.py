@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from universal_runtime.v1 import model_service_pb2
 
-from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
-from gateway.grpc_clients import GrpcClients
+from gateway.dependencies import Clients, Metadata
 from gateway.translate.models import model_list_to_openai, model_to_openai
 
 router = APIRouter(tags=["models"])
@@ -16,8 +15,8 @@ router = APIRouter(tags=["models"])
 
 @router.get("/v1/models")
 async def list_models(
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """List the catalog as ``{"object": "list", "data": [model, ...]}`` (see ``model_to_openai``).
 
@@ -33,8 +32,8 @@ async def list_models(
 @router.get("/v1/models/{name:path}")
 async def get_model(
     name: str,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """Return one model object.
 

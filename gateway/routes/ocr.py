@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 
 import grpc
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from universal_runtime.v1 import ocr_pb2
 
-from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
+from gateway.dependencies import Clients, Metadata
 from gateway.errors import GatewayError, error_info_from_rpc_error
-from gateway.grpc_clients import GrpcClients
 from gateway.schemas.ocr import OcrJsonRequest
 from gateway.translate.ocr import decode_file, ocr_messages, ocr_result
 
@@ -61,8 +60,8 @@ async def _from_json(request: Request) -> tuple[bytes, OcrJsonRequest]:
 @router.post("/v1/ocr")
 async def create_ocr(
     request: Request,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """Read text from an image or PDF; returns every page (see ``translate.ocr.ocr_result``).
 

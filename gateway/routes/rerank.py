@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
-from gateway.dependencies import CallMetadata, get_call_metadata, get_clients, get_request_id
-from gateway.grpc_clients import GrpcClients
+from gateway.dependencies import (
+    Clients,
+    Metadata,
+    get_request_id,
+)
 from gateway.schemas.rerank import RerankRequest
-from gateway.streaming import call_until_disconnect
+from gateway.streaming import unary_call
 from gateway.translate.rerank import rerank_from_proto, to_rerank_request
 
 router = APIRouter(tags=["encoders"])
@@ -19,8 +22,8 @@ router = APIRouter(tags=["encoders"])
 async def rerank(
     body: RerankRequest,
     request: Request,
-    clients: Annotated[GrpcClients, Depends(get_clients)],
-    metadata: Annotated[CallMetadata, Depends(get_call_metadata)],
+    clients: Clients,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """Rank documents by relevance to the query; results sorted best first, with their original index.
 
@@ -28,8 +31,7 @@ async def rerank(
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
 
     """
-    call = clients.inference.Rerank(to_rerank_request(body), metadata=metadata)
-    response = await call_until_disconnect(request, call, call)
+    response = await unary_call(request, clients.inference.Rerank, to_rerank_request(body), metadata)
     return rerank_from_proto(
         response,
         request_id=get_request_id(request),

@@ -13,6 +13,7 @@ from universal_runtime.v1 import generation_pb2
 
 from gateway.schemas.chat import ChatCompletionRequest, ChatMessageParam
 from gateway.translate.generation import (
+    StreamTranslator,
     compact_json,
     completion_id,
     finish_reason_label,
@@ -178,7 +179,7 @@ def chat_completion_from_proto(
     return body
 
 
-class ChatStreamTranslator:
+class ChatStreamTranslator(StreamTranslator):
     """Turns ``GenerateStreamResponse`` messages into ``chat.completion.chunk`` objects.
 
     Per choice: a first chunk with ``delta: {"role": "assistant", "content": ""}``, then a chunk
@@ -193,43 +194,19 @@ class ChatStreamTranslator:
 
     """
 
+    object_name = OBJECT_CHUNK
+    id_prefix = ID_PREFIX
+
     def __init__(self, *, requested_model: str, include_usage: bool) -> None:
-        self._model = requested_model
-        self._include_usage = include_usage
-        self._id: str | None = None
-        self._created = unix_now()
+        super().__init__(requested_model=requested_model, include_usage=include_usage)
         self._started: set[int] = set()
-        self._usage: dict[str, int] | None = None
-
-    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        chunk: dict[str, Any] = {
-            "id": self._ensure_id(""),
-            "object": OBJECT_CHUNK,
-            "created": self._created,
-            "model": self._model,
-            "choices": choices,
-        }
-        if self._include_usage:
-            chunk["usage"] = None
-        return chunk
-
-    def _ensure_id(self, server_id: str) -> str:
-        # The server sends the same id on every message; the first one fixes the stream's id.
-        if self._id is None:
-            self._id = completion_id(server_id, ID_PREFIX)
-        return self._id
 
     @staticmethod
     def _choice(index: int, delta: dict[str, Any], *, finish_reason: str | None = None, logprobs: Any = None):
         return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
 
-    def on_message(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
-        """Return the chunks for one gRPC stream message (possibly none)."""
-        self._ensure_id(message.id)
-        if message.model:
-            self._model = message.model
-        if message.HasField("usage"):
-            self._usage = usage_dict(message.usage)
+    def message_chunks(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
+        """The chunks of one message."""
         chunks = []
         index = message.index
         if index not in self._started:
@@ -247,14 +224,6 @@ class ChatStreamTranslator:
         if finish_reason is not None:
             chunks.append(self._chunk([self._choice(index, {}, finish_reason=finish_reason)]))
         return chunks
-
-    def on_end(self) -> list[dict[str, Any]]:
-        """Return the usage chunk when requested (``usage`` null if the server sent none)."""
-        if not self._include_usage:
-            return []
-        chunk = self._chunk([])
-        chunk["usage"] = self._usage
-        return [chunk]
 
 
 def _tool_call_delta_dict(call: generation_pb2.ToolCallDelta) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from universal_runtime.v1 import generation_pb2
 
 from gateway.schemas.completions import CompletionRequest
 from gateway.translate.generation import (
+    StreamTranslator,
     completion_id,
     finish_reason_label,
     generation_parameters,
@@ -109,7 +110,7 @@ def completion_from_proto(
     return body
 
 
-class CompletionStreamTranslator:
+class CompletionStreamTranslator(StreamTranslator):
     """Turns ``GenerateStreamResponse`` messages into streamed ``text_completion`` chunks.
 
     One chunk per message with text or log probabilities, then one with empty text and the
@@ -121,39 +122,15 @@ class CompletionStreamTranslator:
 
     """
 
+    object_name = OBJECT_COMPLETION
+    id_prefix = ID_PREFIX
+
     def __init__(self, *, requested_model: str, include_usage: bool) -> None:
-        self._model = requested_model
-        self._include_usage = include_usage
-        self._id: str | None = None
-        self._created = unix_now()
+        super().__init__(requested_model=requested_model, include_usage=include_usage)
         self._offsets: dict[int, int] = {}
-        self._usage: dict[str, int] | None = None
 
-    def _ensure_id(self, server_id: str) -> str:
-        # The server sends the same id on every message; the first one fixes the stream's id.
-        if self._id is None:
-            self._id = completion_id(server_id, ID_PREFIX)
-        return self._id
-
-    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        chunk: dict[str, Any] = {
-            "id": self._ensure_id(""),
-            "object": OBJECT_COMPLETION,
-            "created": self._created,
-            "model": self._model,
-            "choices": choices,
-        }
-        if self._include_usage:
-            chunk["usage"] = None
-        return chunk
-
-    def on_message(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
-        """Return the chunks for one gRPC stream message (possibly none)."""
-        self._ensure_id(message.id)
-        if message.model:
-            self._model = message.model
-        if message.HasField("usage"):
-            self._usage = usage_dict(message.usage)
+    def message_chunks(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
+        """The chunks of one message."""
         chunks = []
         index = message.index
         offset = self._offsets.get(index, 0)
@@ -167,11 +144,3 @@ class CompletionStreamTranslator:
             choice = {"index": index, "text": "", "finish_reason": finish_reason, "logprobs": None}
             chunks.append(self._chunk([choice]))
         return chunks
-
-    def on_end(self) -> list[dict[str, Any]]:
-        """Return the usage chunk when requested (``usage`` null if the server sent none)."""
-        if not self._include_usage:
-            return []
-        chunk = self._chunk([])
-        chunk["usage"] = self._usage
-        return [chunk]

@@ -108,3 +108,66 @@ def generation_parameters(
         if value is not None:
             setattr(params, name, value)
     return params
+
+
+class StreamTranslator:
+    """Shared state of the chunk translators: the stream's id, model, creation time and usage.
+
+    Subclasses set ``object_name`` and ``id_prefix`` and implement :meth:`message_chunks`;
+    :meth:`on_message` records what every message carries, :meth:`on_end` adds OpenAI's final
+    usage chunk (empty ``choices``) when ``include_usage`` was asked for.
+
+    Args:
+        requested_model: Model name of the request, used until the server names its model.
+        include_usage: Whether the client asked for ``stream_options.include_usage``.
+
+    """
+
+    object_name: str
+    id_prefix: str
+
+    def __init__(self, *, requested_model: str, include_usage: bool) -> None:
+        self._model = requested_model
+        self._include_usage = include_usage
+        self._id: str | None = None
+        self._created = unix_now()
+        self._usage: dict[str, int] | None = None
+
+    def _ensure_id(self, server_id: str) -> str:
+        # The server sends the same id on every message; the first one fixes the stream's id.
+        if self._id is None:
+            self._id = completion_id(server_id, self.id_prefix)
+        return self._id
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self._ensure_id(""),
+            "object": self.object_name,
+            "created": self._created,
+            "model": self._model,
+            "choices": choices,
+        }
+        if self._include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def on_message(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
+        """Return the chunks for one gRPC stream message (possibly none)."""
+        self._ensure_id(message.id)
+        if message.model:
+            self._model = message.model
+        if message.HasField("usage"):
+            self._usage = usage_dict(message.usage)
+        return self.message_chunks(message)
+
+    def message_chunks(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
+        """The endpoint-specific chunks of one message."""
+        raise NotImplementedError
+
+    def on_end(self) -> list[dict[str, Any]]:
+        """Return the usage chunk when requested (``usage`` null if the server sent none)."""
+        if not self._include_usage:
+            return []
+        chunk = self._chunk([])
+        chunk["usage"] = self._usage
+        return [chunk]
