@@ -39,6 +39,15 @@ def test_update_readme_replaces_only_its_section(tmp_path):
     assert text.startswith("intro") and "tail" in text and "other" in text
 
 
+def _wait(proc: subprocess.Popen, timeout_s: float = 240) -> str:
+    """The process's output; on timeout SIGTERM (the harness then stops the servers it started)."""
+    try:
+        return proc.communicate(timeout=timeout_s)[0]
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        return proc.communicate(timeout=60)[0] + "\n(timed out)"
+
+
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     """Run the four entry points at once (each in its own process and out dir)."""
@@ -54,7 +63,7 @@ def tiny_runs(tmp_path_factory):
         )
         for area in AREAS
     }
-    logs = {area: proc.communicate(timeout=240)[0] for area, proc in procs.items()}
+    logs = {area: _wait(proc) for area, proc in procs.items()}
     assert (REPO / "bench" / "README.md").read_text() == readme_before, "tiny runs must not touch bench/"
     return out, {area: (procs[area].returncode, logs[area]) for area in AREAS}
 

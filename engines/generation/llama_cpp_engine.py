@@ -26,7 +26,7 @@ from engines.generation.base import GenerationEngine, StepResult
 from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
 from engines.generation.logprobs import token_logprobs
 from engines.generation.sequence import GenerationSequence
-from engines.generation.structured import messages_with_tools, output_constraint
+from engines.generation.structured import message_dict, messages_with_tools, output_constraint
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import ChatMessage, GenerationRequest, MemoryUsage, SamplingParams
@@ -228,7 +228,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 model=self.spec.name,
             )
         try:
-            return self._formatter(messages=[_message_dict(m) for m in messages], tools=tools).prompt
+            return self._formatter(messages=[message_dict(m) for m in messages], tools=tools).prompt
         except Exception as exc:  # template errors (raise_exception in the template) are client errors
             raise InvalidArgumentError(
                 f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
@@ -390,15 +390,3 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 self._free_ids.append(state.seq_id)
                 state.seq_id = None
             state.sampler.close()
-
-
-def _message_dict(message: ChatMessage) -> dict[str, Any]:
-    """OpenAI-style message dict, the shape chat templates expect."""
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.name:
-        out["name"] = message.name
-    if message.tool_call_id:
-        out["tool_call_id"] = message.tool_call_id
-    if message.tool_calls:
-        out["tool_calls"] = message.tool_calls
-    return out

@@ -15,6 +15,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engines.errors import InvalidArgumentError
 from engines.types import (
@@ -226,3 +227,15 @@ def output_postprocessor(request: GenerationRequest) -> Callable[[GenerationDelt
     if not tools_active(request):
         return None
     return ToolCallExtractor(forced=request.tool_choice in (ToolChoiceMode.REQUIRED, ToolChoiceMode.FUNCTION))
+
+
+def message_dict(message: ChatMessage) -> dict[str, Any]:
+    """OpenAI-style message dict, the shape chat templates expect."""
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name:
+        out["name"] = message.name
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    if message.tool_calls:
+        out["tool_calls"] = message.tool_calls
+    return out

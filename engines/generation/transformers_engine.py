@@ -35,10 +35,9 @@ from engines.device import torch_dtype_for, torch_module_memory
 from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.generation.base import GenerationEngine, StepResult
 from engines.generation.gguf_info import gguf_parameter_count
-from engines.generation.llama_cpp_engine import _message_dict
 from engines.generation.logprobs import token_logprobs
 from engines.generation.sequence import GenerationSequence
-from engines.generation.structured import messages_with_tools, output_constraint
+from engines.generation.structured import message_dict, messages_with_tools, output_constraint
 from engines.registry import register_backend
 from engines.sources import ResolvedSource, path_size_bytes, resolve_source
 from engines.types import GenerationRequest, MemoryUsage
@@ -270,7 +269,7 @@ class TransformersGenerationEngine(GenerationEngine):
         messages, tools = messages_with_tools(request, self._template_has_tools)
         try:
             text = self.tokenizer.apply_chat_template(
-                [_message_dict(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False
+                [message_dict(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False
             )
         except Exception as exc:  # template errors (raise_exception in the template) are client errors
             raise InvalidArgumentError(

@@ -6,9 +6,9 @@ import asyncio
 
 import grpc
 import pytest
+from universal_runtime.v1 import generation_pb2 as g
 
 from tests.conftest import CHAT_MODEL, error_info
-from universal_runtime.v1 import generation_pb2 as g
 
 PROMPTS = [
     "Name a fruit.",
