@@ -79,13 +79,6 @@ class UnavailableError(RuntimeServiceError):
     reason = "UNAVAILABLE"
 
 
-class NotImplementedYetError(RuntimeServiceError):
-    """The RPC exists in the contract but its engine is not built yet (UNIMPLEMENTED)."""
-
-    status = "UNIMPLEMENTED"
-    reason = "NOT_IMPLEMENTED"
-
-
 class ModelLoadError(RuntimeServiceError):
     """A model failed to load; the message is safe for clients, the cause goes to the log (INTERNAL)."""
 
