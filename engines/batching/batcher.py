@@ -5,7 +5,9 @@ Every encoder engine (embeddings, cross-encoder reranking, sequence classificati
 their items wait in a bounded FIFO queue. One collector task per batcher:
 
 1. waits for the first queued item, then up to ``max_wait_ms`` (measured from that item's
-   arrival) for more, or less when the queue already holds a full batch;
+   arrival) for more, or less when the queue already holds a full batch. The default is 0:
+   whatever is queued when the device is free runs at once, so a lone request pays no wait,
+   and under load batches grow by themselves while the previous batch runs;
 2. takes the oldest items that fit the batch limits (at most ``max_batch_size`` items and a
    padded cost ``len(batch) * max(cost)`` of at most ``max_batch_tokens`` tokens; the first item
    is always taken, so one over-budget input still runs), dropping items whose caller was
@@ -51,14 +53,15 @@ class BatchingConfig:
     Attributes:
         max_batch_tokens: most padded tokens per batch (``len(batch) * longest item``).
         max_batch_size: most items per batch.
-        max_wait_ms: longest time the oldest queued item waits for company before its batch runs.
+        max_wait_ms: longest time the oldest queued item waits for company before its batch runs
+            (default 0: batch what is queued when the device is free).
         max_queue: most items waiting (not yet running); more are refused with OVERLOADED.
 
     """
 
     max_batch_tokens: int = 16384
     max_batch_size: int = 64
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 0.0
     max_queue: int = 4096
 
     @classmethod

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 
 from gateway.dependencies import Clients, Metadata
-from gateway.schemas.embeddings import EmbeddingRequest
+from gateway.schemas.embeddings import EmbeddingRequest, EmbeddingResponse
 from gateway.streaming import unary_call
 from gateway.translate.embeddings import embeddings_from_proto, to_embed_request
 
@@ -20,7 +18,7 @@ async def create_embeddings(
     request: Request,
     clients: Clients,
     metadata: Metadata,
-) -> dict[str, Any]:
+) -> EmbeddingResponse:
     """Embed one or more texts; returns OpenAI's embeddings list (float lists or base64 strings).
 
     Raises:
@@ -28,4 +26,7 @@ async def create_embeddings(
 
     """
     response = await unary_call(request, clients.inference.Embed, to_embed_request(body), metadata)
-    return embeddings_from_proto(response, requested_model=body.model, encoding_format=body.encoding_format)
+    # A typed return lets FastAPI serialize with pydantic-core (fast for long float lists).
+    return EmbeddingResponse.model_validate(
+        embeddings_from_proto(response, requested_model=body.model, encoding_format=body.encoding_format)
+    )

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import BaseModel
+
 from gateway.schemas.base import Int32
 from gateway.schemas.encoder_base import TextsRequestModel
 
@@ -36,3 +38,31 @@ class EmbeddingRequest(TextsRequestModel):
     truncation: Literal["end", "start", "error"] | bool | None = None
     prompt_name: str | None = None
     prompt: str | None = None
+
+
+class EmbeddingObject(BaseModel):
+    """One vector of an embeddings response."""
+
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(BaseModel):
+    """Token usage of an embeddings response."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(BaseModel):
+    """Response of ``POST /v1/embeddings`` (OpenAI's shape).
+
+    Declared as the route's return type so FastAPI serializes it straight to JSON bytes with
+    pydantic-core instead of walking every float with ``jsonable_encoder``.
+    """
+
+    object: Literal["list"] = "list"
+    data: list[EmbeddingObject]
+    model: str
+    usage: EmbeddingUsage
