@@ -65,7 +65,9 @@ async def test_tool_call_streamed(sdk):
     assert len(deltas) > 2
     arguments = "".join(d.function.arguments or "" for d in deltas)
     assert isinstance(json.loads(arguments)["city"], str)
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "tool_calls"
+    ]
 
 
 async def test_tool_result_round_trip(sdk):
@@ -76,7 +78,11 @@ async def test_tool_result_round_trip(sdk):
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees and sunny"},
@@ -123,7 +129,9 @@ async def test_logprobs_and_n(sdk):
 
 
 async def test_legacy_completion(sdk):
-    completion = await sdk.completions.create(model=CHAT_MODEL, prompt="1, 2, 3, 4,", max_tokens=6, temperature=0)
+    completion = await sdk.completions.create(
+        model=CHAT_MODEL, prompt="1, 2, 3, 4,", max_tokens=6, temperature=0
+    )
     assert "5" in completion.choices[0].text
     assert completion.usage.completion_tokens == 6
 

@@ -25,6 +25,7 @@ from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.generation.base import GenerationEngine, StepResult
 from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
 from engines.generation.logprobs import token_logprobs
+from engines.generation.prefix_cache import PrefixCache
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import message_dict, messages_with_tools, output_constraint
 from engines.registry import register_backend
@@ -59,6 +60,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
     Catalog options: ``n_ctx`` (tokens per sequence; default from the training context and
     free memory, see :mod:`engines.generation.context_size`), ``max_context`` (that default's
     cap, 4096), ``max_sequences`` (default 8), ``n_batch`` (tokens per decode, default 512),
+    ``prefix_cache_block`` (reuse prompt prefixes in blocks of this many tokens, trading
+    bitwise reproducibility for time to first token; 0, the default, prefills every prompt
+    whole, see :mod:`engines.generation.prefix_cache`),
     ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
     (default all on CUDA builds when the device is CUDA, else 0), ``chat_template`` (override
     the GGUF's template).
@@ -100,6 +104,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         # llama.cpp logs through llama-cpp-python's logger; keep its chatter out of our log.
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
         self._pieces: dict[int, bytes] = {}
+        self.reused_prompt_tokens = 0  # prompt tokens served from the prefix cache (statistics)
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = int(
             self.option("n_gpu_layers", -1 if self.device.startswith("cuda") else 0)
@@ -128,8 +133,10 @@ class LlamaCppGenerationEngine(GenerationEngine):
         ctx_params.n_ubatch = self._n_batch
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
-        # Separate KV streams per sequence: faster when sequences share no long prefix.
-        ctx_params.kv_unified = False
+        block = int(self.option("prefix_cache_block", 0))
+        # A unified KV cache lets sequences share prefix cells (prefix caching); without it,
+        # separate streams per sequence are faster when sequences share no long prefix.
+        ctx_params.kv_unified = block > 0
         # Flash attention off by default, as llama-cpp-python's own default, so greedy output
         # matches it token for token; "flash_attn: true" turns it on.
         ctx_params.flash_attn_type = (
@@ -141,7 +148,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         self._batch = LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)
         self._context_length = min(per_sequence, int(llama_cpp.llama_n_ctx_seq(self.ctx.ctx)))
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
-        self._free_ids = list(range(self.max_sequences))
+        self._prefix = PrefixCache(self.max_sequences, block)
         self._metadata = metadata
         template = self.option("chat_template") or self._metadata.get("tokenizer.chat_template")
         self._bos_text = self._piece_text(self.model.token_bos(), special=True)
@@ -346,13 +353,16 @@ class LlamaCppGenerationEngine(GenerationEngine):
             if not state.pending or budget <= 0:
                 continue
             if state.seq_id is None:
-                state.seq_id = self._free_ids.pop()
-            chunk, state.pending = state.pending[:budget], state.pending[budget:]
+                self._assign_slot(sequence)
+            prompt = sequence.prompt_tokens
+            end = self._prefix.chunk_end(state.n_past, len(prompt), budget)
+            chunk, state.pending = prompt[state.n_past : end], prompt[end:]
             for offset, token in enumerate(chunk):
                 last = not state.pending and offset == len(chunk) - 1
                 add(token, state.n_past + offset, state.seq_id, last)
-            state.n_past += len(chunk)
+            state.n_past = end
             budget -= len(chunk)
+            self._prefix.record(state.seq_id, prompt[:end])
             if not state.pending:
                 logits_at.append((sequence, batch.n_tokens - 1))
         if batch.n_tokens == 0:
@@ -376,8 +386,26 @@ class LlamaCppGenerationEngine(GenerationEngine):
             results.append((sequence, token, scored))
         return results
 
+    def _assign_slot(self, sequence: GenerationSequence) -> None:
+        """Give a new sequence a slot, starting it with any reusable prompt prefix's KV cells."""
+        import llama_cpp
+
+        state: _SlotState = sequence.engine_state
+        plan = self._prefix.acquire(sequence.prompt_tokens)
+        memory = self.ctx.memory
+        if plan.source is None:
+            # Keep the reused prefix in place (nothing when plan.reused is 0).
+            llama_cpp.llama_memory_seq_rm(memory, plan.slot, plan.reused, -1)
+        else:
+            llama_cpp.llama_memory_seq_rm(memory, plan.slot, -1, -1)
+            llama_cpp.llama_memory_seq_cp(memory, plan.source, plan.slot, 0, plan.reused)
+        state.seq_id = plan.slot
+        state.n_past = plan.reused
+        state.pending = sequence.prompt_tokens[plan.reused :]
+        self.reused_prompt_tokens += plan.reused
+
     def release(self, sequences: list[GenerationSequence]) -> None:
-        """Remove the sequences' KV cells and free their samplers."""
+        """Free the sequences' samplers and KV cells (keeping prompt cells when prefixes are cached)."""
         import llama_cpp
 
         for sequence in sequences:
@@ -386,7 +414,8 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 continue
             state.released = True
             if state.seq_id is not None:
-                llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, -1, -1)
-                self._free_ids.append(state.seq_id)
+                kept = min(state.n_past, len(sequence.prompt_tokens)) if self._prefix.block else 0
+                llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, kept, -1)
+                self._prefix.release(state.seq_id, sequence.prompt_tokens[:kept])
                 state.seq_id = None
             state.sampler.close()

@@ -52,7 +52,8 @@ async def test_cancelling_one_stream_frees_its_slot_and_spares_the_others(infere
     expected = [await stream_text(inference, chat(p)) for p in PROMPTS[:3]]
     long_call = inference.GenerateStream(
         g.GenerateStreamRequest(
-            model=CHAT_MODEL, prompt="Count to one thousand: one, two, three,",
+            model=CHAT_MODEL,
+            prompt="Count to one thousand: one, two, three,",
             parameters=g.GenerationParameters(max_tokens=1000, temperature=0),
         ),
         metadata=(("x-request-id", "batched-cancel"),),
@@ -77,7 +78,8 @@ async def test_cancelling_one_stream_frees_its_slot_and_spares_the_others(infere
 
 async def test_expired_deadline_is_deadline_exceeded_and_frees_the_slot(inference, server):
     request = g.GenerateStreamRequest(
-        model=CHAT_MODEL, prompt="Count to one thousand: one, two,",
+        model=CHAT_MODEL,
+        prompt="Count to one thousand: one, two,",
         parameters=g.GenerationParameters(max_tokens=1000, temperature=0),
     )
     with pytest.raises(grpc.aio.AioRpcError) as caught:
