@@ -1,4 +1,4 @@
-"""``python -m bench``: every area in turn (overhead, embeddings, generation, memory), same flags.
+"""``python -m bench``: every area in turn (see ``AREAS``), same flags.
 
 An area that fails is reported and the others still run; the exit status is 1 if any failed.
 """
@@ -9,9 +9,16 @@ import sys
 import time
 import traceback
 
-from bench import embeddings, generation, memory, overhead
+from bench import anomaly, embeddings, generation, memory, ocr, overhead
 
-AREAS = {"overhead": overhead, "embeddings": embeddings, "generation": generation, "memory": memory}
+AREAS = {
+    "overhead": overhead,
+    "embeddings": embeddings,
+    "generation": generation,
+    "memory": memory,
+    "ocr": ocr,
+    "anomaly": anomaly,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,9 @@
 - ``llama``: llama-cpp-python's ``Llama.create_chat_completion(stream=True)`` called directly,
   one request after another on one thread: the floor of serving overhead for generation.
 - ``st``: sentence-transformers ``SentenceTransformer.encode``: the reference for embeddings.
+- ``ocr``: ``RapidOCR()(image)`` and ``pytesseract.image_to_data`` on the decoded OCR page.
+- ``anomaly``: scikit-learn IsolationForest (on StandardScaler-scaled rows) and pyod ECOD,
+  fitted once on the fit rows, scoring the batch.
 
 The worker loads its model, prints ``{"ready": true, "load_s": ..., "rss_before_load_bytes": ...}``,
 then answers one JSON command per stdin line with one JSON line in the load client's result format
@@ -10,8 +13,10 @@ then answers one JSON command per stdin line with one JSON line in the load clie
 
     {"op": "generate", "requests": 4, "max_tokens": 128, "warmup": 1, "duration_s": 60}
     {"op": "embed", "requests": 100, "batch": 32, "warmup": 1, "duration_s": 5}
+    {"op": "ocr", "model": "rapidocr", "requests": 5, "warmup": 1, "duration_s": 5}
+    {"op": "anomaly", "detector": "iforest", "rows": 10000, "requests": 5, "warmup": 1}
 
-Usage: ``python -m bench.inprocess llama`` or ``python -m bench.inprocess st``.
+Usage: ``python -m bench.inprocess KIND`` (``llama``, ``st``, ``ocr``, ``anomaly``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.workloads import MAX_NEW_TOKENS, chat_messages, gguf_path, minilm_dir, sentence_batch
+from bench.workloads import (
+    ANOMALY_FIT_ROWS,
+    ANOMALY_FIT_SEED,
+    ANOMALY_SCORE_SEED,
+    MAX_NEW_TOKENS,
+    anomaly_matrix,
+    chat_messages,
+    gguf_path,
+    minilm_dir,
+    ocr_page_png,
+    sentence_batch,
+)
 
 #: Context size, as in the server's default catalog entry.
 N_CTX = 2048
@@ -74,7 +90,81 @@ def load_sentence_transformers() -> Callable[[int, dict[str, Any]], dict[str, An
     return embed
 
 
-LOADERS = {"llama": load_llama, "st": load_sentence_transformers}
+def load_ocr() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    """Create RapidOCR and find tesseract; return a one-page function (``model`` picks the engine).
+
+    The page is decoded once: the reference is the engine alone, without transfer or decoding.
+    Tesseract gets our catalog entry's settings (``eng``, ``--psm 3 --oem 1``).
+    """
+    import io
+
+    import numpy as np
+    import pytesseract
+    from PIL import Image
+    from rapidocr_onnxruntime import RapidOCR
+
+    image = Image.open(io.BytesIO(ocr_page_png())).convert("RGB")
+    array = np.asarray(image)
+    rapid = RapidOCR()
+    pytesseract.get_tesseract_version()  # fails here, at load, when the program is missing
+
+    def read_page(i: int, command: dict[str, Any]) -> dict[str, Any]:
+        model = command.get("model", "rapidocr")
+        start = time.perf_counter()
+        if model == "rapidocr":
+            result, _ = rapid(array)
+            assert result, "rapidocr read no text"
+        elif model == "tesseract":
+            data = pytesseract.image_to_data(
+                image, lang="eng", config="--psm 3 --oem 1", output_type=pytesseract.Output.DICT
+            )
+            assert any(t.strip() for t in data["text"]), "tesseract read no text"
+        else:
+            raise ValueError(f"unknown OCR model {model!r}")
+        return {"latency_s": time.perf_counter() - start, "items": 1}
+
+    return read_page
+
+
+def load_anomaly() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    """Fit IsolationForest (scaled) and ECOD as our backends do; return a one-batch scoring function.
+
+    Fitted at load on the :data:`ANOMALY_FIT_ROWS` fit rows; ``rows`` sets the batch size,
+    ``detector`` (``iforest`` or ``ecod``) the algorithm. Same settings as the server:
+    ``IsolationForest(n_estimators=100, random_state=0)``, ``ECOD(contamination=0.1)``.
+    """
+    from pyod.models.ecod import ECOD
+    from sklearn.ensemble import IsolationForest
+    from sklearn.preprocessing import StandardScaler
+
+    train = anomaly_matrix(ANOMALY_FIT_ROWS, ANOMALY_FIT_SEED)
+    scaler = StandardScaler().fit(train)
+    forest = IsolationForest(n_estimators=100, random_state=0).fit(scaler.transform(train))
+    models = {
+        "iforest": lambda x: -forest.score_samples(scaler.transform(x)),
+        "ecod": ECOD(contamination=0.1).fit(train).decision_function,
+    }
+    batches: dict[int, Any] = {}
+
+    def score(i: int, command: dict[str, Any]) -> dict[str, Any]:
+        rows = int(command.get("rows", 10_000))
+        if rows not in batches:
+            batches[rows] = anomaly_matrix(rows, ANOMALY_SCORE_SEED)
+        batch = batches[rows]
+        start = time.perf_counter()
+        scores = models[command.get("detector", "iforest")](batch)
+        assert len(scores) == rows
+        return {"latency_s": time.perf_counter() - start, "items": rows}
+
+    return score
+
+
+LOADERS = {
+    "llama": load_llama,
+    "st": load_sentence_transformers,
+    "ocr": load_ocr,
+    "anomaly": load_anomaly,
+}
 
 
 def serve_commands(

@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.workloads import MAX_NEW_TOKENS, chat_messages, sentence_batch
+from bench.workloads import ANOMALY_SCORE_SEED, MAX_NEW_TOKENS, anomaly_matrix, chat_messages, sentence_batch
 
 Record = dict[str, Any]
 Call = Callable[[int], Awaitable[Record]]
@@ -41,7 +41,11 @@ MODES = (
     "grpc-health",
     "grpc-list-models",
     "http-get",
+    "grpc-ocr",
+    "grpc-anomaly",
 )
+#: Request forms of ``grpc-anomaly``: FeatureRow cells, or packed NumericRows with columnar output.
+ANOMALY_FORMS = ("rows", "numeric")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=MAX_NEW_TOKENS)
     parser.add_argument("--extra", default="{}", help="JSON merged into each HTTP request body")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per-request deadline")
+    parser.add_argument("--detector", default="", help="saved anomaly detector (grpc-anomaly)")
+    parser.add_argument("--form", choices=ANOMALY_FORMS, default="rows", help="anomaly request form")
+    parser.add_argument("--rows", type=int, default=10_000, help="rows per anomaly request")
     return parser.parse_args(argv)
 
 
@@ -76,11 +83,13 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from universal_runtime.v1 import (
+        anomaly_pb2,
         encoders_pb2,
         generation_pb2,
         inference_service_pb2_grpc,
         model_service_pb2,
         model_service_pb2_grpc,
+        ocr_pb2,
     )
 
     channel = grpc.aio.insecure_channel(args.target)
@@ -131,11 +140,48 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
         await stub.ListModels(model_service_pb2.ListModelsRequest(), timeout=args.timeout_s)
         return {"latency_s": time.perf_counter() - start}
 
+    async def ocr(i: int) -> Record:
+        options = ocr_pb2.OcrOptions(model=args.model, mime_type="image/png")
+        start = time.perf_counter()
+        stream = inference.Ocr(
+            iter([ocr_pb2.OcrRequest(options=options, chunk=page)]), timeout=args.timeout_s
+        )
+        pages = [p async for p in stream]
+        assert pages and pages[0].text, "no text read"
+        return {"latency_s": time.perf_counter() - start, "items": len(pages)}
+
+    async def anomaly(i: int) -> Record:
+        start = time.perf_counter()
+        response = await inference.DetectAnomaly(anomaly_request, timeout=args.timeout_s)
+        assert response.summary.row_count == args.rows
+        return {"latency_s": time.perf_counter() - start, "items": args.rows}
+
+    if args.mode == "grpc-ocr":
+        from bench.workloads import ocr_page_png
+
+        page = ocr_page_png()
+    if args.mode == "grpc-anomaly":
+        # Built once, before timing: the figure is the RPC (serialize, send, score, parse).
+        matrix = anomaly_matrix(args.rows, ANOMALY_SCORE_SEED)
+        if args.form == "numeric":
+            packed = anomaly_pb2.NumericRows(column_count=matrix.shape[1], values=matrix.ravel().tolist())
+            anomaly_request = anomaly_pb2.DetectAnomalyRequest(
+                detector=args.detector, numeric_rows=packed, columnar_output=True
+            )
+        else:
+            rows = [
+                anomaly_pb2.FeatureRow(values=[anomaly_pb2.FeatureValue(number_value=v) for v in row])
+                for row in matrix.tolist()
+            ]
+            anomaly_request = anomaly_pb2.DetectAnomalyRequest(detector=args.detector, rows=rows)
+
     calls = {
         "grpc-generate": generate,
         "grpc-embed": embed,
         "grpc-health": health,
         "grpc-list-models": list_models,
+        "grpc-ocr": ocr,
+        "grpc-anomaly": anomaly,
     }
     return calls[args.mode], channel.close
 

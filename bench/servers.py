@@ -122,7 +122,7 @@ def start_infinity(python: Path, log_dir: Path) -> Server:
 
 
 def start_worker(kind: str, log_dir: Path) -> Server:
-    """Start an in-process reference worker (``llama`` or ``st``, see :mod:`bench.inprocess`).
+    """Start an in-process reference worker (``llama``, ``st``, ``ocr``, ``anomaly``: :mod:`bench.inprocess`).
 
     Raises:
         ProcessFailedError: it crashed while loading its model.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 #: Catalog names in the server's embedded default catalog.
 CHAT_MODEL = "smollm2-135m-instruct"
@@ -84,3 +85,45 @@ def chat_messages(index: int) -> list[dict[str, str]]:
 def sentence_batch(index: int, size: int) -> list[str]:
     """``size`` sentences starting at ``index * size`` (modulo the sentence set)."""
     return [SENTENCES[(index * size + k) % len(SENTENCES)] for k in range(size)]
+
+
+#: Catalog names of the OCR engines in the default catalog.
+OCR_MODELS = ("rapidocr", "tesseract")
+#: The font of the OCR page (Debian's fonts-dejavu-core).
+OCR_FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+#: Size of the OCR page image, pixels (width, height).
+OCR_PAGE_SIZE = (1000, 600)
+
+#: Numeric columns of the anomaly workload, and seeds of its fit and scoring data.
+ANOMALY_COLUMNS = 8
+ANOMALY_FIT_SEED, ANOMALY_SCORE_SEED = 0, 1
+#: Rows every anomaly detector is fitted on (once, before measuring).
+ANOMALY_FIT_ROWS = 5000
+
+
+def ocr_page_png() -> bytes:
+    """The fixed OCR page: 1000x600 white PNG, 8 lines of black 20 px DejaVu Sans (8 different sentences).
+
+    Raises:
+        OSError: the font is not installed (``apt-get install fonts-dejavu-core``).
+
+    """
+    import io
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("RGB", OCR_PAGE_SIZE, "white")
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.truetype(OCR_FONT, 20)
+    for line, sentence in enumerate(SENTENCES[:: len(_PREDICATES) + 1]):
+        draw.text((30, 40 + 66 * line), sentence, fill="black", font=font)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def anomaly_matrix(rows: int, seed: int) -> Any:
+    """Seeded standard-normal data, float64 array of shape (``rows``, :data:`ANOMALY_COLUMNS`)."""
+    import numpy as np
+
+    return np.random.default_rng(seed).standard_normal((rows, ANOMALY_COLUMNS))

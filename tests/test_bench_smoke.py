@@ -16,7 +16,7 @@ from bench import results
 from bench.stats import paired_ratio, percentile, summarize
 
 REPO = Path(__file__).resolve().parent.parent
-AREAS = ("generation", "embeddings", "memory", "overhead")
+AREAS = ("generation", "embeddings", "memory", "overhead", "ocr", "anomaly")
 
 
 def test_percentile_matches_linear_interpolation():
@@ -50,7 +50,7 @@ def _wait(proc: subprocess.Popen, timeout_s: float = 240) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
-    """Run the four entry points at once (each in its own process and out dir)."""
+    """Run the entry points at once (each in its own process and out dir)."""
     out = tmp_path_factory.mktemp("bench")
     readme_before = (REPO / "bench" / "README.md").read_text()
     procs = {
