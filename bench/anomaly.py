@@ -21,8 +21,7 @@ import sys
 from typing import Any
 
 from bench import servers
-from bench.runner import Report, client_contender, ok_records, parse_config
-from bench.stats import percentile
+from bench.runner import Report, client_contender, item_metrics, parse_config
 from bench.workloads import (
     ANOMALY_COLUMNS,
     ANOMALY_FIT_ROWS,
@@ -44,14 +43,8 @@ FORMS = {"rows": "per-row rows", "numeric": "numeric_rows + columnar_output"}
 
 
 def metrics(result: dict[str, Any]) -> dict[str, float]:
-    """Per-repetition figures: rows scored / wall time, and per-batch latency p50."""
-    records = ok_records(result)
-    rows = sum(r["items"] for r in records)
-    return {
-        "rows_s": rows / result["wall_s"] if result["wall_s"] > 0 else float("nan"),
-        "latency_p50_ms": percentile([r["latency_s"] for r in records], 50) * 1000,
-        "calls": float(len(records)),
-    }
+    """Per-repetition figures: rows scored / wall time, and per-call latency."""
+    return item_metrics(result, "rows_s")
 
 
 def fit_detector(target: str, name: str, backend: str, normalization: str, rows: int) -> int:

@@ -15,8 +15,7 @@ import sys
 from typing import Any
 
 from bench import peers, servers
-from bench.runner import Report, client_contender, ok_records, parse_config
-from bench.stats import percentile
+from bench.runner import Report, client_contender, item_metrics, parse_config
 from bench.workloads import EMBED_MODEL, SENTENCES
 
 HEADLINE = [
@@ -27,16 +26,8 @@ HEADLINE = [
 
 
 def metrics(result: dict[str, Any]) -> dict[str, float]:
-    """Per-repetition figures: sentences embedded / wall time, and per-call latency p50/p95."""
-    records = ok_records(result)
-    latencies = [r["latency_s"] for r in records]
-    items = sum(r["items"] for r in records)
-    return {
-        "sentences_s": items / result["wall_s"] if result["wall_s"] > 0 else float("nan"),
-        "latency_p50_ms": percentile(latencies, 50) * 1000,
-        "latency_p95_ms": percentile(latencies, 95) * 1000,
-        "calls": float(len(records)),
-    }
+    """Per-repetition figures: sentences embedded / wall time, and per-call latency."""
+    return item_metrics(result, "sentences_s")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from bench import environment, results
 from bench.peers import BENCH_DIR, PeerEnv, PeerUnavailableError, ensure
 from bench.procs import REPO_ROOT, base_env
 from bench.servers import Server, start_worker
-from bench.stats import paired_ratio, summarize
+from bench.stats import paired_ratio, percentile, summarize
 
 MODES = ("full", "quick", "tiny")
 DEFAULT_RESULTS = BENCH_DIR / "results"
@@ -175,6 +175,20 @@ def worker_contender(name: str, label: str, worker: Server, op: str) -> Contende
 def ok_records(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The successful requests of a load result."""
     return [r for r in result["records"] if r.get("ok")]
+
+
+def item_metrics(result: dict[str, Any], rate_key: str) -> dict[str, float]:
+    """Per-repetition figures of an item-counting load: ``rate_key`` (items / wall second),
+    per-call latency p50/p95 in ms, and the number of calls."""
+    records = ok_records(result)
+    latencies = [r["latency_s"] for r in records]
+    items = sum(r["items"] for r in records)
+    return {
+        rate_key: items / result["wall_s"] if result["wall_s"] > 0 else float("nan"),
+        "latency_p50_ms": percentile(latencies, 50) * 1000,
+        "latency_p95_ms": percentile(latencies, 95) * 1000,
+        "calls": float(len(records)),
+    }
 
 
 class Report:
