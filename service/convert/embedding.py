@@ -6,7 +6,7 @@ from universal_runtime.v1 import encoders_pb2
 
 from engines.types import EmbeddingRequest, EmbeddingResult, Truncation
 from service.convert.generation import usage_message
-from service.convert.validation import require
+from service.convert.validation import require, require_texts
 
 TRUNCATIONS = {
     encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED: Truncation.END,
@@ -14,6 +14,17 @@ TRUNCATIONS = {
     encoders_pb2.TRUNCATION_POLICY_START: Truncation.START,
     encoders_pb2.TRUNCATION_POLICY_ERROR: Truncation.ERROR,
 }
+
+
+def truncation_policy(value: int) -> Truncation:
+    """The engine's truncation policy for a ``TruncationPolicy`` value (unspecified: drop the end).
+
+    Raises:
+        InvalidArgumentError: an unknown enum value (field ``truncation``).
+
+    """
+    require(value in TRUNCATIONS, "truncation", "unknown truncation policy")
+    return TRUNCATIONS[value]
 
 
 def embedding_request(request: encoders_pb2.EmbedRequest, *, max_inputs: int) -> EmbeddingRequest:
@@ -25,24 +36,16 @@ def embedding_request(request: encoders_pb2.EmbedRequest, *, max_inputs: int) ->
 
     """
     require(bool(request.model), "model", "must be set")
-    require(len(request.inputs) > 0, "inputs", "must contain at least one text")
-    require(
-        len(request.inputs) <= max_inputs,
-        "inputs",
-        f"at most {max_inputs} inputs per request, got {len(request.inputs)}",
-    )
-    for i, text in enumerate(request.inputs):
-        require(bool(text.strip()), f"inputs[{i}]", "must not be empty")
+    inputs = require_texts(request.inputs, "inputs", max_inputs)
     require(request.dimensions >= 0, "dimensions", f"must be >= 0, got {request.dimensions}")
     require(
         not (request.prompt and request.prompt_name), "prompt", "set at most one of prompt and prompt_name"
     )
-    require(request.truncation in TRUNCATIONS, "truncation", "unknown truncation policy")
     return EmbeddingRequest(
-        inputs=list(request.inputs),
+        inputs=inputs,
         normalize=request.normalize,
         dimensions=request.dimensions or None,
-        truncation=TRUNCATIONS[request.truncation],
+        truncation=truncation_policy(request.truncation),
         prompt_name=request.prompt_name or None,
         prompt=request.prompt or None,
     )

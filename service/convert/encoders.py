@@ -14,25 +14,12 @@ from engines.encoder_types import (
     RerankRequest,
     RerankResult,
 )
-from service.convert.embedding import TRUNCATIONS
+from service.convert.embedding import truncation_policy
 from service.convert.generation import usage_message
-from service.convert.validation import check_range, require
+from service.convert.validation import check_range, require, require_texts
 
 # Most candidate labels in one zero-shot request.
 MAX_CANDIDATE_LABELS = 256
-
-
-def _texts(values, field: str, max_inputs: int) -> list[str]:
-    require(len(values) > 0, field, "must contain at least one text")
-    require(len(values) <= max_inputs, field, f"at most {max_inputs} texts per request, got {len(values)}")
-    for i, text in enumerate(values):
-        require(bool(text.strip()), f"{field}[{i}]", "must not be empty")
-    return list(values)
-
-
-def _truncation(value: int):
-    require(value in TRUNCATIONS, "truncation", "unknown truncation policy")
-    return TRUNCATIONS[value]
 
 
 def rerank_request(request: encoders_pb2.RerankRequest, *, max_inputs: int) -> RerankRequest:
@@ -45,14 +32,14 @@ def rerank_request(request: encoders_pb2.RerankRequest, *, max_inputs: int) -> R
     """
     require(bool(request.model), "model", "must be set")
     require(bool(request.query.strip()), "query", "must not be empty")
-    documents = _texts(request.documents, "documents", max_inputs)
+    documents = require_texts(request.documents, "documents", max_inputs)
     require(request.top_n >= 0, "top_n", f"must be >= 0, got {request.top_n}")
     return RerankRequest(
         query=request.query,
         documents=documents,
         top_n=request.top_n or None,
         return_documents=request.return_documents,
-        truncation=_truncation(request.truncation),
+        truncation=truncation_policy(request.truncation),
     )
 
 
@@ -81,7 +68,7 @@ def classification_request(
 
     """
     require(bool(request.model), "model", "must be set")
-    inputs = _texts(request.inputs, "inputs", max_inputs)
+    inputs = require_texts(request.inputs, "inputs", max_inputs)
     check_range(request.threshold, "threshold", 0.0, 1.0)
     labels = list(request.candidate_labels)
     require(
@@ -98,7 +85,7 @@ def classification_request(
         all_scores=request.all_scores,
         threshold=request.threshold or 0.5,
         candidate_labels=labels,
-        truncation=_truncation(request.truncation),
+        truncation=truncation_policy(request.truncation),
     )
 
 
@@ -132,7 +119,7 @@ def entity_request(request: encoders_pb2.ExtractEntitiesRequest, *, max_inputs: 
 
     """
     require(bool(request.model), "model", "must be set")
-    inputs = _texts(request.inputs, "inputs", max_inputs)
+    inputs = require_texts(request.inputs, "inputs", max_inputs)
     check_range(request.min_score, "min_score", 0.0, 1.0)
     return EntityRequest(inputs=inputs, min_score=request.min_score, labels=[x for x in request.labels if x])
 

@@ -16,3 +16,17 @@ def check_range(value: float, field: str, low: float, high: float, *, low_open: 
     ok = (value > low if low_open else value >= low) and value <= high
     bracket = "(" if low_open else "["
     require(ok, field, f"must be in {bracket}{low}, {high}], got {value}", value=value)
+
+
+def require_texts(values, field: str, max_inputs: int) -> list[str]:
+    """Require 1..``max_inputs`` texts, none empty or blank; return them as a list.
+
+    Raises:
+        InvalidArgumentError: no texts, too many, or an empty one (``field[i]`` names it).
+
+    """
+    require(len(values) > 0, field, "must contain at least one text")
+    require(len(values) <= max_inputs, field, f"at most {max_inputs} texts per request, got {len(values)}")
+    for i, text in enumerate(values):
+        require(bool(text.strip()), f"{field}[{i}]", "must not be empty")
+    return list(values)
