@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from universal_runtime.v1 import encoders_pb2
@@ -38,6 +39,9 @@ from service.servicers.base import RpcBase
 CLASSIFIERS_DIR = "classifiers"
 
 
+T = TypeVar("T")
+
+
 def _require_encoder(engine: Any, model: str) -> Any:
     """The engine, if it can embed texts for a classifier head (a sentence-transformers model)."""
     if not hasattr(engine, "encode"):
@@ -61,30 +65,30 @@ class EncoderRpcs(RpcBase):
             self._classifier_store = ClassifierStore(Path(self._settings.data_dir) / CLASSIFIERS_DIR)
         return self._classifier_store
 
+    async def _on_engine(self, request, task: Task, call: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``call(engine)`` on the request's model, held loaded for ``task`` meanwhile."""
+        note_model(request.model)
+        async with self._manager.acquire(request.model, task, request.keep_alive or None) as engine:
+            return await call(engine)
+
     async def Embed(self, request, context: grpc.aio.ServicerContext):
         """Embed texts; vectors come back in input order."""
         job = embedding_request(request, max_inputs=self._settings.max_batch_inputs)
-        note_model(request.model)
-        async with self._manager.acquire(request.model, Task.EMBED, request.keep_alive or None) as engine:
-            result = await engine.embed(job)
+        result = await self._on_engine(request, Task.EMBED, lambda engine: engine.embed(job))
         return embed_response(request.model, result)
 
     async def Rerank(self, request, context):
         """Rank documents by relevance to the query (cross-encoder or embedding cosine)."""
         job = rerank_request(request, max_inputs=self._settings.max_batch_inputs)
-        note_model(request.model)
-        async with self._manager.acquire(request.model, Task.RERANK, request.keep_alive or None) as engine:
-            result = await engine.rerank(job)
+        result = await self._on_engine(request, Task.RERANK, lambda engine: engine.rerank(job))
         return rerank_response(request.model, result)
 
     async def ExtractEntities(self, request, context):
         """Find named entities in each input."""
         job = entity_request(request, max_inputs=self._settings.max_batch_inputs)
-        note_model(request.model)
-        async with self._manager.acquire(
-            request.model, Task.EXTRACT_ENTITIES, request.keep_alive or None
-        ) as engine:
-            result = await engine.extract_entities(job)
+        result = await self._on_engine(
+            request, Task.EXTRACT_ENTITIES, lambda engine: engine.extract_entities(job)
+        )
         return entities_response(request.model, result)
 
     async def Classify(self, request, context):
