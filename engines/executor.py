@@ -35,7 +35,6 @@ class DeviceExecutor:
         self.device = device
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device-{device}")
         self._closed = False
-        self._thread_ident: int | None = None
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(*args, **kwargs)`` on this device's worker and return its result.
@@ -48,7 +47,7 @@ class DeviceExecutor:
         if self._closed:
             raise UnavailableError(f"executor for device {self.device} is shut down", reason="SHUTTING_DOWN")
         ctx = contextvars.copy_context()
-        call = functools.partial(ctx.run, self._tracked, fn, *args, **kwargs)
+        call = functools.partial(ctx.run, fn, *args, **kwargs)
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._pool, call)
@@ -58,10 +57,6 @@ class DeviceExecutor:
                     f"executor for device {self.device} is shut down", reason="SHUTTING_DOWN"
                 ) from exc
             raise
-
-    def _tracked(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        self._thread_ident = threading.get_ident()
-        return fn(*args, **kwargs)
 
     def submit_detached(self, fn: Callable[[], object]) -> None:
         """Queue ``fn`` without waiting for it (clean-up from a cancelled task); errors are dropped."""

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,14 +43,12 @@ class _SlotState:
     """llama.cpp-side state of one sequence."""
 
     sampler: Any
-    pending: list[int]  # prompt tokens not decoded yet
     top_logprobs: int
     logprobs: bool
     seq_id: int | None = None
     n_past: int = 0
     next_input: int | None = None  # the last sampled token, fed in the next step
     released: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 @register_backend
@@ -258,7 +256,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
         sequence = GenerationSequence(request, tokens, self.max_new_tokens(request, len(tokens)), self)
         sequence.engine_state = _SlotState(
             sampler=self._sampler(request),
-            pending=list(tokens),
             top_logprobs=request.params.top_logprobs,
             logprobs=request.params.logprobs,
         )
@@ -350,20 +347,20 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 budget -= 1
         for sequence in running:
             state = sequence.engine_state
-            if not state.pending or budget <= 0:
+            prompt = sequence.prompt_tokens
+            # Still prefilling while the decoded positions have not covered the prompt.
+            if (state.seq_id is not None and state.n_past >= len(prompt)) or budget <= 0:
                 continue
             if state.seq_id is None:
                 self._assign_slot(sequence)
-            prompt = sequence.prompt_tokens
             end = self._prefix.chunk_end(state.n_past, len(prompt), budget)
-            chunk, state.pending = prompt[state.n_past : end], prompt[end:]
-            for offset, token in enumerate(chunk):
-                last = not state.pending and offset == len(chunk) - 1
-                add(token, state.n_past + offset, state.seq_id, last)
+            for position in range(state.n_past, end):
+                # Logits only for the prompt's last token: the first sample comes from it.
+                add(prompt[position], position, state.seq_id, position == len(prompt) - 1)
+            budget -= end - state.n_past
             state.n_past = end
-            budget -= len(chunk)
             self._prefix.record(state.seq_id, prompt[:end])
-            if not state.pending:
+            if end == len(prompt):
                 logits_at.append((sequence, batch.n_tokens - 1))
         if batch.n_tokens == 0:
             return []
@@ -401,7 +398,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
             llama_cpp.llama_memory_seq_cp(memory, plan.source, plan.slot, 0, plan.reused)
         state.seq_id = plan.slot
         state.n_past = plan.reused
-        state.pending = sequence.prompt_tokens[plan.reused :]
         self.reused_prompt_tokens += plan.reused
 
     def release(self, sequences: list[GenerationSequence]) -> None:
