@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 class _Entry:
     sequence: GenerationSequence
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    cancelled: bool = False
     postprocess: Callable[[GenerationDelta], GenerationDelta] | None = None
 
 
@@ -51,7 +50,6 @@ class ContinuousBatchScheduler:
         self._waiting: collections.deque[_Entry] = collections.deque()
         self._active: list[_Entry] = []
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
 
     @property
@@ -93,15 +91,13 @@ class ContinuousBatchScheduler:
                     return
         finally:
             if sequence.finish_reason is None:
-                entry.cancelled = True
+                # The caller went away: the loop drops the sequence before its next step.
+                sequence.cancel()
                 if entry in self._waiting:
                     self._waiting.remove(entry)
-                    sequence.cancel()
                     self._engine.record_finished(sequence)
-                self._wake.set()
 
     def _ensure_loop(self) -> None:
-        self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name=f"scheduler-{self._engine.spec.name}")
 
@@ -109,10 +105,9 @@ class ContinuousBatchScheduler:
         while self._active or self._waiting:
             while self._waiting and len(self._active) < self._max_sequences:
                 self._active.append(self._waiting.popleft())
-            leaving = [e for e in self._active if e.cancelled or e.sequence.finish_reason is not None]
+            leaving = [e for e in self._active if e.sequence.finish_reason is not None]
             for entry in leaving:
                 self._active.remove(entry)
-                entry.sequence.cancel()  # no-op for finished ones
             running = [e.sequence for e in self._active]
             released = [e.sequence for e in leaving]
             try:
@@ -131,8 +126,8 @@ class ContinuousBatchScheduler:
             by_sequence = {id(seq): (token, logprobs) for seq, token, logprobs in results}
             for entry in self._active:
                 produced = by_sequence.get(id(entry.sequence))
-                if produced is None or entry.cancelled:
-                    continue
+                if produced is None or entry.sequence.finish_reason is not None:
+                    continue  # cancelled while the step ran
                 delta = entry.sequence.accept(*produced)
                 if entry.postprocess is not None:
                     delta = entry.postprocess(delta)
