@@ -181,9 +181,19 @@ class Detector:
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         """Share of training rows scoring lower than each score (mid-rank ECDF), in [0, 1]."""
-        low = np.searchsorted(self.quantiles, scores, side="left")
-        high = np.searchsorted(self.quantiles, scores, side="right")
-        return (low + high) / (2.0 * len(self.quantiles))
+        quantiles = self.quantiles
+        # Searching sorted keys is over twice as fast as random ones on a large batch (each
+        # search starts where the previous ended), even counting the argsort.
+        order = np.argsort(scores)
+        low = np.empty(len(scores), dtype=np.intp)
+        low[order] = np.searchsorted(quantiles, scores[order], side="left")
+        # The right-side rank differs from the left one only for scores equal to a kept
+        # quantile (ties, e.g. HBOS's histogram scores): search again for those alone.
+        high = low.copy()
+        tied = np.flatnonzero(quantiles[np.minimum(low, len(quantiles) - 1)] == scores)
+        if tied.size:
+            high[tied] = np.searchsorted(quantiles, scores[tied], side="right")
+        return (low + high) / (2.0 * len(quantiles))
 
     def score(
         self, rows: Sequence[Sequence[Cell]], *, threshold: float | None = None, explain: bool = False

@@ -198,6 +198,10 @@ class TabularEncoder:
 
         """
         columns = check_rows(rows, self.schema)
+        if isinstance(rows, np.ndarray):
+            # check_rows accepted a packed matrix only for an all-numeric schema, which encodes
+            # to the matrix itself: skip splitting it into columns and stacking them again.
+            return np.ascontiguousarray(rows, dtype=np.float64)
         blocks: list[np.ndarray] = []
         for j, column in enumerate(columns):
             if not isinstance(column, list):

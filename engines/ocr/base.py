@@ -40,12 +40,16 @@ class OcrEngine(Engine):
         """
 
     @abc.abstractmethod
-    def recognize(self, image: Image.Image, languages: tuple[str, ...]) -> list[OcrLine]:
+    def recognize(
+        self, image: Image.Image, languages: tuple[str, ...], *, words: bool = True
+    ) -> list[OcrLine]:
         """Lines of ``image`` (RGB) in reading order, boxes in its pixels (blocking).
 
         Args:
             image: the page.
             languages: engine codes from :meth:`resolve_languages`.
+            words: whether the caller wants word boxes; an engine for which they cost extra work
+                may then skip them (lines keep their text, box and confidence either way).
 
         """
 
@@ -70,7 +74,7 @@ class OcrEngine(Engine):
                     confidence=1.0,
                 )
         image = document.render(page_number, options.pdf_dpi)
-        lines = self.recognize(image, self.resolve_languages(options.languages))
+        lines = self.recognize(image, self.resolve_languages(options.languages), words=options.return_boxes)
         confidence = sum(line.confidence for line in lines) / len(lines) if lines else 0.0
         return OcrPage(
             page_number=page_number,

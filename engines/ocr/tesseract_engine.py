@@ -85,8 +85,13 @@ class TesseractEngine(OcrEngine):
             resolved.append(name)
         return tuple(resolved)
 
-    def recognize(self, image: Image.Image, languages: tuple[str, ...]) -> list[OcrLine]:
-        """Words with boxes and confidences grouped into Tesseract's own lines, in its reading order."""
+    def recognize(
+        self, image: Image.Image, languages: tuple[str, ...], *, words: bool = True
+    ) -> list[OcrLine]:
+        """Words with boxes and confidences grouped into Tesseract's own lines, in its reading order.
+
+        Tesseract reports words in any case, so ``words`` changes nothing here.
+        """
         import pytesseract
 
         data = pytesseract.image_to_data(

@@ -82,7 +82,8 @@ class OcrOptions:
     Attributes:
         languages: ISO 639-1 codes (``en``, ``de``), or engine-native codes; empty means the
             engine default.
-        return_boxes: whether the caller wants lines and words (engines always compute them).
+        return_boxes: whether the caller wants lines and words; without it an engine may skip
+            work that only word boxes need (RapidOCR's per-character positions).
         use_pdf_text_layer: for PDF pages with a text layer, return it instead of running OCR.
         pdf_dpi: resolution PDF pages are rendered at, dots per inch.
 

@@ -86,3 +86,13 @@ async def test_words_have_boxes_inside_their_line(inference, engine):
     # Without return_boxes only the text comes back.
     [plain] = await ocr(inference, page.png(), model=engine)
     assert not plain.lines and plain.text == response.text
+
+
+@pytest.mark.parametrize("case", ["serif-26", "two-columns"])
+async def test_rapidocr_text_does_not_depend_on_return_boxes(inference, case):
+    # Without return_boxes RapidOCR skips the per-character positions; the text must not change.
+    page = PAGES[case]()
+    [boxed] = await ocr(inference, page.png(), model="rapidocr", return_boxes=True)
+    [plain] = await ocr(inference, page.png(), model="rapidocr")
+    assert boxed.lines and not plain.lines
+    assert plain.text == boxed.text
