@@ -176,6 +176,7 @@ class GenerationUsage:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, served from the prompt cache
 
     @property
     def total_tokens(self) -> int:

@@ -58,6 +58,14 @@ async def test_chat_completion_matches_grpc_generate(sdk, inference):
     )
     assert completion.choices[0].message.content == direct.choices[0].text
     assert completion.usage.prompt_tokens == direct.usage.prompt_tokens
+    # The gRPC call repeated the prompt: it came from the prompt cache, and the SDK's field
+    # for that carries the same count.
+    assert direct.usage.cached_prompt_tokens == direct.usage.prompt_tokens - 2
+    again = await sdk.chat.completions.create(
+        model=CHAT_MODEL, messages=[{"role": "user", "content": question}], max_tokens=16, temperature=0
+    )
+    assert again.usage.prompt_tokens_details.cached_tokens == direct.usage.cached_prompt_tokens
+    assert again.choices[0].message.content == completion.choices[0].message.content
 
 
 async def test_embeddings_paraphrases_closer_than_unrelated(sdk):

@@ -51,6 +51,25 @@ class _SlotState:
     released: bool = False
 
 
+def prefill_chunk_end(position: int, prompt_length: int, budget: int) -> int:
+    """End (exclusive) of the next prompt chunk starting at ``position``.
+
+    At most ``budget`` tokens, and never a single token when two or more remain: a chunk
+    that would leave exactly one token behind is cut one shorter. Returns ``position`` when
+    nothing is left, or when the budget does not allow a valid chunk this step.
+    """
+    remaining = prompt_length - position
+    if remaining <= 0:
+        return position
+    take = min(remaining, budget)
+    if remaining >= 2:
+        if remaining - take == 1:
+            take -= 1
+        if take < 2:
+            return position
+    return position + take
+
+
 @register_backend
 class LlamaCppGenerationEngine(GenerationEngine):
     """Generation from a GGUF file with llama.cpp.
@@ -316,69 +335,83 @@ class LlamaCppGenerationEngine(GenerationEngine):
     # -- batching ---------------------------------------------------------------------------
 
     def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
-        """Decode one batch: the next token of each decoding sequence plus prompt chunks."""
-        import llama_cpp
+        """Decode the next token of every decoding sequence, then prefill prompt chunks.
 
+        Each prompt chunk gets a decode call of its own and at least two tokens: llama.cpp
+        splits a batch that mixes KV streams into equal shares per stream, and a stream's
+        share of a single query token takes another attention kernel than two or more, with
+        results that differ in the last bits. Chunks of two or more tokens compute every
+        token exactly as a whole-prompt prefill does, so greedy output does not depend on
+        what else is running or on how much of the prompt came from the cache.
+        """
         self.release(released)
-        batch = self._batch.batch
-        batch.n_tokens = 0
-        budget = self._n_batch
-        logits_at: list[tuple[GenerationSequence, int]] = []
-
-        def add(token: int, position: int, seq_id: int, want_logits: bool) -> None:
-            i = batch.n_tokens
-            batch.token[i] = token
-            batch.pos[i] = position
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq_id
-            batch.logits[i] = want_logits
-            batch.n_tokens = i + 1
-
-        # Decoding sequences first (one token each), then prompt chunks in the budget left.
-        for sequence in running:
-            state: _SlotState = sequence.engine_state
-            if state.next_input is not None and budget > 0:
-                add(state.next_input, state.n_past, state.seq_id, True)
-                logits_at.append((sequence, batch.n_tokens - 1))
+        results: list[StepResult] = []
+        decoding = [s for s in running if s.engine_state.next_input is not None]
+        if decoding:
+            self._begin_batch()
+            for sequence in decoding:
+                state: _SlotState = sequence.engine_state
+                self._add(state.next_input, state.n_past, state.seq_id, True)
                 state.n_past += 1
                 state.next_input = None
-                budget -= 1
+            self._decode()
+            results.extend(self._sample(sequence, i) for i, sequence in enumerate(decoding))
+        budget = self._n_batch - len(decoding)
         for sequence in running:
             state = sequence.engine_state
             prompt = sequence.prompt_tokens
-            # Still prefilling while the decoded positions have not covered the prompt.
-            if (state.seq_id is not None and state.n_past >= len(prompt)) or budget <= 0:
-                continue
             if state.seq_id is None:
                 self._assign_slot(sequence)
-            end = min(len(prompt), state.n_past + budget)
-            for position in range(state.n_past, end):
+            end = prefill_chunk_end(state.n_past, len(prompt), budget)
+            if end <= state.n_past:
+                continue  # prefilled already, or no budget left for a valid chunk this step
+            start, state.n_past = state.n_past, end
+            self._begin_batch()
+            for position in range(start, end):
                 # Logits only for the prompt's last token: the first sample comes from it.
-                add(prompt[position], position, state.seq_id, position == len(prompt) - 1)
-            budget -= end - state.n_past
-            state.n_past = end
+                self._add(prompt[position], position, state.seq_id, position == len(prompt) - 1)
+            self._decode()
+            budget -= end - start
             if end == len(prompt):
-                logits_at.append((sequence, batch.n_tokens - 1))
-        if batch.n_tokens == 0:
-            return []
-        status = llama_cpp.llama_decode(self.ctx.ctx, batch)
+                results.append(self._sample(sequence, end - start - 1))
+        return results
+
+    def _begin_batch(self) -> None:
+        self._batch.batch.n_tokens = 0
+
+    def _add(self, token: int, position: int, seq_id: int, want_logits: bool) -> None:
+        batch = self._batch.batch
+        i = batch.n_tokens
+        batch.token[i] = token
+        batch.pos[i] = position
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq_id
+        batch.logits[i] = want_logits
+        batch.n_tokens = i + 1
+
+    def _decode(self) -> None:
+        import llama_cpp
+
+        status = llama_cpp.llama_decode(self.ctx.ctx, self._batch.batch)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status}")
-        results: list[StepResult] = []
-        for sequence, index in logits_at:
-            state = sequence.engine_state
-            scored = None
-            if state.logprobs:
-                logits = np.ctypeslib.as_array(
-                    llama_cpp.llama_get_logits_ith(self.ctx.ctx, index), shape=(self._n_vocab,)
-                )
-                raw = logits.copy()  # sampling may modify the buffer in place
-            token = state.sampler.sample(self.ctx, index)
-            if state.logprobs:
-                scored = token_logprobs(raw, token, state.top_logprobs, self._piece_text)
-            state.next_input = token
-            results.append((sequence, token, scored))
-        return results
+
+    def _sample(self, sequence: GenerationSequence, index: int) -> StepResult:
+        """Sample ``sequence``'s next token from row ``index`` of the last decode call's batch."""
+        import llama_cpp
+
+        state: _SlotState = sequence.engine_state
+        scored = None
+        if state.logprobs:
+            logits = np.ctypeslib.as_array(
+                llama_cpp.llama_get_logits_ith(self.ctx.ctx, index), shape=(self._n_vocab,)
+            )
+            raw = logits.copy()  # sampling may modify the buffer in place
+        token = state.sampler.sample(self.ctx, index)
+        if state.logprobs:
+            scored = token_logprobs(raw, token, state.top_logprobs, self._piece_text)
+        state.next_input = token
+        return sequence, token, scored
 
     def _assign_slot(self, sequence: GenerationSequence) -> None:
         """Give a new sequence a slot, keeping the cells of the prompt prefix the slot already holds."""
@@ -389,6 +422,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         llama_cpp.llama_memory_seq_rm(self.ctx.memory, plan.slot, plan.reused, -1)
         state.seq_id = plan.slot
         state.n_past = plan.reused
+        sequence.cached_prompt_tokens = plan.reused
         self.reused_prompt_tokens += plan.reused
 
     def release(self, sequences: list[GenerationSequence]) -> None:

@@ -65,8 +65,10 @@ class PromptCache:
     def acquire(self, prompt: list[int]) -> SlotPlan:
         """Take the free slot with the longest reusable prefix of ``prompt``.
 
-        At most ``len(prompt) - 1`` tokens are reused: the last prompt token is always decoded,
-        since its logits give the first completion token.
+        At most ``len(prompt) - 2`` tokens are reused: the rest is prefilled as a chunk of two
+        or more tokens (the last one's logits give the first completion token), which computes
+        exactly what a whole-prompt prefill does, unlike a lone token (see
+        ``llama_cpp_engine.prefill_chunk_end``).
 
         Raises:
             RuntimeError: no free slot (the scheduler admits at most ``slots`` sequences).
@@ -74,7 +76,7 @@ class PromptCache:
         """
         if not self.free:
             raise RuntimeError("no free sequence slot")
-        limit = len(prompt) - 1
+        limit = max(0, len(prompt) - 2)
         best, reused = self.free[0], 0
         if self.enabled:
             for slot in self.free:

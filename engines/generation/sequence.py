@@ -41,6 +41,7 @@ class GenerationSequence:
 
     Attributes:
         engine_state: the engine's per-sequence data (KV slot, sampler, position…).
+        cached_prompt_tokens: prompt tokens the engine took from its prompt cache.
 
     """
 
@@ -58,6 +59,7 @@ class GenerationSequence:
         self.completion_tokens: list[int] = []
         self.finish_reason: FinishReason | None = None
         self.engine_state: Any = None
+        self.cached_prompt_tokens = 0
         self._vocabulary = vocabulary
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stops = StopMatcher(request.params.stop)
@@ -65,7 +67,9 @@ class GenerationSequence:
     @property
     def usage(self) -> GenerationUsage:
         """Prompt and completion token counts so far."""
-        return GenerationUsage(len(self.prompt_tokens), len(self.completion_tokens))
+        return GenerationUsage(
+            len(self.prompt_tokens), len(self.completion_tokens), self.cached_prompt_tokens
+        )
 
     def accept(self, token: int, logprobs: TokenLogprobs | None = None) -> GenerationDelta:
         """Take the next generated token; return the text that became safe to emit.

@@ -31,12 +31,13 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def usage_dict(usage: common_pb2.Usage) -> dict[str, int]:
-    """Return OpenAI's ``usage`` object ``{"prompt_tokens", "completion_tokens", "total_tokens"}``."""
+def usage_dict(usage: common_pb2.Usage) -> dict[str, Any]:
+    """Return OpenAI's ``usage`` object, with ``prompt_tokens_details.cached_tokens``."""
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
     }
 
 

@@ -219,10 +219,13 @@ def choice_count(request: generation_pb2.GenerateRequest | generation_pb2.Genera
     return request.parameters.n if request.parameters.HasField("n") else 1
 
 
-def usage_message(prompt_tokens: int, completion_tokens: int) -> common_pb2.Usage:
+def usage_message(
+    prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+) -> common_pb2.Usage:
     """Usage proto with the total filled in."""
     return common_pb2.Usage(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
+        cached_prompt_tokens=cached_prompt_tokens,
     )

@@ -109,7 +109,7 @@ class GenerationRpcs(RpcBase):
         )
         jobs = _choice_requests(job, choice_count(request))
         note_model(request.model)
-        prompt_tokens = completion_tokens = 0
+        prompt_tokens = completion_tokens = cached_tokens = 0
         open_choices = len(jobs)
         first_token: float | None = None
         async with self._manager.acquire(request.model, Task.GENERATE, request.keep_alive or None) as engine:
@@ -134,10 +134,12 @@ class GenerationRpcs(RpcBase):
                     message.finish_reason = FINISH_REASONS[delta.finish_reason]
                     assert delta.usage is not None
                     prompt_tokens = delta.usage.prompt_tokens  # the same prompt for every choice
+                    # Choices run in separate slots: report the prompt cache's best hit.
+                    cached_tokens = max(cached_tokens, delta.usage.cached_prompt_tokens)
                     completion_tokens += delta.usage.completion_tokens
                     open_choices -= 1
                     if open_choices == 0:
-                        message.usage.CopyFrom(usage_message(prompt_tokens, completion_tokens))
+                        message.usage.CopyFrom(usage_message(prompt_tokens, completion_tokens, cached_tokens))
                         message.timings.CopyFrom(
                             _timings(started, first_token, time.perf_counter(), completion_tokens)
                         )

@@ -64,7 +64,7 @@ def default_generate_response() -> generation_pb2.GenerateResponse:
                 index=0, text="Hello there!", finish_reason=generation_pb2.FINISH_REASON_STOP
             )
         ],
-        usage=common_pb2.Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8),
+        usage=common_pb2.Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8, cached_prompt_tokens=4),
         timings=common_pb2.Timings(time_to_first_token_ms=1.5, tokens_per_second=100.0, total_ms=30.0),
     )
 
@@ -76,7 +76,9 @@ def default_stream_messages() -> list[generation_pb2.GenerateStreamResponse]:
         for text in texts
     ]
     messages[-1].finish_reason = generation_pb2.FINISH_REASON_STOP
-    messages[-1].usage.CopyFrom(common_pb2.Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8))
+    messages[-1].usage.CopyFrom(
+        common_pb2.Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8, cached_prompt_tokens=4)
+    )
     return messages
 
 

@@ -10,6 +10,14 @@ from tests.gateway.gateway_fakes import FakeServer, RpcFailure, parse_sse
 
 CHAT_URL = "/v1/chat/completions"
 
+# The fake's usage, in OpenAI's shape (cached prompt tokens under prompt_tokens_details).
+USAGE = {
+    "prompt_tokens": 5,
+    "completion_tokens": 3,
+    "total_tokens": 8,
+    "prompt_tokens_details": {"cached_tokens": 4},
+}
+
 
 def chat_body(**extra):
     return {"model": "fake-llm", "messages": [{"role": "user", "content": "Hi"}], **extra}
@@ -31,7 +39,7 @@ async def test_unary_chat_completion_shape(client: httpx.AsyncClient, fake: Fake
             "logprobs": None,
         }
     ]
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    assert body["usage"] == USAGE
     assert body["timings"]["total_ms"] == 30.0
     [call] = fake.inference.received
     assert call.method == "Generate"
@@ -266,7 +274,7 @@ async def test_stream_include_usage(client: httpx.AsyncClient, fake: FakeServer)
     assert events[-1] == "[DONE]"
     usage_chunk = events[-2]
     assert usage_chunk["choices"] == []
-    assert usage_chunk["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    assert usage_chunk["usage"] == USAGE
     assert all(chunk["usage"] is None for chunk in events[:-2])
     assert events[-3]["choices"][0]["finish_reason"] == "stop"
 

@@ -6,6 +6,7 @@ import asyncio
 
 from universal_runtime.v1 import generation_pb2 as g
 
+from engines.generation.llama_cpp_engine import prefill_chunk_end
 from engines.generation.prompt_cache import PromptCache
 from tests.conftest import CHAT_MODEL
 
@@ -24,14 +25,21 @@ def chat(model: str, messages: list[tuple[int, str]], request=g.GenerateRequest)
     return request(
         model=model,
         messages=[g.ChatMessage(role=role, content=text) for role, text in messages],
-        parameters=g.GenerationParameters(max_tokens=40, temperature=0),
+        parameters=g.GenerationParameters(max_tokens=40, temperature=0, logprobs=True),
     )
 
 
-async def answer(inference, model: str, messages: list[tuple[int, str]]) -> list[int]:
-    """Greedy completion token ids."""
+async def answer(inference, model: str, messages: list[tuple[int, str]]) -> list[tuple[int, float]]:
+    """Greedy completion: (token id, its log probability) per token.
+
+    Log probabilities come from the raw logits, so comparing them exactly also catches
+    differences in the last bits that happen not to change a greedy token.
+    """
     stream = inference.GenerateStream(chat(model, messages, g.GenerateStreamRequest))
-    return [token for message in [m async for m in stream] for token in message.token_ids]
+    messages_ = [m async for m in stream]
+    tokens = [t for m in messages_ for t in m.token_ids]
+    logprobs = [lp.sampled.logprob for m in messages_ for lp in m.logprobs]
+    return list(zip(tokens, logprobs, strict=True))
 
 
 async def test_reused_prefixes_give_the_same_greedy_tokens_as_cold_prefills(inference, server):
@@ -49,6 +57,16 @@ async def test_reused_prefixes_give_the_same_greedy_tokens_as_cold_prefills(infe
     assert warm == cold
 
 
+async def test_usage_reports_the_cached_prompt_tokens(inference):
+    first = await inference.Generate(chat(CHAT_MODEL, [(g.CHAT_ROLE_USER, "Name a tree.")]))
+    again = await inference.Generate(chat(CHAT_MODEL, [(g.CHAT_ROLE_USER, "Name a tree.")]))
+    # The same prompt again: all of it but the last two tokens (prefilled together) is cached.
+    assert again.usage.cached_prompt_tokens == again.usage.prompt_tokens - 2
+    cold = await inference.Generate(chat(COLD_MODEL, [(g.CHAT_ROLE_USER, "Name a tree.")]))
+    assert cold.usage.cached_prompt_tokens == 0 and cold.usage.prompt_tokens == again.usage.prompt_tokens
+    assert first.choices[0].text == again.choices[0].text == cold.choices[0].text
+
+
 async def test_reuse_under_concurrency_gives_the_same_tokens(inference):
     # Sequences prefill and decode in shared batches while reusing their slots' prefixes.
     for _ in range(2):
@@ -57,6 +75,22 @@ async def test_reuse_under_concurrency_gives_the_same_tokens(inference):
         )
     cold = [await answer(inference, COLD_MODEL, [(g.CHAT_ROLE_USER, q)]) for q in QUESTIONS]
     assert list(warm) == cold
+
+
+async def test_prompts_prefilled_beside_running_streams_give_their_solo_tokens(inference):
+    # Each question arrives while a long stream decodes, so its prefill shares steps with it.
+    long = inference.GenerateStream(
+        g.GenerateStreamRequest(
+            model=CHAT_MODEL,
+            prompt="Count to one thousand: one, two, three,",
+            parameters=g.GenerationParameters(max_tokens=400, temperature=0),
+        )
+    )
+    await long.read()
+    beside = [await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, q)]) for q in QUESTIONS[:3]]
+    long.cancel()
+    alone = [await answer(inference, COLD_MODEL, [(g.CHAT_ROLE_USER, q)]) for q in QUESTIONS[:3]]
+    assert beside == alone
 
 
 async def test_a_conversation_reuses_the_previous_turn(inference, server):
@@ -69,7 +103,7 @@ async def test_a_conversation_reuses_the_previous_turn(inference, server):
     warm = await answer(inference, CHAT_MODEL, second)
     # The first turn's prompt (system prompt and question) came from the cache; its answer is
     # prefilled again (completion cells are not reused).
-    assert engine.reused_prompt_tokens - before >= first_prompt - 1
+    assert engine.reused_prompt_tokens - before >= first_prompt - 2
     assert warm == await answer(inference, COLD_MODEL, second)
 
 
@@ -80,15 +114,15 @@ def test_acquire_takes_the_slot_sharing_the_longest_prefix():
     cache.release(plans[0].slot, list(range(10)))
     cache.release(plans[1].slot, [0, 1, 2, 50, 51])
     cache.release(plans[2].slot, [7, 8])
-    plan = cache.acquire([0, 1, 2, 50, 99])
+    plan = cache.acquire([0, 1, 2, 50, 99, 98, 97])
     assert (plan.slot, plan.reused) == (plans[1].slot, 4)
 
 
-def test_the_last_prompt_token_is_always_decoded():
+def test_the_last_two_prompt_tokens_are_always_prefilled():
     cache = PromptCache(slots=1)
-    plan = cache.acquire([1, 2, 3])
+    plan = cache.acquire([1, 2, 3, 4])
     cache.release(plan.slot, [1, 2, 3, 4, 5])
-    assert cache.acquire([1, 2, 3]).reused == 2
+    assert cache.acquire([1, 2, 3, 4]).reused == 2
 
 
 def test_a_prompt_sharing_nothing_takes_the_least_recently_released_slot():
@@ -104,3 +138,12 @@ def test_disabled_cache_never_reuses():
     plan = cache.acquire([1, 2, 3, 4, 5])
     cache.release(plan.slot, [1, 2, 3, 4, 5])
     assert cache.acquire([1, 2, 3, 4, 5]).reused == 0
+
+
+def test_prefill_chunks_never_hold_or_leave_a_lone_token():
+    assert prefill_chunk_end(0, 40, 512) == 40
+    assert prefill_chunk_end(0, 1, 512) == 1  # a one-token prompt has no other way
+    assert prefill_chunk_end(0, 513, 512) == 511  # leaves 2, not 1
+    assert prefill_chunk_end(10, 13, 2) == 10  # 2 would leave 1, and 1 alone is no chunk
+    assert prefill_chunk_end(10, 14, 2) == 12
+    assert prefill_chunk_end(40, 40, 512) == 40
