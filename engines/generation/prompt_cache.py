@@ -1,10 +1,10 @@
 """Prompt caching on a llama.cpp context: each sequence slot keeps the KV cells it last held.
 
 Every slot has a KV stream of its own (``kv_unified`` off). When a sequence leaves, the cells
-of its prompt stay in its stream and the slot remembers their tokens. A new request takes the
-free slot whose remembered tokens share the longest prefix with its prompt (a shared system
-prompt, the earlier turns of a conversation), drops the cells after that prefix and prefills
-only the rest, as llama.cpp's own server does with its slots.
+of its prompt stay in its stream and the slot remembers their tokens. A new request takes a
+free slot that shares a prefix with its prompt (the earlier turns of its conversation, a shared
+system prompt; see :meth:`PromptCache.acquire` for the choice), drops the cells after that
+prefix and prefills only the rest, as llama.cpp's own server does with its slots.
 
 Reuse keeps greedy output bitwise reproducible, unlike sharing cells between sequences in a
 unified cache: a reused cell holds exactly what a cold prefill computes for the same token at
@@ -63,7 +63,13 @@ class PromptCache:
         self.tokens: dict[int, list[int]] = {}
 
     def acquire(self, prompt: list[int]) -> SlotPlan:
-        """Take the free slot with the longest reusable prefix of ``prompt``.
+        """Take a free slot for ``prompt``, keeping as much reusable cache as possible.
+
+        In order of preference: the slot whose whole cached prompt begins ``prompt`` (a
+        conversation's next turn: extending it destroys nothing), longest first; else an
+        empty slot (so that another prompt's cache survives for its next use); else the slot
+        sharing the longest prefix, the least recently released among equals (a shared system
+        prompt is reused, the oldest cached question is dropped).
 
         At most ``len(prompt) - 2`` tokens are reused: the rest is prefilled as a chunk of two
         or more tokens (the last one's logits give the first completion token), which computes
@@ -76,13 +82,16 @@ class PromptCache:
         """
         if not self.free:
             raise RuntimeError("no free sequence slot")
-        limit = max(0, len(prompt) - 2)
-        best, reused = self.free[0], 0
-        if self.enabled:
-            for slot in self.free:
-                shared = min(limit, common_prefix(self.tokens.get(slot, []), prompt))
-                if shared > reused:
-                    best, reused = slot, shared
+        shared = {slot: common_prefix(self.tokens.get(slot, []), prompt) for slot in self.free}
+        extending = [s for s in self.free if shared[s] and shared[s] == len(self.tokens[s])]
+        empty = [s for s in self.free if not self.tokens.get(s)]
+        if extending:
+            best = max(extending, key=shared.__getitem__)  # max keeps the first (oldest) of equals
+        elif empty:
+            best = empty[0]
+        else:
+            best = max(self.free, key=shared.__getitem__)
+        reused = min(max(0, len(prompt) - 2), shared[best]) if self.enabled else 0
         self.free.remove(best)
         self.tokens[best] = prompt[:reused]
         return SlotPlan(best, reused)

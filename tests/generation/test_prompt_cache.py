@@ -43,15 +43,15 @@ async def answer(inference, model: str, messages: list[tuple[int, str]]) -> list
 
 
 async def test_reused_prefixes_give_the_same_greedy_tokens_as_cold_prefills(inference, server):
-    engine_before = None
-    warm = []
-    for question in QUESTIONS:
-        warm.append(await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, question)]))
-        if engine_before is None:
-            engine = server.manager.get(CHAT_MODEL).engine
-            engine_before = engine.reused_prompt_tokens
+    # Fill every slot first: new questions then reuse the cached system prompt of one of them
+    # (while a slot is empty, a new prompt takes it and keeps the others' caches).
+    engine = server.manager.get(CHAT_MODEL).engine
+    for i in range(engine.max_sequences):
+        await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, f"Filler question number {i}?")])
+    before = engine.reused_prompt_tokens
+    warm = [await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, q)]) for q in QUESTIONS]
     # SmolLM2's template puts the same system prompt before every question: it was reused.
-    assert engine.reused_prompt_tokens - engine_before >= 20 * (len(QUESTIONS) - 1)
+    assert engine.reused_prompt_tokens - before >= 20 * len(QUESTIONS)
     cold = [await answer(inference, COLD_MODEL, [(g.CHAT_ROLE_USER, q)]) for q in QUESTIONS]
     assert server.manager.get(COLD_MODEL).engine.reused_prompt_tokens == 0
     assert warm == cold
@@ -116,6 +116,30 @@ def test_acquire_takes_the_slot_sharing_the_longest_prefix():
     cache.release(plans[2].slot, [7, 8])
     plan = cache.acquire([0, 1, 2, 50, 99, 98, 97])
     assert (plan.slot, plan.reused) == (plans[1].slot, 4)
+
+
+def test_an_empty_slot_is_taken_before_another_prompts_cache_is_overwritten():
+    cache = PromptCache(slots=2)
+    system = [1, 2, 3]
+    first = cache.acquire([*system, 10, 11])
+    cache.release(first.slot, [*system, 10, 11])
+    # Reusing the system prompt from the first slot would drop its question: the empty slot
+    # is taken, and the first question stays cached for its next use.
+    second = cache.acquire([*system, 20, 21])
+    assert (second.slot, second.reused) != (first.slot, 3) and second.reused == 0
+    cache.release(second.slot, [*system, 20, 21])
+    again = cache.acquire([*system, 10, 11, 12, 13])
+    assert (again.slot, again.reused) == (first.slot, 5)
+
+
+def test_a_conversation_extends_its_own_slot():
+    cache = PromptCache(slots=2)
+    a = cache.acquire([1, 2, 3, 4])
+    b = cache.acquire([1, 2, 9])
+    cache.release(a.slot, [1, 2, 3, 4])
+    cache.release(b.slot, [1, 2, 9])
+    turn = cache.acquire([1, 2, 3, 4, 5, 6, 7])
+    assert (turn.slot, turn.reused) == (a.slot, 4)
 
 
 def test_the_last_two_prompt_tokens_are_always_prefilled():
