@@ -36,17 +36,18 @@ async def answer(inference, model: str, messages: list[tuple[int, str]]) -> list
     differences in the last bits that happen not to change a greedy token.
     """
     stream = inference.GenerateStream(chat(model, messages, g.GenerateStreamRequest))
-    messages_ = [m async for m in stream]
-    tokens = [t for m in messages_ for t in m.token_ids]
-    logprobs = [lp.sampled.logprob for m in messages_ for lp in m.logprobs]
+    replies = [m async for m in stream]
+    tokens = [t for m in replies for t in m.token_ids]
+    logprobs = [lp.sampled.logprob for m in replies for lp in m.logprobs]
     return list(zip(tokens, logprobs, strict=True))
 
 
 async def test_reused_prefixes_give_the_same_greedy_tokens_as_cold_prefills(inference, server):
     # Fill every slot first: new questions then reuse the cached system prompt of one of them
     # (while a slot is empty, a new prompt takes it and keeps the others' caches).
+    await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, "Filler question number 0?")])
     engine = server.manager.get(CHAT_MODEL).engine
-    for i in range(engine.max_sequences):
+    for i in range(1, engine.max_sequences):
         await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, f"Filler question number {i}?")])
     before = engine.reused_prompt_tokens
     warm = [await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, q)]) for q in QUESTIONS]
