@@ -7,8 +7,9 @@ DejaVu Sans), sequential calls (one in flight). Engines: the default catalog's `
 Contenders per engine: the engine in-process in a worker of its own (the reference:
 ``RapidOCR()(image)`` or ``pytesseract.image_to_data(image, output_type=Output.DICT)`` on the
 decoded page); ours ``Ocr`` over gRPC (client-streamed: one ``OcrRequest`` with the options and
-the PNG as ``chunk``; one ``OcrResponse`` per page). Ours includes sending and decoding the PNG
-and building lines and words. Target: our overhead at most 5% (pages/s ratio >= 0.95).
+the PNG as ``chunk``, text only, as ``return_boxes`` defaults to false; one ``OcrResponse`` per
+page). Ours includes sending and decoding the PNG and building the page's lines and text.
+Target: our overhead at most 5% (pages/s ratio >= 0.95).
 
 Usage: ``python -m bench.ocr [--quick|--tiny] [--no-peers] [--out DIR]``.
 """
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ours = report.start_server(lambda: servers.start_ours(cfg.log_dir))
         report.note(
             "the in-process references read the page already decoded; ours includes sending and "
-            "decoding the PNG and building lines and words"
+            "decoding the PNG and building the page's lines and text (no boxes asked for)"
         )
         for engine in OCR_MODELS:
             label = LABELS[engine]
