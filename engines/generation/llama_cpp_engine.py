@@ -426,7 +426,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         self.reused_prompt_tokens += plan.reused
 
     def release(self, sequences: list[GenerationSequence]) -> None:
-        """Free the sequences' samplers and slots; a slot keeps the cells of the tokens it decoded."""
+        """Free the sequences' samplers and slots; a slot keeps the cells of its prefilled prompt."""
         import llama_cpp
 
         for sequence in sequences:
@@ -439,8 +439,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 # their last bits from a prefill of the same tokens, and reusing them would
                 # change greedy output (see prompt_cache).
                 prefilled = sequence.prompt_tokens[: min(state.n_past, len(sequence.prompt_tokens))]
-                kept = prefilled if self._prompt_cache.enabled else []
-                llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, len(kept), -1)
-                self._prompt_cache.release(state.seq_id, kept)
+                kept = self._prompt_cache.release(state.seq_id, prefilled)
+                llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, kept, -1)
                 state.seq_id = None
             state.sampler.close()

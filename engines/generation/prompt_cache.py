@@ -96,11 +96,15 @@ class PromptCache:
         self.tokens[best] = prompt[:reused]
         return SlotPlan(best, reused)
 
-    def record(self, slot: int, tokens: list[int]) -> None:
-        """Note the tokens whose KV cells ``slot`` now holds (positions 0..len-1)."""
-        self.tokens[slot] = tokens
+    def release(self, slot: int, prefilled: list[int]) -> int:
+        """Return ``slot``, whose cells hold the prefilled prompt tokens ``prefilled``.
 
-    def release(self, slot: int, kept: list[int]) -> None:
-        """Return ``slot``; ``kept`` are the tokens left in its cells (empty: none)."""
-        self.tokens[slot] = kept if self.enabled else []
+        Returns:
+            How many leading cells the slot keeps for later prompts: ``len(prefilled)``, or 0
+            when the cache is disabled (the caller drops the cells after that).
+
+        """
+        kept = prefilled if self.enabled else []
+        self.tokens[slot] = kept
         self.free.append(slot)
+        return len(kept)
