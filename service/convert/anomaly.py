@@ -20,6 +20,7 @@ from engines.anomaly.types import (
     Normalization,
     ScoreResult,
 )
+from service.convert.packed import merge_packed
 from service.convert.validation import check_range, require
 
 DEFAULT_CONTAMINATION = 0.1
@@ -265,9 +266,12 @@ def detect_response(result: ScoreResult, *, columnar: bool = False) -> pb.Detect
         ),
     )
     if columnar:
-        response.columns.scores.extend(result.raw.tolist())
-        response.columns.normalized_scores.extend(result.normalized.tolist())
-        response.columns.is_anomaly.extend(result.flags.tolist())
+        merge_packed(
+            response.columns,
+            scores=result.raw,
+            normalized_scores=result.normalized,
+            is_anomaly=result.flags,
+        )
     else:
         add_scores(response.scores, _result_rows(result))
     return response

@@ -6,6 +6,7 @@ from universal_runtime.v1 import encoders_pb2
 
 from engines.types import EmbeddingRequest, EmbeddingResult, Truncation
 from service.convert.generation import usage_message
+from service.convert.packed import merge_packed
 from service.convert.validation import require, require_texts
 
 TRUNCATIONS = {
@@ -53,11 +54,9 @@ def embedding_request(request: encoders_pb2.EmbedRequest, *, max_inputs: int) ->
 
 def embed_response(model: str, result: EmbeddingResult) -> encoders_pb2.EmbedResponse:
     """Build the response: one Embedding per input, in order."""
-    return encoders_pb2.EmbedResponse(
-        model=model,
-        embeddings=[
-            encoders_pb2.Embedding(index=i, values=row.tolist()) for i, row in enumerate(result.vectors)
-        ],
-        dimensions=int(result.vectors.shape[1]),
-        usage=usage_message(result.prompt_tokens, 0),
+    response = encoders_pb2.EmbedResponse(
+        model=model, dimensions=int(result.vectors.shape[1]), usage=usage_message(result.prompt_tokens, 0)
     )
+    for i, row in enumerate(result.vectors):
+        merge_packed(response.embeddings.add(index=i), values=row)
+    return response

@@ -100,9 +100,15 @@ class AnomalyRpcs(RpcBase):
             "backend, schema, contamination and normalization are for one-shot use (no detector); "
             "a saved detector keeps the ones it was fitted with",
         )
-        _, detector = await self._cpu.run(self._detectors.load, name)
-        result = await self._cpu.run(detector.score, rows, threshold=threshold, explain=request.explain)
+        result = await self._cpu.run(self._score_saved, name, rows, threshold, request.explain)
         return detect_response(result, columnar=request.columnar_output)
+
+    def _score_saved(
+        self, name: str, rows: list[list[Cell]] | np.ndarray, threshold: float | None, explain: bool
+    ) -> ScoreResult:
+        """Load (from the store's cache) and score in one executor job: one thread hop per call."""
+        _, detector = self._detectors.load(name)
+        return detector.score(rows, threshold=threshold, explain=explain)
 
     async def StreamDetectAnomaly(self, request_iterator, context: grpc.aio.ServicerContext):
         """Score rows as they arrive over a rolling window (one reply per request message)."""
