@@ -12,12 +12,19 @@ ours ``DetectAnomaly`` over gRPC with a saved detector, in two request forms: pe
 ``numeric_rows`` with ``columnar_output``. The requests are built once before timing; ours
 includes serializing, sending and parsing them and the responses. Target: >= 0.9x of direct.
 
+The transport floor: the same packed request's bytes sent to :mod:`bench.echo_server`, which
+answers as many bytes as our columnar response without doing anything (same client, same
+``grpc.aio`` server stack). Its latency is what the round trip alone costs here; the note under
+the table turns it into the ceiling any gRPC server could reach against the in-process library,
+``ref / (ref + floor)`` per repetition.
+
 Usage: ``python -m bench.anomaly [--quick|--tiny] [--no-peers] [--out DIR]``.
 """
 
 from __future__ import annotations
 
 import sys
+from statistics import median
 from typing import Any
 
 from bench import servers
@@ -40,6 +47,7 @@ DETECTORS = {
     "ecod": ("ECOD", "ANOMALY_BACKEND_ECOD", "NORMALIZATION_NONE"),
 }
 FORMS = {"rows": "per-row rows", "numeric": "numeric_rows + columnar_output"}
+FLOOR_LABEL = "floor: gRPC echo of the packed request's bytes (no scoring)"
 
 
 def metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -65,6 +73,38 @@ def fit_detector(target: str, name: str, backend: str, normalization: str, rows:
         return stub.FitAnomalyDetector(request, timeout=300).version
 
 
+def columnar_response_bytes(rows: int) -> int:
+    """Serialized size of our ``DetectAnomalyResponse`` with ``columnar_output`` for ``rows`` rows."""
+    from universal_runtime.v1 import anomaly_pb2
+
+    columns = anomaly_pb2.AnomalyScoreColumns(
+        scores=[1.0] * rows, normalized_scores=[0.5] * rows, is_anomaly=[True] * rows
+    )
+    summary = anomaly_pb2.AnomalySummary(row_count=rows, anomaly_count=rows, anomaly_rate=0.1, threshold=0.5)
+    return anomaly_pb2.DetectAnomalyResponse(columns=columns, summary=summary).ByteSize()
+
+
+def floor_note(label: str, record: dict[str, Any], reference: str, floor: str) -> str | None:
+    """The note that turns the echo floor into a ceiling ratio (per repetition, then the median)."""
+    reps = record["results"]
+    if reference not in reps or floor not in reps:
+        return None
+    pairs = [
+        (r["latency_p50_ms"], f["latency_p50_ms"])
+        for r, f in zip(reps[reference]["per_rep"], reps[floor]["per_rep"], strict=True)
+        if r and f
+    ]
+    if not pairs:
+        return None
+    ceiling = median([ref / (ref + echo) for ref, echo in pairs])
+    echo_ms, ref_ms = median([e for _, e in pairs]), median([r for r, _ in pairs])
+    return (
+        f"{label}: the round trip of the same bytes with no work costs {echo_ms:.2f} ms "
+        f"({echo_ms / ref_ms:.0%} of the library's {ref_ms:.1f} ms batch): over gRPC on this machine "
+        f"the ceiling is x{ceiling:.2f} of the library's rows/s (median of ref / (ref + floor))."
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the anomaly comparison; write its JSON, plot and README section."""
     cfg = parse_config("anomaly", argv, __doc__)
@@ -86,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     title = f"Anomaly detection — scoring {batch:,} rows x {ANOMALY_COLUMNS} columns per call"
     with Report(cfg, title, HEADLINE, model, settings) as report:
         ours = report.start_server(lambda: servers.start_ours(cfg.log_dir))
+        echo = report.start_server(lambda: servers.start_echo(cfg.log_dir, columnar_response_bytes(batch)))
         for detector, (label, backend, normalization) in DETECTORS.items():
             contenders = report.start_reference(
                 "anomaly", f"{detector}-inprocess", f"{label} in-process", "anomaly"
@@ -106,10 +147,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         )
                     )
                 )
+            floor = f"floor-{detector}"
+            floor_args = ["--mode", "grpc-echo", "--target", echo.grpc_target, "--form", "numeric"]
+            contenders.append(report.add(client_contender(floor, FLOOR_LABEL, "floor", floor_args)))
             params = {"detector": detector, "rows": batch, "concurrency": 1}
             report.warm_up(contenders, {**params, "requests": 1, "warmup": 0})
             params.update(requests=max_requests, duration_s=duration, warmup=1)
-            report.compare(label, params, contenders, f"{detector}-inprocess", metrics)
+            record = report.compare(label, params, contenders, f"{detector}-inprocess", metrics)
+            note = floor_note(label, record, f"{detector}-inprocess", floor)
+            if note:
+                report.note(note)
         report.finish()
     return report.payload
 

@@ -43,8 +43,10 @@ MODES = (
     "http-get",
     "grpc-ocr",
     "grpc-anomaly",
+    "grpc-echo",
 )
 #: Request forms of ``grpc-anomaly``: FeatureRow cells, or packed NumericRows with columnar output.
+#: ``grpc-echo`` sends the bytes of the same request to :mod:`bench.echo_server` (the transport floor).
 ANOMALY_FORMS = ("rows", "numeric")
 
 
@@ -66,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--detector", default="", help="saved anomaly detector (grpc-anomaly)")
     parser.add_argument("--form", choices=ANOMALY_FORMS, default="rows", help="anomaly request form")
     parser.add_argument("--rows", type=int, default=10_000, help="rows per anomaly request")
+
     return parser.parse_args(argv)
 
 
@@ -156,11 +159,16 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
         assert response.summary.row_count == args.rows
         return {"latency_s": time.perf_counter() - start, "items": args.rows}
 
+    async def echo(i: int) -> Record:
+        start = time.perf_counter()
+        await echo_call(echo_bytes, timeout=args.timeout_s)
+        return {"latency_s": time.perf_counter() - start, "items": args.rows}
+
     if args.mode == "grpc-ocr":
         from bench.workloads import ocr_page_png
 
         page = ocr_page_png()
-    if args.mode == "grpc-anomaly":
+    if args.mode in ("grpc-anomaly", "grpc-echo"):
         # Built once, before timing: the figure is the RPC (serialize, send, score, parse).
         matrix = anomaly_matrix(args.rows, ANOMALY_SCORE_SEED)
         if args.form == "numeric":
@@ -174,6 +182,12 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
                 for row in matrix.tolist()
             ]
             anomaly_request = anomaly_pb2.DetectAnomalyRequest(detector=args.detector, rows=rows)
+    if args.mode == "grpc-echo":
+        from bench.echo_server import ECHO_METHOD
+
+        # The same bytes our server would receive, to a server that does nothing with them.
+        echo_bytes = anomaly_request.SerializeToString()
+        echo_call = channel.unary_unary(ECHO_METHOD)
 
     calls = {
         "grpc-generate": generate,
@@ -182,6 +196,7 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
         "grpc-list-models": list_models,
         "grpc-ocr": ocr,
         "grpc-anomaly": anomaly,
+        "grpc-echo": echo,
     }
     return calls[args.mode], channel.close
 

@@ -127,7 +127,7 @@ class Contender:
     Attributes:
         name: Identifier in the JSON (``ours-grpc``).
         label: Name in tables and plots.
-        role: ``reference``, ``ours`` or ``peer``.
+        role: ``reference``, ``ours``, ``peer``, or ``floor`` (a no-work transport baseline).
         run: Runs one measurement for a scenario's parameters; returns a load-client result.
         reason: Why it was not measured (None when it was).
 

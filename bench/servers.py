@@ -121,6 +121,15 @@ def start_infinity(python: Path, log_dir: Path) -> Server:
     return _start(server, [lambda: http_ok(f"{base}/health")])
 
 
+def start_echo(log_dir: Path, reply_bytes: int) -> Server:
+    """Start :mod:`bench.echo_server` answering ``reply_bytes`` bytes; ready when its health is SERVING."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.echo_server", "--port", str(port), "--reply-bytes", str(reply_bytes)]
+    target = f"{LOOPBACK}:{port}"
+    server = Server("echo", ManagedProcess("echo", argv, log_dir), grpc_target=target)
+    return _start(server, [lambda: grpc_serving(target)])
+
+
 def start_worker(kind: str, log_dir: Path) -> Server:
     """Start an in-process reference worker (``llama``, ``st``, ``ocr``, ``anomaly``: :mod:`bench.inprocess`).
 

@@ -98,3 +98,28 @@ def test_run_all_help():
         timeout=60,
     )
     assert proc.returncode == 0 and "--tiny" in proc.stdout and "--no-peers" in proc.stdout
+
+
+def test_anomaly_floor_is_measured_and_noted(tiny_runs):
+    out, runs = tiny_runs
+    assert runs["anomaly"][0] == 0, runs["anomaly"][1][-3000:]
+    payload = json.loads((out / "anomaly" / "anomaly.json").read_text())
+    floors = [n for n, c in payload["contenders"].items() if c["role"] == "floor"]
+    assert floors and all(payload["contenders"][n]["reason"] is None for n in floors)
+    for scenario in payload["scenarios"]:
+        floor = next(n for n in scenario["results"] if n in floors)
+        assert scenario["results"][floor]["metrics"]["latency_p50_ms"]["median"] > 0
+    assert sum("ceiling is x" in note for note in payload["notes"]) == len(payload["scenarios"])
+
+
+def test_floor_note_ceiling_is_the_median_of_paired_ratios():
+    from bench.anomaly import floor_note
+
+    reps = {
+        "ref": {"per_rep": [{"latency_p50_ms": 10.0}, {"latency_p50_ms": 12.0}, None]},
+        "echo": {"per_rep": [{"latency_p50_ms": 1.0}, {"latency_p50_ms": 3.0}, {"latency_p50_ms": 2.0}]},
+    }
+    note = floor_note("ECOD", {"results": reps}, "ref", "echo")
+    # Pairs (10, 1) and (12, 3): ceilings 10/11 and 12/15, median 0.855; the unpaired rep is dropped.
+    assert note is not None and "ceiling is x0.85" in note and "2.00 ms" in note
+    assert floor_note("ECOD", {"results": {"ref": reps["ref"]}}, "ref", "echo") is None
