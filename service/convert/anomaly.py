@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from universal_runtime.v1 import anomaly_pb2 as pb
 
 from engines.anomaly.detector import check_contamination
+from engines.anomaly.encoding import accepts_matrix
 from engines.anomaly.stream import StreamConfig, StreamState, StreamStep
 from engines.anomaly.types import (
     AnomalyBackend,
@@ -20,8 +21,9 @@ from engines.anomaly.types import (
     Normalization,
     ScoreResult,
 )
-from service.convert.packed import merge_packed
+from service.convert.anomaly_wire import merge_score_messages, uniform_numeric_rows
 from service.convert.validation import check_range, require
+from service.convert.wire import merge_packed
 
 DEFAULT_CONTAMINATION = 0.1
 DEFAULT_WINDOW_SIZE = 1000
@@ -160,8 +162,15 @@ def request_rows(
     max_rows: int,
     max_features: int,
     allow_empty: bool = False,
+    schema: Sequence[FeatureField] | None = None,
 ) -> list[list[Cell]] | np.ndarray:
     """The request's rows: cells from ``rows``, or a float64 matrix (rows, columns) from ``numeric_rows``.
+
+    ``rows`` that are all finite numbers of one width, as ``schema`` (the columns the rows will
+    meet; ``None``: all numeric, any width) expects, are read from the wire into a matrix too
+    (:func:`~service.convert.anomaly_wire.uniform_numeric_rows`); what they mean is unchanged.
+
+    Blocking for large requests (tens of ms for 10,000 rows of cells): call it on an executor.
 
     Raises:
         InvalidArgumentError: both or neither given (unless ``allow_empty``), a packed length
@@ -169,9 +178,13 @@ def request_rows(
 
     """
     if not request.HasField("numeric_rows"):
-        return rows_from_pb(
-            request.rows, max_rows=max_rows, max_features=max_features, allow_empty=allow_empty
-        )
+        rows = request.rows
+        require(allow_empty or len(rows) > 0, "rows", "must contain at least one row")
+        require(len(rows) <= max_rows, "rows", f"at most {max_rows} rows per request, got {len(rows)}")
+        matrix = uniform_numeric_rows(request)
+        if matrix is not None and matrix.shape[1] <= max_features and accepts_matrix(schema, matrix.shape[1]):
+            return matrix
+        return rows_from_pb(rows, max_rows=max_rows, max_features=max_features, allow_empty=allow_empty)
     packed = request.numeric_rows
     require(len(request.rows) == 0, "numeric_rows", "set either rows or numeric_rows, not both")
     require(packed.column_count > 0, "numeric_rows.column_count", "must be > 0")
@@ -244,15 +257,6 @@ def add_scores(target, rows: Iterable[tuple[int, float, float, bool, Sequence[tu
             message.explanation.add(feature=feature, contribution=contribution)
 
 
-def _result_rows(
-    result: ScoreResult,
-) -> Iterator[tuple[int, float, float, bool, Sequence[tuple[str, float]]]]:
-    explanations = result.explanations
-    columns = zip(result.raw.tolist(), result.normalized.tolist(), result.flags.tolist(), strict=True)
-    for i, (raw, normalized, flag) in enumerate(columns):
-        yield i, raw, normalized, flag, explanations.get(i, ())
-
-
 def detect_response(result: ScoreResult, *, columnar: bool = False) -> pb.DetectAnomalyResponse:
     """Scores (per-row messages, or packed columns) and their summary (raw-score threshold)."""
     count = int(result.raw.shape[0])
@@ -272,8 +276,12 @@ def detect_response(result: ScoreResult, *, columnar: bool = False) -> pb.Detect
             normalized_scores=result.normalized,
             is_anomaly=result.flags,
         )
-    else:
-        add_scores(response.scores, _result_rows(result))
+        return response
+    merge_score_messages(response, "scores", result.raw, result.normalized, result.flags)
+    for row, explanation in result.explanations.items():
+        target = response.scores[row].explanation
+        for feature, contribution in explanation:
+            target.add(feature=feature, contribution=contribution)
     return response
 
 

@@ -6,8 +6,8 @@ from universal_runtime.v1 import encoders_pb2
 
 from engines.types import EmbeddingRequest, EmbeddingResult, Truncation
 from service.convert.generation import usage_message
-from service.convert.packed import merge_packed
 from service.convert.validation import require, require_texts
+from service.convert.wire import merge_packed
 
 TRUNCATIONS = {
     encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED: Truncation.END,

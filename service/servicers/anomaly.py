@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 import numpy as np
 from universal_runtime.v1 import anomaly_pb2 as pb
 
-from engines.anomaly.detector import fit_detector
+from engines.anomaly.detector import Detector, fit_detector
 from engines.anomaly.store import DetectorStore, validate_detector_name
 from engines.anomaly.stream import StreamDetector, check_stream_config
-from engines.anomaly.types import Cell, FitConfig, ScoreResult
+from engines.anomaly.types import Cell, FeatureField, FitConfig, ScoreResult
 from engines.executor import DeviceExecutor
 from service.convert.anomaly import (
     detect_response,
@@ -22,13 +24,6 @@ from service.convert.anomaly import (
 )
 from service.convert.validation import require
 from service.servicers.base import RpcBase
-
-
-def _fit_and_score(
-    rows: list[list[Cell]], config: FitConfig, threshold: float | None, explain: bool
-) -> ScoreResult:
-    """One-shot use: fit on the rows and score the same rows (blocking)."""
-    return fit_detector(rows, config).score(rows, threshold=threshold, explain=explain)
 
 
 class AnomalyRpcs(RpcBase):
@@ -52,13 +47,36 @@ class AnomalyRpcs(RpcBase):
     def _cpu(self) -> DeviceExecutor:
         return self._manager.executor_for("cpu")
 
-    def _rows(self, request, *, allow_empty: bool = False) -> list[list[Cell]] | np.ndarray:
+    def _rows(
+        self, request, *, allow_empty: bool = False, schema: Sequence[FeatureField] | None = None
+    ) -> list[list[Cell]] | np.ndarray:
+        """The request's rows (blocking for large per-row requests: call it on the executor)."""
         return request_rows(
             request,
             max_rows=self._settings.anomaly_max_rows,
             max_features=self._settings.anomaly_max_features,
             allow_empty=allow_empty,
+            schema=schema,
         )
+
+    def _fit(self, request, config: FitConfig) -> Detector:
+        """Read the rows and fit (one executor job)."""
+        return fit_detector(self._rows(request, schema=config.schema), config)
+
+    def _fit_and_score(
+        self, request: pb.DetectAnomalyRequest, config: FitConfig, threshold: float | None
+    ) -> ScoreResult:
+        """One-shot use: read the rows, fit on them and score them (one executor job)."""
+        rows = self._rows(request, schema=config.schema)
+        return fit_detector(rows, config).score(rows, threshold=threshold, explain=request.explain)
+
+    def _score_saved(
+        self, name: str, request: pb.DetectAnomalyRequest, threshold: float | None
+    ) -> ScoreResult:
+        """Load (from the store's cache), read the rows against its schema and score: one executor job."""
+        _, detector = self._detectors.load(name)
+        rows = self._rows(request, schema=detector.schema)
+        return detector.score(rows, threshold=threshold, explain=request.explain)
 
     async def FitAnomalyDetector(
         self, request: pb.FitAnomalyDetectorRequest, context: grpc.aio.ServicerContext
@@ -68,11 +86,10 @@ class AnomalyRpcs(RpcBase):
         config = fit_config_from_pb(
             request.backend, request.schema, request.contamination, request.normalization
         )
-        rows = self._rows(request)
-        detector = await self._cpu.run(fit_detector, rows, config)
+        detector = await self._cpu.run(self._fit, request, config)
         version = await self._cpu.run(self._detectors.save, name, detector)
         return pb.FitAnomalyDetectorResponse(
-            detector=name, version=version, row_count=len(rows), threshold=detector.threshold
+            detector=name, version=version, row_count=detector.row_count, threshold=detector.threshold
         )
 
     async def DetectAnomaly(
@@ -85,12 +102,11 @@ class AnomalyRpcs(RpcBase):
             "columnar_output",
             "columnar output carries no explanations; drop explain or columnar_output",
         )
-        rows = self._rows(request)
         if not request.detector:
             config = fit_config_from_pb(
                 request.backend, request.schema, request.contamination, request.normalization
             )
-            result = await self._cpu.run(_fit_and_score, rows, config, threshold, request.explain)
+            result = await self._cpu.run(self._fit_and_score, request, config, threshold)
             return detect_response(result, columnar=request.columnar_output)
         name = validate_detector_name(request.detector)
         one_shot_only = (request.backend, len(request.schema), request.contamination, request.normalization)
@@ -100,15 +116,8 @@ class AnomalyRpcs(RpcBase):
             "backend, schema, contamination and normalization are for one-shot use (no detector); "
             "a saved detector keeps the ones it was fitted with",
         )
-        result = await self._cpu.run(self._score_saved, name, rows, threshold, request.explain)
+        result = await self._cpu.run(self._score_saved, name, request, threshold)
         return detect_response(result, columnar=request.columnar_output)
-
-    def _score_saved(
-        self, name: str, rows: list[list[Cell]] | np.ndarray, threshold: float | None, explain: bool
-    ) -> ScoreResult:
-        """Load (from the store's cache) and score in one executor job: one thread hop per call."""
-        _, detector = self._detectors.load(name)
-        return detector.score(rows, threshold=threshold, explain=explain)
 
     async def StreamDetectAnomaly(self, request_iterator, context: grpc.aio.ServicerContext):
         """Score rows as they arrive over a rolling window (one reply per request message)."""
@@ -119,7 +128,7 @@ class AnomalyRpcs(RpcBase):
                     config = stream_config_from_pb(request.config)
                     check_stream_config(config, self._settings.anomaly_max_window)
                     session = StreamDetector(config, self._cpu)
-                rows = self._rows(request, allow_empty=True)
+                rows = self._rows(request, allow_empty=True, schema=session.schema)
                 if isinstance(rows, np.ndarray):
                     rows = rows.tolist()  # the rolling window keeps plain rows
                 yield stream_response(await session.add(rows))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from universal_runtime.v1 import anomaly_pb2, encoders_pb2
 
-from service.convert.packed import merge_packed, packed_field_bytes
+from service.convert.wire import merge_packed, packed_field_bytes
 
 
 def _columns_by_extend(scores, normalized, flags) -> anomaly_pb2.AnomalyScoreColumns:

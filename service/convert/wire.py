@@ -1,4 +1,6 @@
-"""Filling repeated numeric proto fields from numpy arrays at memory-copy speed.
+"""Protobuf wire-format helpers: fill or read large numeric fields at memory-copy speed.
+
+The format is the protobuf encoding guide's (https://protobuf.dev/programming-guides/encoding/).
 
 ``field.extend(array.tolist())`` makes one Python object per value and appends them one by one
 (about 25 ns a value: 0.25 ms for a 10,000-row score column, 0.75 ms for an anomaly response's
@@ -26,17 +28,70 @@ _WIRE_DTYPES: dict[int, str] = {
     FieldDescriptor.TYPE_SFIXED32: "<i4",
     FieldDescriptor.TYPE_BOOL: "u1",
 }
-_WIRE_TYPE_LEN = 2  # length-delimited: the wire type of a packed field
+WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
+"""Wire types (encoding guide, "Message Structure"); groups (3, 4) are never used by our protos."""
 
 
-def _varint(value: int) -> bytes:
-    """Base-128 varint, least significant group first (encoding guide, "Base 128 Varints")."""
+def varint(value: int) -> bytes:
+    """Base-128 varint of a non-negative int, least significant group first ("Base 128 Varints")."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``data[pos:]`` and the offset after it.
+
+    Raises:
+        IndexError: the data ends inside the varint.
+
+    """
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def field_key(field: FieldDescriptor, wire_type: int) -> bytes:
+    """The key (tag) bytes that start every occurrence of ``field`` with ``wire_type`` on the wire."""
+    return varint(field.number << 3 | wire_type)
+
+
+def first_field_offset(data: bytes, field_number: int, wire_type: int) -> int | None:
+    """Offset of the key of the first top-level occurrence of a field in serialized ``data``.
+
+    Walks the top-level fields only (never into sub-messages), so a byte pattern inside a string
+    or a nested message is never mistaken for the field. ``None`` when the field is absent or
+    the data is not well formed.
+    """
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            key, after = read_varint(data, pos)
+            if key >> 3 == field_number and key & 7 == wire_type:
+                return pos
+            kind = key & 7
+            if kind == WIRE_VARINT:
+                _, pos = read_varint(data, after)
+            elif kind == WIRE_I64:
+                pos = after + 8
+            elif kind == WIRE_LEN:
+                length, start = read_varint(data, after)
+                pos = start + length
+            elif kind == WIRE_I32:
+                pos = after + 4
+            else:
+                return None
+    except IndexError:
+        return None
+    return None
 
 
 def packed_field_bytes(field: FieldDescriptor, values: np.ndarray) -> bytes:
@@ -65,8 +120,7 @@ def packed_field_bytes(field: FieldDescriptor, values: np.ndarray) -> bytes:
     payload = np.ascontiguousarray(array, dtype=dtype).tobytes()
     if not payload:
         return b""
-    key = _varint(field.number << 3 | _WIRE_TYPE_LEN)
-    return key + _varint(len(payload)) + payload
+    return field_key(field, WIRE_LEN) + varint(len(payload)) + payload
 
 
 def merge_packed(message: Message, **columns: np.ndarray) -> None:
