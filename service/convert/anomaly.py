@@ -125,18 +125,15 @@ def fit_config_from_pb(
     )
 
 
-def rows_from_pb(
-    rows: Sequence[pb.FeatureRow], *, max_rows: int, max_features: int, allow_empty: bool = False
-) -> list[list[Cell]]:
+def rows_from_pb(rows: Sequence[pb.FeatureRow], *, max_features: int) -> list[list[Cell]]:
     """Rows as lists of floats and strings (widths and finiteness are checked by the engine).
 
+    The row count is checked by :func:`request_rows`, before any row is read.
+
     Raises:
-        InvalidArgumentError: no rows (unless ``allow_empty``), too many rows or columns, a cell
-            with no value set.
+        InvalidArgumentError: a row with more than ``max_features`` cells, a cell with no value set.
 
     """
-    require(allow_empty or len(rows) > 0, "rows", "must contain at least one row")
-    require(len(rows) <= max_rows, "rows", f"at most {max_rows} rows per request, got {len(rows)}")
     out: list[list[Cell]] = []
     for i, row in enumerate(rows):
         values = row.values
@@ -184,7 +181,7 @@ def request_rows(
         matrix = uniform_numeric_rows(request)
         if matrix is not None and matrix.shape[1] <= max_features and accepts_matrix(schema, matrix.shape[1]):
             return matrix
-        return rows_from_pb(rows, max_rows=max_rows, max_features=max_features, allow_empty=allow_empty)
+        return rows_from_pb(rows, max_features=max_features)
     packed = request.numeric_rows
     require(len(request.rows) == 0, "numeric_rows", "set either rows or numeric_rows, not both")
     require(packed.column_count > 0, "numeric_rows.column_count", "must be > 0")

@@ -22,7 +22,7 @@ def _rows(matrix) -> list[pb.FeatureRow]:
 
 
 def _general(request) -> np.ndarray:
-    return np.array(rows_from_pb(request.rows, max_rows=10**6, max_features=10**4), dtype=np.float64)
+    return np.array(rows_from_pb(request.rows, max_features=10**4), dtype=np.float64)
 
 
 def _requests(rows: list[pb.FeatureRow]):
