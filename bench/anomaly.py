@@ -24,11 +24,11 @@ Usage: ``python -m bench.anomaly [--quick|--tiny] [--no-peers] [--out DIR]``.
 from __future__ import annotations
 
 import sys
-from statistics import median
 from typing import Any
 
 from bench import servers
 from bench.runner import Report, client_contender, item_metrics, parse_config
+from bench.stats import percentile
 from bench.workloads import (
     ANOMALY_COLUMNS,
     ANOMALY_FIT_ROWS,
@@ -96,8 +96,8 @@ def floor_note(label: str, record: dict[str, Any], reference: str, floor: str) -
     ]
     if not pairs:
         return None
-    ceiling = median([ref / (ref + echo) for ref, echo in pairs])
-    echo_ms, ref_ms = median([e for _, e in pairs]), median([r for r, _ in pairs])
+    ceiling = percentile([ref / (ref + echo) for ref, echo in pairs], 50)
+    echo_ms, ref_ms = percentile([e for _, e in pairs], 50), percentile([r for r, _ in pairs], 50)
     return (
         f"{label}: the round trip of the same bytes with no work costs {echo_ms:.2f} ms "
         f"({echo_ms / ref_ms:.0%} of the library's {ref_ms:.1f} ms batch): over gRPC on this machine "
