@@ -1,7 +1,5 @@
 """Protobuf wire-format helpers: fill or read large numeric fields at memory-copy speed.
 
-The format is the protobuf encoding guide's (https://protobuf.dev/programming-guides/encoding/).
-
 ``field.extend(array.tolist())`` makes one Python object per value and appends them one by one
 (about 25 ns a value: 0.25 ms for a 10,000-row score column, 0.75 ms for an anomaly response's
 three columns). A packed repeated field of fixed-width values is, on the wire, its key, its byte
