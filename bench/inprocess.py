@@ -45,20 +45,31 @@ from bench.workloads import (
 N_CTX = 2048
 
 
+#: Bytes of llama-cpp-python's RAM prompt cache when a command asks for it (many prompts' KV).
+PROMPT_CACHE_BYTES = 1 << 30
+
+
 def load_llama() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
-    """Open the GGUF as the server does (all cores, n_ctx 2048); return a one-request function."""
+    """Open the GGUF as the server does (all cores, n_ctx 2048); return a one-request function.
+
+    Command keys: ``max_tokens``; ``salt`` (cold prompts, see :func:`bench.workloads.chat_messages`);
+    ``prompt_cache`` (true: llama-cpp-python's own ``LlamaRAMCache``, which keeps many prompts'
+    states as our slots do; false or absent: none, only the previous prompt's prefix is reused).
+    """
     import llama_cpp
 
     llm = llama_cpp.Llama(
         model_path=str(gguf_path()), n_ctx=N_CTX, n_threads=os.cpu_count() or 1, verbose=False
     )
+    ram_cache = llama_cpp.LlamaRAMCache(capacity_bytes=PROMPT_CACHE_BYTES)
 
     def generate(i: int, command: dict[str, Any]) -> dict[str, Any]:
+        llm.set_cache(ram_cache if command.get("prompt_cache") else None)
         start = time.perf_counter()
         ttft = None
         chunks = 0
         for chunk in llm.create_chat_completion(
-            messages=chat_messages(i),
+            messages=chat_messages(i, command.get("salt")),
             max_tokens=int(command.get("max_tokens", MAX_NEW_TOKENS)),
             temperature=0.0,
             repeat_penalty=1.0,

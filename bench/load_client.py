@@ -68,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--detector", default="", help="saved anomaly detector (grpc-anomaly)")
     parser.add_argument("--form", choices=ANOMALY_FORMS, default="rows", help="anomaly request form")
     parser.add_argument("--rows", type=int, default=10_000, help="rows per anomaly request")
+    parser.add_argument(
+        "--salt",
+        default=None,
+        help="generation: make every prompt new (cold) with a code derived from this salt",
+    )
 
     return parser.parse_args(argv)
 
@@ -104,7 +109,7 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
             model=args.model,
             messages=[
                 generation_pb2.ChatMessage(role=roles[m["role"]], content=m["content"])
-                for m in chat_messages(i)
+                for m in chat_messages(i, args.salt)
             ],
             parameters=generation_pb2.GenerationParameters(
                 max_tokens=args.max_tokens, temperature=0.0, repetition_penalty=1.0
@@ -211,7 +216,7 @@ async def _http_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
     async def chat(i: int) -> Record:
         body = {
             "model": args.model,
-            "messages": chat_messages(i),
+            "messages": chat_messages(i, args.salt),
             "max_tokens": args.max_tokens,
             "temperature": 0.0,
             "stream": True,

@@ -1,11 +1,19 @@
-"""Memory: our server's RSS idle, with each default model loaded, and after unloading each.
+"""Memory: what a model costs our server, like for like with the references; then every model in turn.
+
+Like for like (the headline): for each model that has an in-process reference, a fresh server
+process loads that model alone; ``added`` is its RSS after the load and one small request minus
+the same process idle, and the reference's is its RSS after the same minus the bare Python
+process before it imported the library (both count the libraries the model brings in, such as
+torch). The peers (``llama_cpp.server``, infinity) load the same model at start; their RSS is
+shown beside ours.
+
+In turn: one fresh server loads, touches and unloads every default-catalog model one after
+another, so each figure includes what earlier models left (libraries stay imported).
 
 Loads and unloads go through ``ModelService/LoadModel`` and ``UnloadModel``; after a load one
 small request runs (memory-mapped weights count once they are touched), then RSS is read
-(the process and its children, from ``/proc`` via psutil). The peers are measured the same
-way with the same model loaded: ``llama_cpp.server`` and infinity, and the in-process
-references (llama-cpp-python, sentence-transformers) as the floor. One fresh process per
-contender and repetition.
+(the process and its children, from ``/proc`` via psutil). One fresh process per contender,
+scenario and repetition.
 
 Usage: ``python -m bench.memory [--quick|--tiny] [--no-peers] [--out DIR]``.
 """
@@ -65,6 +73,29 @@ def measure_rss(server: Server) -> float:
     return server.process.rss_bytes() / MIB
 
 
+def alone_scenario(model: str) -> str:
+    """Name of the like-for-like scenario of ``model``."""
+    return f"{model} alone, fresh process"
+
+
+def ours_alone(report: Report, model: str, tasks: list[str]) -> dict[str, float]:
+    """A fresh server: RSS idle, then after loading ``model`` and one request (``added_mib``: the rise)."""
+    ours = servers.start_ours(report.cfg.log_dir, name="ours-memory-alone")
+    try:
+        idle = measure_rss(ours)
+        report.progress(f"ours: loading {model} alone")
+        reported = servers.load_model(ours.grpc_target, model)
+        touch(warm_args(model, tasks, ours.grpc_target))
+        loaded = measure_rss(ours)
+        return {
+            "rss_mib": loaded,
+            "added_mib": loaded - idle,
+            "server_reported_mib": reported["ram_bytes"] / MIB,
+        }
+    finally:
+        ours.stop()
+
+
 def ours_cycle(report: Report, models: dict[str, list[str]]) -> dict[str, dict[str, float]]:
     """One fresh server: idle, then load, touch, measure, unload, measure for each model in turn.
 
@@ -83,14 +114,14 @@ def ours_cycle(report: Report, models: dict[str, list[str]]) -> dict[str, dict[s
             reported = servers.load_model(ours.grpc_target, model)
             touch(warm_args(model, tasks, ours.grpc_target))
             loaded = measure_rss(ours)
-            out[f"loaded {model}"] = {
+            out[f"in turn: loaded {model}"] = {
                 "rss_mib": loaded,
                 "added_mib": loaded - before,
                 "server_reported_mib": reported["ram_bytes"] / MIB,
             }
             servers.load_model(ours.grpc_target, model, unload=True)
             rss = measure_rss(ours)
-            out[f"unloaded {model}"] = {"rss_mib": rss, "given_back_mib": loaded - rss}
+            out[f"in turn: unloaded {model}"] = {"rss_mib": rss, "given_back_mib": loaded - rss}
         return out
     finally:
         ours.stop()
@@ -133,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the memory comparison; write its JSON, plot and README section."""
     cfg = parse_config("memory", argv, __doc__, reps={"full": 3, "quick": 1, "tiny": 1})
     settings = {"settle_s": SETTLE_S, "keep_alive": "-1 (until unloaded)", "rss": "process + children"}
-    title = "Memory — server RSS idle, per default model loaded, and after unloading"
+    title = "Memory — what one model adds, like for like; then every default model in turn"
     with Report(cfg, title, HEADLINE, {"models": "the embedded default catalog"}, settings) as report:
         probe = servers.start_ours(cfg.log_dir, name="ours-catalog")
         try:
@@ -175,10 +206,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, (label, role, *_) in others.items():
             report.add(Contender(name, label, role))
         per_rep: dict[str, dict[str, list[dict[str, float] | None]]] = {}
+        compared = sorted({model for _, _, model, *_ in others.values()})
         for rep in range(cfg.reps):
             report.progress(f"repetition {rep + 1}/{cfg.reps}: ours")
-            for scenario, values in ours_cycle(report, models).items():
-                per_rep.setdefault(scenario, {}).setdefault(ours.name, []).append(values)
+            for model in compared:
+                values = ours_alone(report, model, models[model])
+                per_rep.setdefault(alone_scenario(model), {}).setdefault(ours.name, []).append(values)
             for name, (label, role, model, start, warm) in others.items():
                 report.progress(f"repetition {rep + 1}/{cfg.reps}: {label}")
                 try:
@@ -186,10 +219,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 except Exception as exc:
                     report.unavailable(name, label, role, str(exc)[-300:])
                     values = None
-                per_rep.setdefault(f"loaded {model}", {}).setdefault(name, []).append(values)
+                per_rep.setdefault(alone_scenario(model), {}).setdefault(name, []).append(values)
+            for scenario, values in ours_cycle(report, models).items():
+                per_rep.setdefault(scenario, {}).setdefault(ours.name, []).append(values)
         for scenario, contenders in per_rep.items():
             reference = next((n for n in contenders if n.endswith("-inprocess")), ours.name)
             report.record(scenario, {}, reference, contenders)
+        report.note(
+            "like for like: the 'alone, fresh process' rows compare what one model adds to a process "
+            "that had none (ours: RSS after the load minus the same server idle; references: minus the "
+            "bare Python process before the library import); the 'in turn' rows load every default "
+            "model one after another in one server, so each includes what the earlier ones left"
+        )
         untouched = [m for m, tasks in models.items() if warm_args(m, tasks, "") is None]
         if untouched:
             report.note(

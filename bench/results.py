@@ -13,11 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench.stats import fmt
+from bench.stats import UNSTABLE_SPREAD, fmt, is_unstable
 
 GIB = 1024**3
 # Typography of the tables (escaped: ruff flags the literal characters as ambiguous).
 DASH, TIMES = "\u2013", "\u00d7"
+#: Marks a cell whose repetitions disagree (see :func:`bench.stats.is_unstable`).
+UNSTABLE_MARK = "\u2021"
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> Path:
@@ -107,11 +109,36 @@ def _cell(summary: dict[str, float] | None, ratio: dict[str, float] | None, is_r
     if not summary or summary.get("median") is None or math.isnan(summary["median"]):
         return "-"
     text = f"{fmt(summary['median'])} [{fmt(summary['p5'])}{DASH}{fmt(summary['p95'])}]"
+    if is_unstable(summary):
+        text += f" {UNSTABLE_MARK}"
     if is_reference:
         return text + " (ref)"
     if ratio and ratio.get("median") is not None and not math.isnan(ratio["median"]):
         return text + f" {TIMES}{ratio['median']:.2f}"
     return text
+
+
+def revision_line(payload: dict[str, Any]) -> str:
+    """Which code was measured: ``commit `abc1234``` (and a warning when the tree was dirty)."""
+    revision = payload.get("git_revision") or "unknown"
+    if payload.get("git_dirty"):
+        return f"commit `{revision}` **with uncommitted changes (--allow-dirty): not reproducible**"
+    return f"commit `{revision}`"
+
+
+def unstable_lines(payload: dict[str, Any]) -> list[str]:
+    """One line per unstable cell: scenario, contender, metric and its per-repetition values."""
+    lines = []
+    for scenario in payload["scenarios"]:
+        for name in _available(scenario):
+            result = scenario["results"][name]
+            for metric in payload["headline"]:
+                if not is_unstable(result["metrics"].get(metric["key"])):
+                    continue
+                values = [fmt(m[metric["key"]]) for m in result["per_rep"] if m and metric["key"] in m]
+                label = payload["contenders"][name]["label"]
+                lines.append(f"{scenario['name']}, {label}, {metric['label']}: {', '.join(values)}")
+    return lines
 
 
 def markdown(payload: dict[str, Any]) -> str:
@@ -120,7 +147,8 @@ def markdown(payload: dict[str, Any]) -> str:
     lines = [
         f"### {payload['title']}",
         "",
-        f"Measured {payload['finished']} on {machine_line(payload)}; {payload['mode']} mode, "
+        f"Measured {payload['finished']} at {revision_line(payload)} on {machine_line(payload)}; "
+        f"{payload['mode']} mode, "
         f"{_reps(payload)}, wall {payload['wall_s']:.0f} s. "
         f"Cells: median [p5{DASH}p95] over repetitions, {TIMES}: median of the per-repetition ratios to the "
         f"scenario's reference (ref). JSON: `{payload['json_name']}`, plot: `{payload['png_name']}`.",
@@ -146,6 +174,15 @@ def markdown(payload: dict[str, Any]) -> str:
             "",
             "Not measured: "
             + "; ".join(f"{payload['contenders'][n]['label']} — {r}" for n, r in unavailable.items()),
+        ]
+    unstable = unstable_lines(payload)
+    if unstable:
+        lines += [
+            "",
+            f"{UNSTABLE_MARK} unstable: the repetitions of these cells spread (max {DASH} min) over more "
+            f"than {UNSTABLE_SPREAD:.0%} of their median, so the median alone does not describe them "
+            "(per-repetition values, in run order):",
+            *(f"  - {line}" for line in unstable),
         ]
     for note in payload.get("notes", []):
         lines += ["", f"- {note}"]

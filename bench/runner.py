@@ -48,6 +48,7 @@ class BenchConfig:
         out_dir: Where ``<area>.json``, ``<area>.png`` and ``logs/`` go.
         readme: The Markdown file whose marked section is refreshed.
         reps: Interleaved repetitions of each comparison.
+        git: The measured commit (:func:`bench.environment.git_state`): revision, dirty, dirty_paths.
 
     """
 
@@ -57,6 +58,7 @@ class BenchConfig:
     out_dir: Path
     readme: Path
     reps: int
+    git: dict[str, Any]
 
     @property
     def log_dir(self) -> Path:
@@ -83,6 +85,11 @@ def build_parser(area: str, description: str | None) -> argparse.ArgumentParser:
         "or <out>/README.md when --out is not the default)",
     )
     parser.add_argument("--reps", type=int, help="interleaved repetitions (default: 5 full, 3 quick, 2 tiny)")
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write into bench/results/ from a tree with uncommitted changes (the table then says so)",
+    )
     return parser
 
 
@@ -92,8 +99,14 @@ def parse_config(
     description: str | None = None,
     reps: dict[str, int] | None = None,
 ) -> BenchConfig:
-    """Parse the common flags into a :class:`BenchConfig` (``reps``: default repetitions per mode)."""
-    args = build_parser(area, description).parse_args(argv)
+    """Parse the common flags into a :class:`BenchConfig` (``reps``: default repetitions per mode).
+
+    Published results must come from committed code: writing into the default ``bench/results/``
+    from a tree with uncommitted changes (outside the bench's own outputs) exits with status 2
+    before anything runs, unless ``--allow-dirty``.
+    """
+    parser = build_parser(area, description)
+    args = parser.parse_args(argv)
     mode = args.mode or "full"
     out = args.out.resolve()
     readme = args.readme or (DEFAULT_README if out == DEFAULT_RESULTS.resolve() else out / "README.md")
@@ -105,7 +118,14 @@ def parse_config(
     # SIGTERM unwinds like Ctrl-C, so that the servers this run started are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     count = args.reps or (reps or DEFAULT_REPS)[mode]
-    return BenchConfig(area, mode, not args.no_peers, out, readme, max(1, count))
+    git = environment.git_state(REPO_ROOT)
+    if git["dirty"] and out == DEFAULT_RESULTS.resolve() and not args.allow_dirty:
+        shown = ", ".join(git["dirty_paths"][:5]) + (" ..." if len(git["dirty_paths"]) > 5 else "")
+        parser.error(
+            f"the tree has uncommitted changes ({shown}): commit them so the results name the code "
+            "they measured, write elsewhere with --out, or pass --allow-dirty"
+        )
+    return BenchConfig(area, mode, not args.no_peers, out, readme, max(1, count), git)
 
 
 class Progress:
@@ -223,7 +243,9 @@ class Report:
             "reps": cfg.reps,
             "started": self.started,
             "machine": environment.machine_info(),
-            "git_revision": environment.git_revision(REPO_ROOT),
+            "git_revision": cfg.git["revision"],
+            "git_dirty": cfg.git["dirty"],
+            "git_dirty_paths": cfg.git["dirty_paths"][:20],
             "packages": {"project": environment.package_versions(environment.PROJECT_PACKAGES)},
             "model": model,
             "settings": settings,
@@ -316,10 +338,13 @@ class Report:
         contenders: list[Contender],
         reference: str,
         metrics: Callable[[dict[str, Any]], Metrics],
+        vary: Callable[[Contender, int], dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """Measure ``contenders`` on one scenario, interleaved, ``cfg.reps`` times; record it.
 
-        A contender whose run raises is dropped from the rest of the run (its reason says where).
+        ``vary(contender, rep)`` gives parameters that change per run (e.g. a salt that makes
+        every run's prompts new); they are merged over ``params``. A contender whose run raises
+        is dropped from the rest of the run (its reason says where).
         """
         active = [c for c in contenders if c.run is not None and c.reason is None]
         per_rep: dict[str, list[Metrics | None]] = {c.name: [] for c in active}
@@ -332,7 +357,7 @@ class Report:
                     continue
                 start = time.monotonic()
                 try:
-                    result = contender.run(params)  # type: ignore[misc]
+                    result = contender.run({**params, **(vary(contender, rep) if vary else {})})  # type: ignore[misc]
                 except Exception as exc:
                     contender.reason = f"failed in {scenario}: {str(exc)[-300:]}"
                     self.add(contender)

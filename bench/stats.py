@@ -20,18 +20,37 @@ def percentile(values: Sequence[float], q: float) -> float:
     return data[low] + (data[high] - data[low]) * (rank - low)
 
 
+#: A cell whose repetitions spread (max - min) over more than this fraction of their median is
+#: flagged unstable: its median alone would hide that the runs disagree.
+UNSTABLE_SPREAD = 0.3
+
+
 def summarize(values: Sequence[float]) -> dict[str, float]:
-    """Median, p5/p95, quartiles (IQR), min, max and count of ``values``."""
+    """Median, p5/p95, quartiles (IQR), min, max, count and relative spread of ``values``.
+
+    ``spread`` is (max - min) / |median| (NaN for an empty sequence or a zero median); a cell
+    with ``spread`` above :data:`UNSTABLE_SPREAD` is reported as unstable (:func:`is_unstable`).
+    """
+    low, mid, high = percentile(values, 0), percentile(values, 50), percentile(values, 100)
     return {
-        "median": percentile(values, 50),
+        "spread": ratio(high - low, abs(mid)),
+        "median": mid,
         "p5": percentile(values, 5),
         "p95": percentile(values, 95),
         "q1": percentile(values, 25),
         "q3": percentile(values, 75),
-        "min": percentile(values, 0),
-        "max": percentile(values, 100),
+        "min": low,
+        "max": high,
         "n": len([v for v in values if v is not None and not math.isnan(v)]),
     }
+
+
+def is_unstable(summary: dict[str, float] | None) -> bool:
+    """Whether a summary's repetitions (two or more) spread above :data:`UNSTABLE_SPREAD`."""
+    if not summary or (summary.get("n") or 0) < 2:
+        return False
+    spread = summary.get("spread")
+    return spread is not None and not math.isnan(spread) and spread > UNSTABLE_SPREAD
 
 
 def ratio(numerator: float, denominator: float) -> float:

