@@ -17,11 +17,15 @@ export DO_NOT_TRACK ?= 1
 
 install: system-deps $(STAMP)
 
-# Debian packages: Tesseract (second OCR engine) and DejaVu fonts (OCR tests render text with them).
-# Checked first, so this is instant when they are there.
+# Debian packages: Tesseract (second OCR engine) with its German data (the OCR language tests read
+# umlauts and ß) and DejaVu fonts (OCR tests render text with them).
+# Checked first, so this is instant when they are there (`--list-langs` reads the tessdata folder,
+# /usr/share/tesseract-ocr/5/tessdata on Debian, whatever the Tesseract version).
 system-deps:
-	@command -v tesseract >/dev/null && test -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf || \
-		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq tesseract-ocr fonts-dejavu-core; }
+	@tesseract --list-langs 2>/dev/null | grep -qx deu && \
+		test -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf || \
+		{ $(SUDO) apt-get update -qq && \
+		  $(SUDO) apt-get install -y -qq tesseract-ocr tesseract-ocr-deu fonts-dejavu-core; }
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
