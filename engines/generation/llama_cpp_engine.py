@@ -169,6 +169,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         self._bos_text = self._piece_text(self.model.token_bos(), special=True)
         self._eos_text = self._piece_text(self.model.token_eos(), special=True)
         self._template_has_tools = bool(template) and "tools" in template
+        self._template_has_developer = bool(template) and "developer" in template
         self._formatter = (
             Jinja2ChatFormatter(template=template, eos_token=self._eos_text, bos_token=self._bos_text)
             if template
@@ -260,7 +261,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
     def tokenize_prompt(self, request: GenerationRequest) -> list[int]:
         """Token ids of the request's prompt (templated when it is a chat)."""
         if request.messages is not None:
-            messages, tools = messages_with_tools(request, self._template_has_tools)
+            messages, tools = messages_with_tools(
+                request, self._template_has_tools, self._template_has_developer
+            )
             text = self.render_chat(messages, tools)
             add_bos = not (self._bos_text and text.startswith(self._bos_text))
         else:
@@ -434,7 +437,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
             if state is None or state.released:
                 continue
             state.released = True
-            if state.seq_id is not None:
+            # After unload (the scheduler may still release sequences cancelled during the last
+            # step) the context and its cells are gone already.
+            if state.seq_id is not None and self.ctx is not None:
                 # Only prompt cells are kept: cells written one token per decode step differ in
                 # their last bits from a prefill of the same tokens, and reusing them would
                 # change greedy output (see prompt_cache).

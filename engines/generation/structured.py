@@ -10,6 +10,7 @@ turns into structured tool calls, streamed incrementally.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -110,10 +111,17 @@ def tool_instructions(request: GenerationRequest) -> str:
 
 
 def messages_with_tools(
-    request: GenerationRequest, template_has_tools: bool
+    request: GenerationRequest, template_has_tools: bool, template_has_developer: bool = False
 ) -> tuple[list[ChatMessage], list | None]:
-    """The messages to template and the ``tools`` value for templates that render tools themselves."""
-    messages = list(request.messages or [])
+    """The messages to template and the ``tools`` value for templates that render tools themselves.
+
+    A template that never mentions the ``developer`` role gets developer messages as ``system``
+    ones (the contract: developer is treated like system by templates without it).
+    """
+    messages = [
+        m if m.role != "developer" or template_has_developer else dataclasses.replace(m, role="system")
+        for m in request.messages or []
+    ]
     if not tools_active(request):
         return messages, None
     if template_has_tools:

@@ -208,6 +208,7 @@ class TransformersGenerationEngine(GenerationEngine):
         self._pieces = token_piece_table(tokenizer, self._vocab_size)
         template = tokenizer.chat_template
         self._template_has_tools = bool(template) and "tools" in template
+        self._template_has_developer = bool(template) and "developer" in template
         self._grammar_tokenizer: GrammarTokenizer | None = None
         self._batch: BatchKVCache | None = None
         self._rows: list[GenerationSequence] = []
@@ -266,7 +267,7 @@ class TransformersGenerationEngine(GenerationEngine):
                 reason="NO_CHAT_TEMPLATE",
                 model=self.spec.name,
             )
-        messages, tools = messages_with_tools(request, self._template_has_tools)
+        messages, tools = messages_with_tools(request, self._template_has_tools, self._template_has_developer)
         try:
             text = self.tokenizer.apply_chat_template(
                 [message_dict(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False

@@ -9,6 +9,7 @@ import pytest
 from universal_runtime.v1 import generation_pb2 as g
 
 from tests.conftest import CHAT_MODEL, error_info
+from tests.streams import finished_records, read_then_cancel
 
 PROMPTS = [
     "Name a fruit.",
@@ -59,18 +60,9 @@ async def test_cancelling_one_stream_frees_its_slot_and_spares_the_others(infere
         metadata=(("x-request-id", "batched-cancel"),),
     )
     others = asyncio.gather(*(stream_text(inference, chat(p)) for p in PROMPTS[:3]))
-    received = 0
-    async for message in long_call:
-        received += len(message.token_ids)
-        if received >= 4:
-            break
-    long_call.cancel()
+    await read_then_cancel(long_call, 4)
     assert await others == expected
-    for _ in range(100):
-        if any(r.request_id == "batched-cancel" for r in engine.finished):
-            break
-        await asyncio.sleep(0.02)
-    record = next(r for r in engine.finished if r.request_id == "batched-cancel")
+    record = (await finished_records(engine, {"batched-cancel"}))["batched-cancel"]
     assert record.finish_reason == "cancelled"
     assert record.completion_tokens < 100
     assert engine.scheduler.active_count == 0
