@@ -101,18 +101,18 @@ async def test_pinned_model_refuses_unload_without_force(models):
     assert forced.status == m.MODEL_STATUS_NOT_LOADED
 
 
-async def test_unload_releases_memory(models):
+async def test_unload_releases_the_engine(models, server):
     import gc
+    import weakref
 
-    import psutil
-
-    process = psutil.Process()
-    gc.collect()
+    managed = server.manager.get("minilm-concurrent")
     await models.LoadModel(m.LoadModelRequest(name="minilm-concurrent"))
-    loaded_rss = process.memory_info().rss
-    await models.UnloadModel(m.UnloadModelRequest(name="minilm-concurrent"))
+    assert managed.engine is not None
+    engine = weakref.ref(managed.engine)
+    assert (await status_of(models, "minilm-concurrent")).memory.ram_bytes > 0
+    unloaded = (await models.UnloadModel(m.UnloadModelRequest(name="minilm-concurrent"))).model
+    assert unloaded.status == m.MODEL_STATUS_NOT_LOADED
+    assert unloaded.memory.ram_bytes == 0
     gc.collect()
-    # The engine is gone: no reference to it remains in the manager.
-    model = await status_of(models, "minilm-concurrent")
-    assert model.status == m.MODEL_STATUS_NOT_LOADED
-    assert process.memory_info().rss <= loaded_rss
+    # Nothing holds the engine (and with it the weights) once the model is unloaded.
+    assert engine() is None, gc.get_referrers(engine())

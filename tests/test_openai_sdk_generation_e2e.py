@@ -71,26 +71,32 @@ async def test_tool_call_streamed(sdk):
 
 
 async def test_tool_result_round_trip(sdk):
-    """A conversation that carries an assistant tool call and its result is accepted and answered."""
-    messages = [
-        *WEATHER,
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees and sunny"},
-    ]
-    completion = await sdk.chat.completions.create(
-        model=CHAT_MODEL, messages=messages, tools=TOOLS, tool_choice="none", max_tokens=20, temperature=0
-    )
-    assert completion.choices[0].message.content
+    """The tool's result reaches the prompt: the reply uses a value only the result holds."""
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    }
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "31 degrees, hot and humid"}
+
+    async def answer(messages):
+        return await sdk.chat.completions.create(
+            model=CHAT_MODEL, messages=messages, tools=TOOLS, tool_choice="none", max_tokens=30, temperature=0
+        )
+
+    with_result = await answer([*WEATHER, call, result])
+    without_result = await answer([*WEATHER, call])
+    reply = with_result.choices[0].message.content
+    assert "31" in reply and "humid" in reply, reply
+    assert "31" not in without_result.choices[0].message.content
+    # The result's turn adds at least its own words to the prompt.
+    assert with_result.usage.prompt_tokens >= without_result.usage.prompt_tokens + 6
 
 
 async def test_json_schema_response_format(sdk):

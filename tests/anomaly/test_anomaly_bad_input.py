@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from universal_runtime.v1 import anomaly_pb2 as pb
 
 from tests.anomaly.helpers import numeric_data, to_rows
 from tests.conftest import error_info
 
+INFERENCE_SERVICE = "universal_runtime.v1.InferenceService"
 GOOD = to_rows(numeric_data()[:50])
 
 
@@ -52,13 +54,19 @@ BAD_FITS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_FITS))
-async def test_bad_fit_requests(inference, case):
+async def test_bad_fit_requests(inference, channel, case):
     request, field = BAD_FITS[case]
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await inference.FitAnomalyDetector(request)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
     assert error_info(err.value).metadata["field"] == field
-    assert (await inference.ListAnomalyDetectors(pb.ListAnomalyDetectorsRequest())) is not None
+    # The server is still healthy and still answers the service.
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", INFERENCE_SERVICE):
+        checked = await health.Check(health_pb2.HealthCheckRequest(service=service))
+        assert checked.status == health_pb2.HealthCheckResponse.SERVING, service
+    listed = await inference.ListAnomalyDetectors(pb.ListAnomalyDetectorsRequest())
+    assert request.detector not in [d.detector for d in listed.detectors]  # nothing saved
 
 
 async def test_bad_detect_requests(inference):

@@ -1,22 +1,25 @@
 """The transformers generation engine on the real SmolLM2-135M-Instruct (GGUF loaded through transformers).
 
-Greedy output is checked token for token against transformers' own ``model.generate`` on an
-independently loaded copy of the model, alone and with eight sequences batched together.
+Greedy output is checked token for token against transformers' own ``model.generate`` on a copy
+of the model that transformers loads itself from the GGUF file (not from the engine's converted
+cache), and eight sequences batched together against their solo runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from pathlib import Path
 
 import grpc
 import jsonschema
 import pytest
+import torch
 from universal_runtime.v1 import generation_pb2 as g
 
 from engines.generation.transformers_engine import TransformersGenerationEngine
-from tests.conftest import HF_CHAT_MODEL, error_info
+from tests.conftest import HF_CHAT_MODEL, TEST_CATALOG, error_info
 
 PROMPTS = [
     "Name a fruit.",
@@ -81,21 +84,26 @@ async def engine(inference, server) -> TransformersGenerationEngine:
 
 
 @pytest.fixture(scope="module")
-async def reference(engine):
-    """An independent copy of the model and tokenizer, loaded by transformers itself."""
+async def reference():
+    """An independent copy of the model and tokenizer: transformers itself reads the packaged GGUF.
+
+    Built from the catalog's source file, never from the engine's converted cache, so a bad
+    conversion or a stale cache cannot agree with itself.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = Path(engine.loaded_from)
+    entry = TEST_CATALOG["models"][HF_CHAT_MODEL]
+    package = entry["source"].removeprefix("pkg://")
+    gguf_file = entry["options"]["gguf_file"]
+    (folder,) = importlib.util.find_spec(package).submodule_search_locations
+    assert (Path(folder) / gguf_file).is_file()
 
     def load():
-        if source.is_file():  # first run: the engine converted the GGUF itself
-            kwargs = {"gguf_file": source.name}
-            folder = source.parent
-        else:
-            kwargs, folder = {}, source
         return (
-            AutoTokenizer.from_pretrained(folder, **kwargs),
-            AutoModelForCausalLM.from_pretrained(folder, **kwargs).eval(),
+            AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, local_files_only=True),
+            AutoModelForCausalLM.from_pretrained(
+                folder, gguf_file=gguf_file, dtype=torch.float32, local_files_only=True
+            ).eval(),
         )
 
     return await asyncio.to_thread(load)
@@ -103,8 +111,6 @@ async def reference(engine):
 
 async def generate_reference(reference, prompt: str, max_tokens: int) -> list[int]:
     """transformers' own greedy completion of the chat prompt (without the final EOS)."""
-    import torch
-
     tokenizer, model = reference
 
     def run() -> list[int]:
