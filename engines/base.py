@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from engines.device import resolve_device
 from engines.executor import DeviceExecutor
 from engines.types import MemoryUsage, Task
 
@@ -81,9 +82,19 @@ class Engine(abc.ABC):
         return 0
 
     @classmethod
-    def select_device(cls, preferred: str) -> str:
-        """The device this backend will use given the resolved preference (override to restrict)."""
-        return preferred
+    def select_device(cls, preference: str) -> str:
+        """The device this backend runs on for ``preference`` (``auto``, ``cpu``, ``cuda[:N]``, ``mps``).
+
+        The default probes the machine through torch (:func:`engines.device.resolve_device`).
+        Backends that do not run on torch override it, so that choosing their device never
+        imports torch (about 200 MB of RSS and seconds of start-up for a process that serves
+        only GGUF or OCR models).
+
+        Raises:
+            ValueError: an explicit device that is not available on this machine.
+
+        """
+        return resolve_device(preference)
 
     def option(self, key: str, default: Any = None) -> Any:
         """A backend option from the catalog entry, or ``default``."""

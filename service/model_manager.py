@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from engines.base import Engine, ModelSpec
-from engines.device import release_device_memory, resolve_device
+from engines.device import release_device_memory
 from engines.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -266,9 +266,7 @@ class ModelManager:
         spec = managed.spec
         cls = self._engine_factory(spec.backend)
         try:
-            device = cls.select_device(
-                resolve_device(spec.device if spec.device != "auto" else self._settings.device)
-            )
+            device = cls.select_device(spec.device if spec.device != "auto" else self._settings.device)
         except ValueError as exc:
             raise FailedPreconditionError(str(exc), reason="DEVICE_UNAVAILABLE", model=spec.name) from None
         executor = self._executors.get(device)

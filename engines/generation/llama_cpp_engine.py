@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from engines.device import resolve_device
 from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.generation.base import GenerationEngine, StepResult
 from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
@@ -87,13 +88,21 @@ class LlamaCppGenerationEngine(GenerationEngine):
     backend = "llama_cpp"
 
     @classmethod
-    def select_device(cls, preferred: str) -> str:
-        """CUDA only when llama.cpp was built with GPU offload; otherwise CPU."""
+    def select_device(cls, preference: str) -> str:
+        """CUDA only when llama.cpp was built with GPU offload and the machine has CUDA; otherwise CPU.
+
+        A CPU build answers without probing the machine (no torch import).
+
+        Raises:
+            ValueError: a GPU build asked for a device that is not available.
+
+        """
         import llama_cpp
 
-        if preferred.startswith("cuda") and llama_cpp.llama_supports_gpu_offload():
-            return preferred
-        return "cpu"
+        if preference == "cpu" or not llama_cpp.llama_supports_gpu_offload():
+            return "cpu"
+        resolved = resolve_device(preference)
+        return resolved if resolved.startswith("cuda") else "cpu"
 
     def _model_path(self) -> str:
         resolved = resolve_source(self.spec.source)

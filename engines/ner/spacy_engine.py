@@ -36,6 +36,11 @@ class SpacyNerEngine(Engine):
     tasks = frozenset({Task.EXTRACT_ENTITIES})
     DEFAULT_DISABLED = ("parser", "lemmatizer", "tagger", "attribute_ruler", "senter")
 
+    @classmethod
+    def select_device(cls, preference: str) -> str:
+        """Always the CPU: the pipeline runs on spaCy's CPU ops (this engine never calls ``prefer_gpu``)."""
+        return "cpu"
+
     def estimated_load_bytes(self) -> int:
         """Size of the pipeline folder (a local source), else unknown."""
         resolved = resolve_source(self.spec.source)

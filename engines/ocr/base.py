@@ -22,8 +22,8 @@ class OcrEngine(Engine):
     tasks = frozenset({Task.OCR})
 
     @classmethod
-    def select_device(cls, preferred: str) -> str:
-        """Always the CPU (see the class notes)."""
+    def select_device(cls, preference: str) -> str:
+        """Always the CPU, whatever the preference (see the class notes); never imports torch."""
         return "cpu"
 
     def memory_usage(self) -> MemoryUsage:
