@@ -166,6 +166,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "(no --cache: it reuses only the previous request's prefix). TTFT then measures the "
             "cache, not the prefill"
         )
+        report.note(
+            "warm, ours: the cold scenarios before it leave every slot holding another prompt, and a "
+            "new prompt takes the slot with the longest shared prefix (prompt_cache.py's policy); the "
+            "8 primed prompts share SmolLM2's system prompt, so they overwrite each other's slots and a "
+            "warm request reuses the system prompt but prefills its user turn. On a fresh server, where "
+            "each prompt gets an empty slot, the same request reuses all but 2 prompt tokens"
+        )
         for state in ("cold", "warm"):
             for level in levels if state == "cold" else warm_levels:
                 params = {
