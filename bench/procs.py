@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+#: What a server logs when a port picked by :func:`free_port` was taken before it could bind.
+BIND_FAILURE = "address already in use"
 #: The checkout: children run here so that ``python -m bench.*`` resolves without installing ``bench``.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,6 +114,8 @@ class ManagedProcess:
                 raise ProcessFailedError(
                     f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
                 )
+            if BIND_FAILURE in self.log_tail():  # a server may keep running without the port it lost
+                raise ProcessFailedError(f"{self.name} could not bind its port:\n{self.log_tail()}")
             with contextlib.suppress(Exception):
                 if probe():
                     return time.monotonic() - start

@@ -5,6 +5,7 @@ Every server binds to 127.0.0.1 on a free port and is stopped with SIGTERM.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.procs import (
+    BIND_FAILURE,
     LOOPBACK,
     ManagedProcess,
     ProcessFailedError,
@@ -25,6 +27,8 @@ from bench.procs import (
 from bench.workloads import CHAT_MODEL, EMBED_MODEL, gguf_path, minilm_dir
 
 SERVER_START_TIMEOUT_S = 180.0
+#: Starts of our server tried with fresh ports when the picked ones were taken before the bind.
+PORT_ATTEMPTS = 3
 
 
 @dataclass
@@ -80,15 +84,24 @@ def start_ours(log_dir: Path, name: str = "ours", env: dict[str, str] | None = N
         ProcessFailedError: it exited or did not become ready.
 
     """
-    grpc_port, gateway_port = free_port(), free_port()
-    data_dir = tempfile.mkdtemp(prefix="ur-bench-")
-    argv = [*our_server_argv(), "--grpc-port", str(grpc_port), "--gateway-port", str(gateway_port)]
-    settings = {"UR_DATA_DIR": data_dir, "UR_LOG_LEVEL": "WARNING", "UR_GRPC_HOST": LOOPBACK}
-    settings.update({"UR_GATEWAY_HOST": LOOPBACK, **(env or {})})
-    process = ManagedProcess(name, argv, log_dir, base_env(**settings))
-    target, base = f"{LOOPBACK}:{grpc_port}", f"http://{LOOPBACK}:{gateway_port}"
-    server = Server(name, process, target, base)
-    return _start(server, [lambda: grpc_serving(target), lambda: http_ok(f"{base}/health")])
+    for attempt in range(PORT_ATTEMPTS):
+        grpc_port, gateway_port = free_port(), free_port()
+        data_dir = tempfile.mkdtemp(prefix="ur-bench-")
+        argv = [*our_server_argv(), "--grpc-port", str(grpc_port), "--gateway-port", str(gateway_port)]
+        settings = {"UR_DATA_DIR": data_dir, "UR_LOG_LEVEL": "WARNING", "UR_GRPC_HOST": LOOPBACK}
+        settings.update({"UR_GATEWAY_HOST": LOOPBACK, **(env or {})})
+        process = ManagedProcess(name, argv, log_dir, base_env(**settings))
+        target, base = f"{LOOPBACK}:{grpc_port}", f"http://{LOOPBACK}:{gateway_port}"
+        server = Server(name, process, target, base)
+        try:
+            probes = [functools.partial(grpc_serving, target), functools.partial(http_ok, f"{base}/health")]
+            return _start(server, probes)
+        except ProcessFailedError as exc:
+            # A free port can be taken by another process between the check and the bind
+            # (several bench runs start servers at once): try other ports, a bounded number of times.
+            if BIND_FAILURE not in str(exc) or attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def start_llama_server(python: Path, log_dir: Path) -> Server:
