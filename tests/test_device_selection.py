@@ -61,7 +61,13 @@ def test_gguf_and_ocr_models_load_and_unload_without_torch(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(catalog), str(tmp_path / "data")],
         cwd=REPO,
-        env={"PYTHONPATH": f"{REPO}:{REPO / 'generated'}", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        # No bytecode: generated/ must stay exactly protoc's output (make protos-check).
+        env={
+            "PYTHONPATH": f"{REPO}:{REPO / 'generated'}",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "PATH": "/usr/bin:/bin",
+        },
         capture_output=True,
         text=True,
         timeout=120,
