@@ -1,9 +1,11 @@
-"""Dataclasses of the encoder tasks besides embeddings: rerank, classify, named entities."""
+"""Dataclasses of the encoder tasks besides embeddings: rerank, classify, saved classifiers, entities."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from engines.errors import InvalidArgumentError
 from engines.types import Truncation
 
 
@@ -112,3 +114,38 @@ class EntityResult:
 
     entities: list[list[Entity]]
     prompt_tokens: int
+
+
+@dataclass(slots=True)
+class ClassifierInfo:
+    """What a saved classifier is (the ``<name>.json`` file)."""
+
+    name: str
+    embedding_model: str
+    labels: list[str]
+    example_count: int
+    created_at_unix_ms: int
+    training_accuracy: float
+
+
+# Like model names but one segment only: no '/', no '..', no leading dot.
+CLASSIFIER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def validate_classifier_name(name: str) -> str:
+    """Return ``name`` if it can name a classifier file.
+
+    Raises:
+        InvalidArgumentError: empty, over 128 characters, or characters outside ``[A-Za-z0-9._-]``
+            (reason INVALID_CLASSIFIER_NAME).
+
+    """
+    if not CLASSIFIER_NAME.fullmatch(name or "") or ".." in name:
+        raise InvalidArgumentError(
+            f"invalid classifier name {name!r}: use 1-128 characters of [A-Za-z0-9._-], starting with a "
+            "letter or digit; paths are not allowed",
+            reason="INVALID_CLASSIFIER_NAME",
+            field="name",
+            name=name,
+        )
+    return name

@@ -1,4 +1,4 @@
-"""Keep-alive durations, with the semantics of the backend interface in ``seeds/backend.go``.
+"""Keep-alive durations, as in docker/model-runner's backend interface (``pkg/inference/backend.go``).
 
 * a Go duration string (``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"``): stay loaded that long
   after the last request;

@@ -7,8 +7,9 @@ Concurrency rules:
   never waits for a load of model B;
 * a request holds a model between :meth:`ModelManager.acquire` entry and exit (``active``
   count); nothing unloads a model with active requests;
-* keep-alive follows ``seeds/backend.go`` (see :mod:`service.keep_alive`); a background task
-  unloads idle models; pinned models never unload on idle.
+* keep-alive follows docker/model-runner's backend interface (``pkg/inference/backend.go``; see
+  :mod:`service.keep_alive`); a background task unloads idle models; pinned models never unload
+  on idle.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from engines.base import Engine, ModelSpec
+from engines.capabilities import CAPABILITY_TASKS, Capability
 from engines.device import release_device_memory
 from engines.errors import (
     FailedPreconditionError,
@@ -36,7 +38,7 @@ from engines.errors import (
     TaskNotSupportedError,
     UnavailableError,
 )
-from engines.executor import DeviceExecutor, ExecutorPool
+from engines.executor import ExecutorPool
 from engines.registry import engine_class
 from engines.types import MemoryUsage, Task
 from service.keep_alive import format_keep_alive, parse_keep_alive
@@ -63,7 +65,7 @@ class ModelState(enum.Enum):
 
 
 def format_status(state: ModelState, details: str = "") -> str:
-    """``"<State>: <details>"``, or the state alone without details (``FormatStatus`` in backend.go)."""
+    """``"<State>: <details>"``, or the state alone without details (model-runner's ``FormatStatus``)."""
     return f"{state.value}: {details}" if details else state.value
 
 
@@ -91,7 +93,7 @@ class ManagedModel:
 
     @property
     def status_detail(self) -> str:
-        """Status string in the ``backend.go`` format, e.g. ``"Running: llama_cpp on cpu"``."""
+        """Status string in model-runner's ``backend.go`` format, e.g. ``"Running: llama_cpp on cpu"``."""
         if self.state is ModelState.READY:
             return format_status(self.state, f"{self.spec.backend} on {self.device}")
         if self.state is ModelState.ERROR:
@@ -109,7 +111,7 @@ EngineFactory = Callable[[str], type[Engine]]
 
 
 class ModelManager:
-    """Owns every model's lifecycle; servicers get engines only through :meth:`acquire`.
+    """Owns every model's lifecycle; tasks get engines only through :meth:`acquire`.
 
     Args:
         catalog: model specs by name.
@@ -171,33 +173,29 @@ class ModelManager:
         """All managed models, sorted by name."""
         return [self._models[name] for name in sorted(self._models)]
 
-    def executor_for(self, device: str) -> DeviceExecutor:
-        """The executor of ``device`` (e.g. ``"cpu"``) for blocking work that is not a catalog model's.
-
-        Anomaly detectors are fitted and scored here, so that their CPU work queues fairly with
-        the CPU engines' instead of running beside them or on the event loop.
-        """
-        return self._executors.get(device)
-
     # -- use ------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def acquire(self, name: str, task: Task, keep_alive: str | None = None) -> AsyncIterator[Engine]:
-        """Hold the model ``name`` loaded for ``task`` while the block runs, loading it if needed.
+    async def acquire(
+        self, name: str, capability: type[Capability], keep_alive: str | None = None
+    ) -> AsyncIterator[Capability]:
+        """Hold the model ``name`` loaded while the block runs, typed as ``capability``.
 
         Args:
             name: catalog name (or allowed hub id).
-            task: the task the caller will run; the model must serve it.
+            capability: what the caller will use (``Embedder``, ``TextGenerator``, ...; see
+                :mod:`engines.capabilities`); the model must serve its task.
             keep_alive: optional override of the model's keep-alive from now on.
 
         Raises:
             InvalidArgumentError, ModelNotFoundError: see :meth:`get`; bad keep_alive.
-            TaskNotSupportedError: the model does not serve ``task``.
+            TaskNotSupportedError: the model does not serve the capability's task.
             UnavailableError: the server is shutting down.
             ResourceExhaustedError: not enough free memory to load the model.
             ModelLoadError: loading failed.
 
         """
+        task = CAPABILITY_TASKS[capability]
         managed = self.get(name, task)
         if task not in managed.spec.tasks:
             served = ", ".join(t.value for t in managed.spec.tasks)
@@ -207,6 +205,13 @@ class ModelManager:
         override = parse_keep_alive(keep_alive) if keep_alive else None
         engine = await self._hold(managed)
         try:
+            if not isinstance(engine, capability):
+                # A catalog entry listing a task its backend cannot do: the operator's mistake.
+                raise TaskNotSupportedError(
+                    f"model {name!r} (backend {managed.spec.backend}) cannot do {task.value}",
+                    model=name,
+                    task=task.value,
+                )
             yield engine
         finally:
             self._release(managed, override)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -16,6 +15,8 @@ from universal_runtime.v1 import (
     model_service_pb2_grpc,
 )
 
+from engines.anomaly.store import DetectorStore
+from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
 from service.catalog import load_catalog
 from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
@@ -23,8 +24,17 @@ from service.model_manager import ModelManager
 from service.servicers.inference import InferenceServicer
 from service.servicers.models import ModelServicer
 from service.settings import Settings
+from service.tasks.anomaly import AnomalyTask
+from service.tasks.classifiers import ClassifierTask
+from service.tasks.encoders import EncoderTask
+from service.tasks.generation import GenerationTask
+from service.tasks.ocr import OcrTask
 
 log = logging.getLogger(__name__)
+
+# Folders under settings.data_dir where fitted state is saved.
+CLASSIFIERS_DIR = "classifiers"
+ANOMALY_DIR = "anomaly"
 
 SERVICE_NAMES = (
     inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
@@ -58,7 +68,27 @@ class RunningServer:
         log.info("stopped")
 
 
-async def start_server(settings: Settings, manager: ModelManager | None = None) -> RunningServer:
+def inference_servicer(
+    settings: Settings, manager: ModelManager, executors: ExecutorPool
+) -> InferenceServicer:
+    """The InferenceService and its tasks, each given its collaborators (the one place they are wired).
+
+    Custom classifiers and anomaly detectors are saved under ``settings.data_dir``; their
+    scikit-learn work runs on the CPU executor, queued fairly with the CPU engines' jobs.
+    """
+    cpu = executors.get("cpu")
+    detectors = DetectorStore(settings.data_dir / ANOMALY_DIR, keep_versions=settings.anomaly_keep_versions)
+    return InferenceServicer(
+        settings,
+        generation=GenerationTask(manager),
+        encoders=EncoderTask(manager),
+        classifiers=ClassifierTask(manager, ClassifierStore(settings.data_dir / CLASSIFIERS_DIR), cpu),
+        ocr=OcrTask(manager),
+        anomaly=AnomalyTask(detectors, cpu, max_window=settings.anomaly_max_window),
+    )
+
+
+async def start_server(settings: Settings) -> RunningServer:
     """Create and start the server on ``settings.grpc_host:grpc_port`` (port 0 picks a free one).
 
     Raises:
@@ -67,10 +97,7 @@ async def start_server(settings: Settings, manager: ModelManager | None = None) 
 
     """
     executors = ExecutorPool()
-    if manager is None:
-        manager = ModelManager(load_catalog(settings.catalog_path), settings, executors)
-    else:
-        executors = manager._executors
+    manager = ModelManager(load_catalog(settings.catalog_path), settings, executors)
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
     if settings.api_key:
         interceptors.append(AuthInterceptor(settings.api_key))
@@ -83,7 +110,7 @@ async def start_server(settings: Settings, manager: ModelManager | None = None) 
         ],
     )
     inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(
-        InferenceServicer(manager, settings), server
+        inference_servicer(settings, manager, executors), server
     )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(manager), server)
     health_servicer = health.aio.HealthServicer()
@@ -100,9 +127,3 @@ async def start_server(settings: Settings, manager: ModelManager | None = None) 
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("grpc server listening", extra={"address": f"{settings.grpc_host}:{port}"})
     return RunningServer(server, port, manager, health_servicer, executors, settings)
-
-
-async def run_until_signalled(stop: asyncio.Event, running: RunningServer) -> None:
-    """Wait for ``stop`` (set by SIGTERM/SIGINT handlers), then stop the server gracefully."""
-    await stop.wait()
-    await running.stop()

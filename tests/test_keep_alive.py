@@ -1,4 +1,4 @@
-"""Keep-alive parsing and formatting (semantics of seeds/backend.go)."""
+"""Keep-alive parsing and formatting (semantics of docker/model-runner's pkg/inference/backend.go)."""
 
 from __future__ import annotations
 

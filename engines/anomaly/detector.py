@@ -30,6 +30,7 @@ from engines.anomaly.types import (
     FitConfig,
     Normalization,
     ScoreResult,
+    check_contamination,
 )
 from engines.errors import InvalidArgumentError
 
@@ -170,15 +171,6 @@ class Detector:
         x = self.encoder.transform(rows)
         return self.scaler.transform(x) if self.scaler is not None else x
 
-    def raw_scores(self, rows: Sequence[Sequence[Cell]]) -> np.ndarray:
-        """Raw scores of ``rows``, shape (len(rows),), higher is more anomalous.
-
-        Raises:
-            InvalidArgumentError: rows that do not fit the schema (see ``check_rows``).
-
-        """
-        return ALGORITHMS[self.backend].scores(self.model, self._inputs(rows))
-
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         """Share of training rows scoring lower than each score (mid-rank ECDF), in [0, 1]."""
         quantiles = self.quantiles
@@ -233,19 +225,6 @@ class Detector:
                 explanations[row] = sorted(zip(self.encoder.names, share, strict=True), key=lambda p: -p[1])
         return ScoreResult(
             raw=raw, normalized=normalized, flags=flags, threshold=applied, explanations=explanations
-        )
-
-
-def check_contamination(contamination: float, field: str = "contamination") -> None:
-    """Require ``0 < contamination <= 0.5``.
-
-    Raises:
-        InvalidArgumentError: out of range (metadata names ``field``).
-
-    """
-    if not (0.0 < contamination <= 0.5):
-        raise InvalidArgumentError(
-            f"{field}: must be in (0, 0.5], got {contamination}", field=field, value=contamination
         )
 
 

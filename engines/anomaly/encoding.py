@@ -99,17 +99,6 @@ def check_rows(
     return columns
 
 
-def accepts_matrix(schema: Sequence[FeatureField] | None, width: int) -> bool:
-    """Whether a float matrix of ``width`` columns is valid input for ``schema`` (``None``: all numeric).
-
-    True when the schema is all numeric and ``width`` wide, i.e. when :func:`check_rows` would
-    accept every finite matrix of that width.
-    """
-    if schema is None:
-        return width > 0
-    return len(schema) == width and all(f.kind is FeatureKind.NUMERIC for f in schema)
-
-
 def _check_matrix(matrix: np.ndarray, schema: Sequence[FeatureField]) -> list[np.ndarray]:
     """Vectorized :func:`check_rows` for an all-numeric float matrix of shape (rows, columns)."""
     if matrix.ndim != 2 or matrix.shape[0] == 0:

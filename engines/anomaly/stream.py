@@ -14,44 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import enum
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from engines.anomaly.detector import MIN_FIT_ROWS, Detector, check_contamination, fit_detector
+from engines.anomaly.detector import MIN_FIT_ROWS, Detector, fit_detector
 from engines.anomaly.encoding import check_rows, default_schema
-from engines.anomaly.types import Cell, FitConfig, RowScore
+from engines.anomaly.types import (
+    Cell,
+    StreamConfig,
+    StreamState,
+    StreamStep,
+    check_contamination,
+)
 from engines.errors import InvalidArgumentError
 from engines.executor import DeviceExecutor
-
-
-class StreamState(enum.StrEnum):
-    """State of the window after a message."""
-
-    COLLECTING = "collecting"
-    READY = "ready"
-    REFITTING = "refitting"
-
-
-@dataclass(frozen=True, slots=True)
-class StreamConfig:
-    """Settings of one stream: the fit settings and the window's sizes (rows)."""
-
-    fit: FitConfig = field(default_factory=FitConfig)
-    window_size: int = 1000
-    min_samples: int = 100
-    refit_interval: int = 100
-
-
-@dataclass(slots=True)
-class StreamStep:
-    """Outcome of one message: scores (empty while collecting) and the window's state."""
-
-    scores: list[RowScore]
-    state: StreamState
-    window_row_count: int
-    fit_count: int
 
 
 def check_stream_config(config: StreamConfig, max_window: int) -> None:

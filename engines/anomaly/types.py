@@ -1,11 +1,14 @@
-"""Plain dataclasses and enums of the anomaly engine (no protobuf here)."""
+"""Plain dataclasses and enums of the anomaly engine, and checks of their values (no protobuf here)."""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from engines.errors import InvalidArgumentError
 
 Cell = float | str
 """One cell of a row: a number for numeric columns, a string for categorical ones."""
@@ -144,3 +147,55 @@ class DetectorInfo:
     contamination: float
     normalization: Normalization
     created_at_ms: int
+
+
+class StreamState(enum.StrEnum):
+    """State of the window after a message."""
+
+    COLLECTING = "collecting"
+    READY = "ready"
+    REFITTING = "refitting"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """Settings of one stream: the fit settings and the window's sizes (rows)."""
+
+    fit: FitConfig = field(default_factory=FitConfig)
+    window_size: int = 1000
+    min_samples: int = 100
+    refit_interval: int = 100
+
+
+@dataclass(slots=True)
+class StreamStep:
+    """Outcome of one message: scores (empty while collecting) and the window's state."""
+
+    scores: list[RowScore]
+    state: StreamState
+    window_row_count: int
+    fit_count: int
+
+
+def check_contamination(contamination: float, field: str = "contamination") -> None:
+    """Require ``0 < contamination <= 0.5``.
+
+    Raises:
+        InvalidArgumentError: out of range (metadata names ``field``).
+
+    """
+    if not (0.0 < contamination <= 0.5):
+        raise InvalidArgumentError(
+            f"{field}: must be in (0, 0.5], got {contamination}", field=field, value=contamination
+        )
+
+
+def accepts_matrix(schema: Sequence[FeatureField] | None, width: int) -> bool:
+    """Whether a float matrix of ``width`` columns is valid input for ``schema`` (``None``: all numeric).
+
+    True when the schema is all numeric and ``width`` wide, i.e. when :func:`check_rows` would
+    accept every finite matrix of that width.
+    """
+    if schema is None:
+        return width > 0
+    return len(schema) == width and all(f.kind is FeatureKind.NUMERIC for f in schema)

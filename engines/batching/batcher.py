@@ -159,11 +159,6 @@ class DynamicBatcher(Generic[I, O]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
-    @property
-    def queue_depth(self) -> int:
-        """Items waiting to run."""
-        return len(self._queue)
-
     async def submit(self, items: Sequence[I], costs: Sequence[int]) -> list[O]:
         """Queue ``items`` (one caller's inputs) and return their outputs, in order.
 

@@ -12,7 +12,6 @@ The store's methods are blocking (disk and skops); callers run them off the even
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -20,43 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from engines.classification.heads import load_head, save_head
-from engines.errors import InvalidArgumentError, ModelNotFoundError
+from engines.encoder_types import CLASSIFIER_NAME, ClassifierInfo, validate_classifier_name
+from engines.errors import ModelNotFoundError
 
-# Like model names but one segment only: no '/', no '..', no leading dot.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 HEAD_SUFFIX = ".skops"
 INFO_SUFFIX = ".json"
-
-
-def validate_classifier_name(name: str) -> str:
-    """Return ``name`` if it can name a classifier file.
-
-    Raises:
-        InvalidArgumentError: empty, over 128 characters, or characters outside ``[A-Za-z0-9._-]``
-            (reason INVALID_CLASSIFIER_NAME).
-
-    """
-    if not _NAME.fullmatch(name or "") or ".." in name:
-        raise InvalidArgumentError(
-            f"invalid classifier name {name!r}: use 1-128 characters of [A-Za-z0-9._-], starting with a "
-            "letter or digit; paths are not allowed",
-            reason="INVALID_CLASSIFIER_NAME",
-            field="name",
-            name=name,
-        )
-    return name
-
-
-@dataclass(slots=True)
-class ClassifierInfo:
-    """What a saved classifier is (the ``<name>.json`` file)."""
-
-    name: str
-    embedding_model: str
-    labels: list[str]
-    example_count: int
-    created_at_unix_ms: int
-    training_accuracy: float
 
 
 @dataclass(slots=True)
@@ -136,7 +103,7 @@ class ClassifierStore:
         infos = []
         for path in sorted(self.root.glob(f"*{INFO_SUFFIX}")):
             name = path.name.removesuffix(INFO_SUFFIX)
-            if not _NAME.fullmatch(name) or not (self.root / f"{name}{HEAD_SUFFIX}").is_file():
+            if not CLASSIFIER_NAME.fullmatch(name) or not (self.root / f"{name}{HEAD_SUFFIX}").is_file():
                 continue
             try:
                 infos.append(ClassifierInfo(**json.loads(path.read_text(encoding="utf-8"))))

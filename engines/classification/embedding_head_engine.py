@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import Engine, ModelSpec
-from engines.classification.heads import classify_with_head, label_names, load_head
+from engines.classification.heads import HeadClassifier, label_names, load_head
 from engines.embedding.sentence_transformers_engine import SentenceTransformersEmbeddingEngine
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import ModelLoadError
@@ -99,6 +99,13 @@ class EmbeddingHeadClassificationEngine(Engine):
         self.labels = label_names(list(self.head.classes_), label_map)
         self.encoder = SentenceTransformersEmbeddingEngine(self._encoder_spec(), self.device, self.executor)
         self.encoder.load()
+        self.classifier = HeadClassifier(
+            self.encoder,
+            self.head,
+            self.labels,
+            self.executor,
+            normalize=bool(self.option("normalize", False)),
+        )
 
     def unload(self) -> None:
         """Unload the encoder and drop the head."""
@@ -107,6 +114,7 @@ class EmbeddingHeadClassificationEngine(Engine):
             encoder.unload()
         self.encoder = None
         self.head = None
+        self.classifier = None
 
     def memory_usage(self) -> MemoryUsage:
         """The encoder's memory (the head is a few hundred kilobytes)."""
@@ -121,6 +129,4 @@ class EmbeddingHeadClassificationEngine(Engine):
             InputTooLongError, ResourceExhaustedError: from the encoder.
 
         """
-        return await classify_with_head(
-            self.encoder, self.head, self.labels, request, normalize=bool(self.option("normalize", False))
-        )
+        return await self.classifier.classify(request)

@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from engines.classification.scoring import classifications, probabilities
+from engines.capabilities import Embedder
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import FailedPreconditionError, ModelLoadError
-from engines.types import Truncation
+from engines.executor import DeviceExecutor
+from engines.scoring import classifications, probabilities
+from engines.types import EmbeddingRequest, Truncation
 
 # Types a custom head file may contain beyond skops' defaults (which already cover scikit-learn's
 # linear models and numpy arrays): none.
@@ -113,36 +115,60 @@ def load_head(path: Path) -> Any:
     return sio.load(path, trusted=sorted(untrusted))
 
 
-async def classify_with_head(
-    encoder: Any,
-    head: Any,
-    labels: Sequence[str],
-    request: ClassificationRequest,
-    *,
-    normalize: bool,
-) -> ClassificationResult:
-    """Embed ``request.inputs`` with ``encoder`` (batched) and score them with ``head``.
+class HeadClassifier:
+    """A :class:`~engines.capabilities.Classifier`: an embedder's vectors scored by a fitted head.
+
+    Serves both the catalog's embedding-head models and custom classifiers fitted through the
+    API; the embedder is borrowed (its owner loads and unloads it).
 
     Args:
-        encoder: a loaded sentence-transformers embedding engine (has ``encode`` and ``executor``).
-        head: a fitted scikit-learn classifier over that encoder's vectors.
+        embedder: turns texts into vectors (batched by its own engine).
+        head: a fitted scikit-learn classifier over those vectors.
         labels: names of ``head.classes_``, in order.
-        request: the classification request; ``candidate_labels`` must be empty.
+        executor: where the head's (blocking, small) scoring runs.
         normalize: scale vectors to unit norm first (as they were for fitting).
 
-    Raises:
-        FailedPreconditionError: ``candidate_labels`` given (a head has fixed labels).
-        InputTooLongError, ResourceExhaustedError: from the encoder.
-
     """
-    if request.candidate_labels:
-        raise FailedPreconditionError(
-            "this classifier has fixed labels; candidate_labels need an embedding model",
-            reason="ZERO_SHOT_NOT_SUPPORTED",
-            field="candidate_labels",
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        head: Any,
+        labels: Sequence[str],
+        executor: DeviceExecutor,
+        *,
+        normalize: bool,
+    ) -> None:
+        self._embedder = embedder
+        self._head = head
+        self._labels = list(labels)
+        self._executor = executor
+        self._normalize = normalize
+
+    async def classify(self, request: ClassificationRequest) -> ClassificationResult:
+        """One classification per input, in order.
+
+        Raises:
+            FailedPreconditionError: ``candidate_labels`` given (a head has fixed labels).
+            InputTooLongError, ResourceExhaustedError: from the embedder.
+
+        """
+        if request.candidate_labels:
+            raise FailedPreconditionError(
+                "this classifier has fixed labels; candidate_labels need an embedding model",
+                reason="ZERO_SHOT_NOT_SUPPORTED",
+                field="candidate_labels",
+            )
+        embedded = await self._embedder.embed(
+            EmbeddingRequest(
+                inputs=request.inputs,
+                normalize=self._normalize,
+                truncation=request.truncation or Truncation.END,
+            )
         )
-    vectors, used = await encoder.encode(request.inputs, request.truncation or Truncation.END)
-    if normalize:
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    scores = await encoder.executor.run(head_scores, head, vectors, multi_label=request.multi_label)
-    return ClassificationResult(classifications(scores, labels, request), prompt_tokens=used)
+        scores = await self._executor.run(
+            head_scores, self._head, embedded.vectors, multi_label=request.multi_label
+        )
+        return ClassificationResult(
+            classifications(scores, self._labels, request), prompt_tokens=embedded.prompt_tokens
+        )

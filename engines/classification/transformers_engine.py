@@ -8,11 +8,11 @@ import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
-from engines.classification.scoring import classifications, probabilities
 from engines.device import torch_dtype_for
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import FailedPreconditionError
 from engines.registry import register_backend
+from engines.scoring import classifications, probabilities
 from engines.sources import resolve_source
 from engines.types import Task
 

@@ -15,12 +15,12 @@ import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
-from engines.classification.scoring import classifications, softmax
 from engines.device import torch_dtype_for
 from engines.encoder_types import ClassificationRequest, ClassificationResult, RerankRequest, RerankResult
 from engines.errors import FailedPreconditionError, InvalidArgumentError
 from engines.registry import register_backend
 from engines.rerank.ranking import ranked
+from engines.scoring import classifications, softmax
 from engines.sources import resolve_source
 from engines.types import EmbeddingRequest, EmbeddingResult, Task, Truncation
 

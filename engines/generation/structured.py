@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engines.errors import InvalidArgumentError
 from engines.types import (
     ChatMessage,
     FinishReason,
@@ -39,29 +38,6 @@ class OutputConstraint:
     """What the output must be: any JSON object (``schema`` None) or JSON valid against ``schema``."""
 
     schema: dict | None = None
-
-
-def validate_json_schema(schema: object, field: str) -> dict:
-    """Return ``schema`` if it is a valid JSON Schema object.
-
-    Raises:
-        InvalidArgumentError: not an object, or invalid under the JSON Schema meta-schema
-            (reason INVALID_JSON_SCHEMA).
-
-    """
-    from jsonschema import Draft202012Validator, SchemaError
-
-    if not isinstance(schema, dict):
-        raise InvalidArgumentError(
-            f"{field}: a JSON Schema must be a JSON object", reason="INVALID_JSON_SCHEMA", field=field
-        )
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise InvalidArgumentError(
-            f"{field}: invalid JSON Schema: {exc.message}", reason="INVALID_JSON_SCHEMA", field=field
-        ) from None
-    return schema
 
 
 def tools_active(request: GenerationRequest) -> bool:

@@ -7,16 +7,17 @@ import abc
 from PIL import Image
 
 from engines.base import Engine
-from engines.ocr.documents import Document
-from engines.ocr.types import OcrLine, OcrOptions, OcrPage
+from engines.ocr.documents import Document, open_document
+from engines.ocr.types import OcrLimits, OcrLine, OcrOptions, OcrPage
 from engines.types import MemoryUsage, Task
 
 
 class OcrEngine(Engine):
-    """An OCR backend. Subclasses implement :meth:`recognize` and :meth:`resolve_languages`.
+    """An OCR backend (the :class:`~engines.capabilities.OcrReader` capability).
 
-    OCR engines run on the CPU executor (``select_device`` returns ``"cpu"``): PDFium, which
-    renders PDF pages, is not thread-safe, so every document call must stay on that one thread.
+    Subclasses implement :meth:`recognize` and :meth:`resolve_languages`. OCR engines run on the
+    CPU executor (``select_device`` returns ``"cpu"``): PDFium, which renders PDF pages, is not
+    thread-safe, so every document call (open, read, close) runs on that one executor's thread.
     """
 
     tasks = frozenset({Task.OCR})
@@ -53,7 +54,29 @@ class OcrEngine(Engine):
 
         """
 
-    def read_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
+    async def open_document(self, data: bytes, mime_type: str, limits: OcrLimits) -> Document:
+        """Open ``data`` on the engine's executor (see :func:`engines.ocr.documents.open_document`).
+
+        Raises:
+            InvalidArgumentError, ResourceExhaustedError: unreadable, or over one of ``limits``.
+
+        """
+        return await self.executor.run(open_document, data, mime_type, limits)
+
+    async def read_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
+        """Read page ``page_number`` (1-based) of ``document`` as one executor job.
+
+        Raises:
+            InvalidArgumentError, ResourceExhaustedError: see ``Document.render``.
+
+        """
+        return await self.executor.run(self._read_page, document, page_number, options)
+
+    def close_document(self, document: Document) -> None:
+        """Queue ``document.close`` on the executor, not awaited, so it also runs after a cancel."""
+        self.executor.submit_detached(document.close)
+
+    def _read_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
         """Read one page: its PDF text layer when asked for and present, else OCR (blocking).
 
         Raises:

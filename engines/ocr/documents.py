@@ -23,18 +23,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
-from engines.ocr.types import Box, OcrLimits, OcrLine
-
-PDF = "application/pdf"
-# MIME type -> Pillow format name.
-IMAGE_FORMATS = {
-    "image/png": "PNG",
-    "image/jpeg": "JPEG",
-    "image/tiff": "TIFF",
-    "image/webp": "WEBP",
-    "image/bmp": "BMP",
-}
-SUPPORTED_MIME_TYPES = (*IMAGE_FORMATS, PDF)
+from engines.ocr.types import IMAGE_FORMATS, PDF, SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrLine
 
 
 def sniff_mime_type(data: bytes) -> str | None:

@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+PDF = "application/pdf"
+# MIME type -> Pillow format name.
+IMAGE_FORMATS = {
+    "image/png": "PNG",
+    "image/jpeg": "JPEG",
+    "image/tiff": "TIFF",
+    "image/webp": "WEBP",
+    "image/bmp": "BMP",
+}
+SUPPORTED_MIME_TYPES = (*IMAGE_FORMATS, PDF)
+
 
 @dataclass(frozen=True, slots=True)
 class Box:

@@ -13,12 +13,12 @@ import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
-from engines.classification.scoring import softmax
 from engines.device import torch_dtype_for
 from engines.encoder_types import RerankRequest, RerankResult
 from engines.errors import InvalidArgumentError
 from engines.registry import register_backend
 from engines.rerank.ranking import ranked
+from engines.scoring import softmax
 from engines.sources import resolve_source
 from engines.types import Task, Truncation
 

@@ -1,4 +1,8 @@
-"""Anomaly protos ↔ engine dataclasses (``engines.anomaly.types``), with request validation."""
+"""Anomaly protos ↔ engine dataclasses (``engines.anomaly.types``), with request validation.
+
+Rows are not decoded here: :func:`rows_decoder` hands the anomaly task a decode step that it runs on
+the CPU executor, once it knows the schema the rows must meet.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from universal_runtime.v1 import anomaly_pb2 as pb
 
-from engines.anomaly.detector import check_contamination
-from engines.anomaly.encoding import accepts_matrix
-from engines.anomaly.stream import StreamConfig, StreamState, StreamStep
 from engines.anomaly.types import (
     AnomalyBackend,
     CategoricalEncoding,
@@ -20,60 +21,37 @@ from engines.anomaly.types import (
     FitConfig,
     Normalization,
     ScoreResult,
+    StreamConfig,
+    StreamState,
+    StreamStep,
+    accepts_matrix,
+    check_contamination,
 )
 from service.convert.anomaly_wire import merge_score_messages, uniform_numeric_rows
+from service.convert.messages import enum_table, wire_values
 from service.convert.validation import check_range, require
 from service.convert.wire import merge_packed
+from service.settings import Settings
+from service.tasks.anomaly import FittedDetector, RowDecoder
+
+RowsRequest = pb.FitAnomalyDetectorRequest | pb.DetectAnomalyRequest | pb.StreamDetectAnomalyRequest
 
 DEFAULT_CONTAMINATION = 0.1
 DEFAULT_WINDOW_SIZE = 1000
 DEFAULT_MIN_SAMPLES = 100
 DEFAULT_REFIT_INTERVAL = 100
 
-BACKENDS: dict[int, AnomalyBackend] = {
-    pb.ANOMALY_BACKEND_UNSPECIFIED: AnomalyBackend.ISOLATION_FOREST,
-    pb.ANOMALY_BACKEND_ISOLATION_FOREST: AnomalyBackend.ISOLATION_FOREST,
-    pb.ANOMALY_BACKEND_LOCAL_OUTLIER_FACTOR: AnomalyBackend.LOCAL_OUTLIER_FACTOR,
-    pb.ANOMALY_BACKEND_ONE_CLASS_SVM: AnomalyBackend.ONE_CLASS_SVM,
-    pb.ANOMALY_BACKEND_ECOD: AnomalyBackend.ECOD,
-    pb.ANOMALY_BACKEND_HBOS: AnomalyBackend.HBOS,
-    pb.ANOMALY_BACKEND_COPOD: AnomalyBackend.COPOD,
-    pb.ANOMALY_BACKEND_KNN: AnomalyBackend.KNN,
-}
-BACKENDS_PB = {v: k for k, v in BACKENDS.items() if k != pb.ANOMALY_BACKEND_UNSPECIFIED}
-
-NORMALIZATIONS: dict[int, Normalization] = {
-    pb.NORMALIZATION_UNSPECIFIED: Normalization.STANDARD,
-    pb.NORMALIZATION_STANDARD: Normalization.STANDARD,
-    pb.NORMALIZATION_ROBUST: Normalization.ROBUST,
-    pb.NORMALIZATION_NONE: Normalization.NONE,
-}
-NORMALIZATIONS_PB = {v: k for k, v in NORMALIZATIONS.items() if k != pb.NORMALIZATION_UNSPECIFIED}
-
-KINDS: dict[int, FeatureKind] = {
-    pb.FEATURE_TYPE_UNSPECIFIED: FeatureKind.NUMERIC,
-    pb.FEATURE_TYPE_NUMERIC: FeatureKind.NUMERIC,
-    pb.FEATURE_TYPE_CATEGORICAL: FeatureKind.CATEGORICAL,
-}
-KINDS_PB = {
-    FeatureKind.NUMERIC: pb.FEATURE_TYPE_NUMERIC,
-    FeatureKind.CATEGORICAL: pb.FEATURE_TYPE_CATEGORICAL,
-}
-
-ENCODINGS: dict[int, CategoricalEncoding] = {
-    pb.CATEGORICAL_ENCODING_UNSPECIFIED: CategoricalEncoding.ONE_HOT,
-    pb.CATEGORICAL_ENCODING_ONE_HOT: CategoricalEncoding.ONE_HOT,
-    pb.CATEGORICAL_ENCODING_LABEL: CategoricalEncoding.LABEL,
-    pb.CATEGORICAL_ENCODING_HASH: CategoricalEncoding.HASH,
-    pb.CATEGORICAL_ENCODING_FREQUENCY: CategoricalEncoding.FREQUENCY,
-}
-ENCODINGS_PB = {v: k for k, v in ENCODINGS.items() if k != pb.CATEGORICAL_ENCODING_UNSPECIFIED}
-
-STATES_PB = {
-    StreamState.COLLECTING: pb.STREAM_DETECTOR_STATE_COLLECTING,
-    StreamState.READY: pb.STREAM_DETECTOR_STATE_READY,
-    StreamState.REFITTING: pb.STREAM_DETECTOR_STATE_REFITTING,
-}
+BACKENDS = enum_table(pb.AnomalyBackend, "ANOMALY_BACKEND_", AnomalyBackend, AnomalyBackend.ISOLATION_FOREST)
+BACKENDS_PB = wire_values(BACKENDS)
+NORMALIZATIONS = enum_table(pb.Normalization, "NORMALIZATION_", Normalization, Normalization.STANDARD)
+NORMALIZATIONS_PB = wire_values(NORMALIZATIONS)
+KINDS = enum_table(pb.FeatureType, "FEATURE_TYPE_", FeatureKind, FeatureKind.NUMERIC)
+KINDS_PB = wire_values(KINDS)
+ENCODINGS = enum_table(
+    pb.CategoricalEncoding, "CATEGORICAL_ENCODING_", CategoricalEncoding, CategoricalEncoding.ONE_HOT
+)
+ENCODINGS_PB = wire_values(ENCODINGS)
+STATES_PB = wire_values(enum_table(pb.StreamDetectorState, "STREAM_DETECTOR_STATE_", StreamState))
 
 
 def _enum(table: dict, value: int, field: str, what: str):
@@ -154,7 +132,7 @@ def rows_from_pb(rows: Sequence[pb.FeatureRow], *, max_features: int) -> list[li
 
 
 def request_rows(
-    request: pb.FitAnomalyDetectorRequest | pb.DetectAnomalyRequest | pb.StreamDetectAnomalyRequest,
+    request: RowsRequest,
     *,
     max_rows: int,
     max_features: int,
@@ -205,17 +183,57 @@ def request_rows(
     return matrix
 
 
-def optional_threshold(request: pb.DetectAnomalyRequest) -> float | None:
-    """The per-request threshold on the normalized score, or ``None``.
+def rows_decoder(request: RowsRequest, settings: Settings, *, allow_empty: bool = False) -> RowDecoder:
+    """The request's rows as a decode step for the anomaly task (see :func:`request_rows`).
+
+    Bounded by ``settings.anomaly_max_rows`` and ``anomaly_max_features``, checked before any row
+    is read.
+    """
+
+    def decode(schema: Sequence[FeatureField] | None) -> list[list[Cell]] | np.ndarray:
+        return request_rows(
+            request,
+            max_rows=settings.anomaly_max_rows,
+            max_features=settings.anomaly_max_features,
+            allow_empty=allow_empty,
+            schema=schema,
+        )
+
+    return decode
+
+
+def detect_options(request: pb.DetectAnomalyRequest) -> tuple[float | None, bool]:
+    """The per-request threshold on the normalized score (or ``None``) and whether to explain.
 
     Raises:
-        InvalidArgumentError: outside (0, 1].
+        InvalidArgumentError: threshold outside (0, 1]; explanations asked with columnar output;
+            one-shot settings (backend, schema, contamination, normalization) with a saved detector.
 
     """
-    if not request.HasField("threshold"):
-        return None
-    check_range(request.threshold, "threshold", 0.0, 1.0, low_open=True)
-    return float(request.threshold)
+    threshold = None
+    if request.HasField("threshold"):
+        check_range(request.threshold, "threshold", 0.0, 1.0, low_open=True)
+        threshold = float(request.threshold)
+    require(
+        not (request.columnar_output and request.explain),
+        "columnar_output",
+        "columnar output carries no explanations; drop explain or columnar_output",
+    )
+    one_shot_only = (request.backend, len(request.schema), request.contamination, request.normalization)
+    require(
+        not (request.detector and any(one_shot_only)),
+        "detector",
+        "backend, schema, contamination and normalization are for one-shot use (no detector); "
+        "a saved detector keeps the ones it was fitted with",
+    )
+    return threshold, request.explain
+
+
+def fit_response(fitted: FittedDetector) -> pb.FitAnomalyDetectorResponse:
+    """The saved fit's name, version, row count and raw-score threshold."""
+    return pb.FitAnomalyDetectorResponse(
+        detector=fitted.name, version=fitted.version, row_count=fitted.row_count, threshold=fitted.threshold
+    )
 
 
 def stream_config_from_pb(config: pb.StreamDetectorConfig) -> StreamConfig:
@@ -321,3 +339,8 @@ def detector_info_to_pb(info: DetectorInfo) -> pb.AnomalyDetectorInfo:
         normalization=NORMALIZATIONS_PB[info.normalization],
         created_at_ms=info.created_at_ms,
     )
+
+
+def detectors_response(infos: list[DetectorInfo]) -> pb.ListAnomalyDetectorsResponse:
+    """The saved detectors, in the order given."""
+    return pb.ListAnomalyDetectorsResponse(detectors=[detector_info_to_pb(i) for i in infos])

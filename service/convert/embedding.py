@@ -6,15 +6,11 @@ from universal_runtime.v1 import encoders_pb2
 
 from engines.types import EmbeddingRequest, EmbeddingResult, Truncation
 from service.convert.generation import usage_message
+from service.convert.messages import enum_table
 from service.convert.validation import require, require_texts
 from service.convert.wire import merge_packed
 
-TRUNCATIONS = {
-    encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED: Truncation.END,
-    encoders_pb2.TRUNCATION_POLICY_END: Truncation.END,
-    encoders_pb2.TRUNCATION_POLICY_START: Truncation.START,
-    encoders_pb2.TRUNCATION_POLICY_ERROR: Truncation.ERROR,
-}
+TRUNCATIONS = enum_table(encoders_pb2.TruncationPolicy, "TRUNCATION_POLICY_", Truncation, Truncation.END)
 
 
 def truncation_policy(value: int) -> Truncation:

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from universal_runtime.v1 import encoders_pb2
 
-from engines.classification.custom import ClassifierInfo, validate_classifier_name
 from engines.encoder_types import (
     ClassificationRequest,
     ClassificationResult,
+    ClassifierInfo,
     EntityRequest,
     EntityResult,
     LabelScore,
     RerankRequest,
     RerankResult,
+    validate_classifier_name,
 )
 from service.convert.embedding import truncation_policy
 from service.convert.generation import usage_message
+from service.convert.messages import message_from
 from service.convert.validation import check_range, require, require_texts
+from service.tasks.classifiers import ClassifierFit
 
 # Most candidate labels in one zero-shot request.
 MAX_CANDIDATE_LABELS = 256
@@ -90,7 +93,7 @@ def classification_request(
 
 
 def _label_scores(items: list[LabelScore]) -> list[encoders_pb2.LabelScore]:
-    return [encoders_pb2.LabelScore(label=item.label, score=item.score) for item in items]
+    return [message_from(encoders_pb2.LabelScore, item) for item in items]
 
 
 def classify_response(model: str, result: ClassificationResult) -> encoders_pb2.ClassifyResponse:
@@ -98,10 +101,10 @@ def classify_response(model: str, result: ClassificationResult) -> encoders_pb2.
     return encoders_pb2.ClassifyResponse(
         model=model,
         classifications=[
-            encoders_pb2.Classification(
+            message_from(
+                encoders_pb2.Classification,
+                c,
                 index=i,
-                label=c.label,
-                score=c.score,
                 predicted_labels=_label_scores(c.predicted_labels),
                 scores=_label_scores(c.scores),
             )
@@ -131,10 +134,7 @@ def entities_response(model: str, result: EntityResult) -> encoders_pb2.ExtractE
         results=[
             encoders_pb2.EntityList(
                 index=i,
-                entities=[
-                    encoders_pb2.Entity(text=e.text, label=e.label, start=e.start, end=e.end, score=e.score)
-                    for e in entities
-                ],
+                entities=[message_from(encoders_pb2.Entity, e) for e in entities],
             )
             for i, entities in enumerate(result.entities)
         ],
@@ -142,14 +142,12 @@ def entities_response(model: str, result: EntityResult) -> encoders_pb2.ExtractE
     )
 
 
-def fit_examples(
-    request: encoders_pb2.FitClassifierRequest, *, max_examples: int
-) -> tuple[list[str], list[str]]:
-    """Validate a FitClassifierRequest; returns its texts and labels.
+def fit_request(request: encoders_pb2.FitClassifierRequest, *, max_examples: int) -> ClassifierFit:
+    """Validate a FitClassifierRequest.
 
     Raises:
-        InvalidArgumentError: invalid name, no embedding model, no examples, too many, an empty
-            text or label, fewer than two distinct labels.
+        InvalidArgumentError: invalid name, no embedding model, no examples, too many, an empty text or label,
+            fewer than two distinct labels.
 
     """
     validate_classifier_name(request.name)
@@ -172,16 +170,21 @@ def fit_examples(
         "examples",
         f"need examples of at least two labels, got {len(distinct)} ({', '.join(distinct)})",
     )
-    return texts, labels
+    return ClassifierFit(
+        name=request.name,
+        embedding_model=request.embedding_model,
+        texts=texts,
+        labels=labels,
+        overwrite=request.overwrite,
+        keep_alive=request.keep_alive or None,
+    )
 
 
 def classifier_message(info: ClassifierInfo) -> encoders_pb2.ClassifierInfo:
     """Describe a saved custom classifier."""
-    return encoders_pb2.ClassifierInfo(
-        name=info.name,
-        embedding_model=info.embedding_model,
-        labels=info.labels,
-        example_count=info.example_count,
-        created_at_unix_ms=info.created_at_unix_ms,
-        training_accuracy=info.training_accuracy,
-    )
+    return message_from(encoders_pb2.ClassifierInfo, info)
+
+
+def classifiers_response(infos: list[ClassifierInfo]) -> encoders_pb2.ListClassifiersResponse:
+    """The saved custom classifiers, in the order given."""
+    return encoders_pb2.ListClassifiersResponse(classifiers=[classifier_message(i) for i in infos])

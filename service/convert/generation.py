@@ -1,4 +1,4 @@
-"""GenerateRequest / GenerateStreamRequest → GenerationRequest, and deltas → responses."""
+"""GenerateRequest / GenerateStreamRequest → GenerationRequest, and task results → responses."""
 
 from __future__ import annotations
 
@@ -8,18 +8,22 @@ import re
 from universal_runtime.v1 import common_pb2, generation_pb2
 
 from engines.errors import InvalidArgumentError
-from engines.generation.structured import validate_json_schema
 from engines.types import (
     ChatMessage,
     FinishReason,
     GenerationRequest,
+    GenerationUsage,
     ResponseFormat,
     ResponseFormatKind,
     SamplingParams,
+    TokenLogprob,
+    TokenLogprobs,
     ToolChoiceMode,
     ToolSpec,
 )
-from service.convert.validation import check_range, require
+from service.convert.messages import enum_table, wire_values
+from service.convert.validation import check_range, require, validate_json_schema
+from service.tasks.generation import ChoiceDelta, Completion, Timings
 
 ROLE_NAMES = {
     generation_pb2.CHAT_ROLE_SYSTEM: "system",
@@ -29,23 +33,25 @@ ROLE_NAMES = {
     generation_pb2.CHAT_ROLE_DEVELOPER: "developer",
 }
 
-FINISH_REASONS = {
-    FinishReason.STOP: generation_pb2.FINISH_REASON_STOP,
-    FinishReason.LENGTH: generation_pb2.FINISH_REASON_LENGTH,
-    FinishReason.TOOL_CALLS: generation_pb2.FINISH_REASON_TOOL_CALLS,
-    FinishReason.CANCELLED: generation_pb2.FINISH_REASON_CANCELLED,
-}
+FINISH_REASONS = wire_values(enum_table(generation_pb2.FinishReason, "FINISH_REASON_", FinishReason))
 
 MAX_STOP_SEQUENCES = 16
+
+# Ranges of the float sampling parameters, as OpenAI's API documents them (repetition_penalty as
+# Hugging Face's): (low, high, low end open). An unset field keeps SamplingParams' default.
+SAMPLING_RANGES: dict[str, tuple[float, float, bool]] = {
+    "temperature": (0.0, 2.0, False),
+    "top_p": (0.0, 1.0, True),
+    "min_p": (0.0, 1.0, False),
+    "repetition_penalty": (0.0, 2.0, True),
+    "presence_penalty": (-2.0, 2.0, False),
+    "frequency_penalty": (-2.0, 2.0, False),
+}
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's function-name rule
 
-TOOL_CHOICES = {
-    generation_pb2.TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.AUTO,
-    generation_pb2.TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.AUTO,
-    generation_pb2.TOOL_CHOICE_MODE_NONE: ToolChoiceMode.NONE,
-    generation_pb2.TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.REQUIRED,
-    generation_pb2.TOOL_CHOICE_MODE_FUNCTION: ToolChoiceMode.FUNCTION,
-}
+TOOL_CHOICES = enum_table(
+    generation_pb2.ToolChoiceMode, "TOOL_CHOICE_MODE_", ToolChoiceMode, ToolChoiceMode.AUTO
+)
 
 
 def _messages(request) -> list[ChatMessage]:
@@ -84,27 +90,13 @@ def _sampling(
     if p.HasField("max_tokens"):
         check_range(p.max_tokens, "parameters.max_tokens", 1, max_tokens_limit)
         params.max_tokens = p.max_tokens
-    if p.HasField("temperature"):
-        check_range(p.temperature, "parameters.temperature", 0.0, 2.0)
-        params.temperature = p.temperature
-    if p.HasField("top_p"):
-        check_range(p.top_p, "parameters.top_p", 0.0, 1.0, low_open=True)
-        params.top_p = p.top_p
+    for name, (low, high, low_open) in SAMPLING_RANGES.items():
+        if p.HasField(name):
+            check_range(getattr(p, name), f"parameters.{name}", low, high, low_open=low_open)
+            setattr(params, name, getattr(p, name))
     if p.HasField("top_k"):
         require(p.top_k >= 0, "parameters.top_k", f"must be >= 0, got {p.top_k}")
         params.top_k = p.top_k
-    if p.HasField("min_p"):
-        check_range(p.min_p, "parameters.min_p", 0.0, 1.0)
-        params.min_p = p.min_p
-    if p.HasField("repetition_penalty"):
-        check_range(p.repetition_penalty, "parameters.repetition_penalty", 0.0, 2.0, low_open=True)
-        params.repetition_penalty = p.repetition_penalty
-    if p.HasField("presence_penalty"):
-        check_range(p.presence_penalty, "parameters.presence_penalty", -2.0, 2.0)
-        params.presence_penalty = p.presence_penalty
-    if p.HasField("frequency_penalty"):
-        check_range(p.frequency_penalty, "parameters.frequency_penalty", -2.0, 2.0)
-        params.frequency_penalty = p.frequency_penalty
     if p.HasField("seed"):
         params.seed = p.seed
     require(len(p.stop) <= MAX_STOP_SEQUENCES, "parameters.stop", f"at most {MAX_STOP_SEQUENCES} sequences")
@@ -229,3 +221,70 @@ def usage_message(
         total_tokens=prompt_tokens + completion_tokens,
         cached_prompt_tokens=cached_prompt_tokens,
     )
+
+
+def _logprob_message(entry: TokenLogprob) -> generation_pb2.TokenLogprob:
+    return generation_pb2.TokenLogprob(token_id=entry.token_id, token=entry.token, logprob=entry.logprob)
+
+
+def _logprobs_message(scored: TokenLogprobs) -> generation_pb2.TokenLogprobs:
+    return generation_pb2.TokenLogprobs(
+        sampled=_logprob_message(scored.sampled), top_logprobs=[_logprob_message(e) for e in scored.top]
+    )
+
+
+def _usage_and_timings(target, usage: GenerationUsage, timings: Timings) -> None:
+    """Fill ``target.usage`` and ``target.timings`` (a stream's last message or a unary response)."""
+    target.usage.CopyFrom(
+        usage_message(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens)
+    )
+    target.timings.CopyFrom(
+        common_pb2.Timings(
+            time_to_first_token_ms=timings.time_to_first_token_ms,
+            tokens_per_second=timings.tokens_per_second,
+            total_ms=timings.total_ms,
+        )
+    )
+
+
+def stream_response(model: str, event: ChoiceDelta) -> generation_pb2.GenerateStreamResponse:
+    """One GenerateStream message for one choice's delta (usage and timings on the last)."""
+    delta = event.delta
+    message = generation_pb2.GenerateStreamResponse(
+        id=event.completion_id,
+        model=model,
+        index=event.index,
+        text=delta.text,
+        token_ids=delta.token_ids,
+        logprobs=[_logprobs_message(s) for s in delta.logprobs],
+        tool_calls=[
+            generation_pb2.ToolCallDelta(
+                index=c.index, id=c.id, name=c.name, arguments_json_delta=c.arguments_delta
+            )
+            for c in delta.tool_calls
+        ],
+    )
+    if delta.finish_reason is not None:
+        message.finish_reason = FINISH_REASONS[delta.finish_reason]
+    if event.usage is not None and event.timings is not None:
+        _usage_and_timings(message, event.usage, event.timings)
+    return message
+
+
+def generate_response(model: str, completion: Completion) -> generation_pb2.GenerateResponse:
+    """The unary Generate response: choices in index order, usage and timings."""
+    response = generation_pb2.GenerateResponse(id=completion.completion_id, model=model)
+    for choice in completion.choices:
+        message = response.choices.add(
+            index=choice.index,
+            text=choice.text,
+            logprobs=[_logprobs_message(s) for s in choice.logprobs],
+            tool_calls=[
+                generation_pb2.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json)
+                for c in choice.tool_calls
+            ],
+        )
+        if choice.finish_reason is not None:
+            message.finish_reason = FINISH_REASONS[choice.finish_reason]
+    _usage_and_timings(response, completion.usage, completion.timings)
+    return response

@@ -1,31 +1,19 @@
-"""OcrOptions → engine options and limits, page selection, and OcrPage → OcrResponse."""
+"""OcrRequest stream → OcrJob and file bytes, and OcrPage → OcrResponse."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import AsyncIterable
 
 from universal_runtime.v1 import ocr_pb2 as pb
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
-from engines.ocr.documents import SUPPORTED_MIME_TYPES
-from engines.ocr.types import Box, OcrLimits, OcrOptions, OcrPage
+from engines.ocr.types import SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrOptions, OcrPage
+from service.convert.messages import message_from
 from service.convert.validation import check_range, require
 from service.settings import Settings
+from service.tasks.ocr import OcrJob
 
 MAX_LANGUAGES = 8
-
-
-@dataclass(frozen=True, slots=True)
-class OcrJob:
-    """A validated Ocr call: which engine, what to read, and the limits."""
-
-    model: str
-    keep_alive: str | None
-    mime_type: str
-    first_page: int
-    last_page: int
-    options: OcrOptions
-    limits: OcrLimits
 
 
 def ocr_job(options: pb.OcrOptions, settings: Settings) -> OcrJob:
@@ -75,58 +63,52 @@ def ocr_job(options: pb.OcrOptions, settings: Settings) -> OcrJob:
     )
 
 
-def select_pages(job: OcrJob, page_count: int) -> range:
-    """1-based page numbers to read.
+async def read_upload(messages: AsyncIterable[pb.OcrRequest], settings: Settings) -> tuple[OcrJob, bytes]:
+    """Read every message: options from the first, the file from the chunks in order.
+
+    Bounded by ``settings.ocr_max_bytes``: reading stops at the first chunk past it.
 
     Raises:
-        InvalidArgumentError: the range starts or ends past the last page.
-        ResourceExhaustedError: more pages than ``max_pages`` (reason TOO_MANY_PAGES).
+        InvalidArgumentError: no message at all; bad options (see :func:`ocr_job`).
+        ResourceExhaustedError: the chunks add up to more than ``ocr_max_bytes`` (FILE_TOO_LARGE).
 
     """
-    first = job.first_page or 1
-    last = job.last_page or page_count
-    for name, value in (("options.first_page", first), ("options.last_page", last)):
-        if value > page_count:
-            raise InvalidArgumentError(
-                f"{name} is {value} but the file has {page_count} page(s)",
-                reason="PAGE_OUT_OF_RANGE",
-                field=name,
-                page_count=page_count,
+    job: OcrJob | None = None
+    data = bytearray()
+    limit = settings.ocr_max_bytes
+    async for message in messages:
+        if job is None:
+            job = ocr_job(message.options, settings)
+        data += message.chunk
+        if len(data) > limit:
+            raise ResourceExhaustedError(
+                f"the file is over the limit of {limit} bytes",
+                reason="FILE_TOO_LARGE",
+                max_bytes=limit,
             )
-    count = last - first + 1
-    if count > job.limits.max_pages:
-        raise ResourceExhaustedError(
-            f"{count} pages requested; the limit is {job.limits.max_pages} per call "
-            "(read the rest with first_page/last_page)",
-            reason="TOO_MANY_PAGES",
-            pages=count,
-            max_pages=job.limits.max_pages,
+    if job is None:
+        raise InvalidArgumentError(
+            "no OcrRequest received: send options and the file's bytes",
+            reason="EMPTY_FILE",
+            field="chunk",
         )
-    return range(first, last + 1)
+    return job, bytes(data)
 
 
 def _box(box: Box) -> pb.BoundingBox:
-    return pb.BoundingBox(x=box.x, y=box.y, width=box.width, height=box.height)
+    return message_from(pb.BoundingBox, box)
 
 
 def ocr_response(page: OcrPage, return_boxes: bool) -> pb.OcrResponse:
     """One page's response; lines and words only when ``return_boxes``."""
-    response = pb.OcrResponse(
-        page_number=page.page_number,
-        page_count=page.page_count,
-        text=page.text,
-        width=page.width,
-        height=page.height,
-        engine=page.engine,
-        confidence=page.confidence,
-    )
+    response = message_from(pb.OcrResponse, page, skip=("lines",))
     if return_boxes:
         response.lines.extend(
-            pb.OcrLine(
-                text=line.text,
+            message_from(
+                pb.OcrLine,
+                line,
                 box=_box(line.box),
-                confidence=line.confidence,
-                words=[pb.OcrWord(text=w.text, box=_box(w.box), confidence=w.confidence) for w in line.words],
+                words=[message_from(pb.OcrWord, w, box=_box(w.box)) for w in line.words],
             )
             for line in page.lines
         )

@@ -1,4 +1,4 @@
-"""Small helpers that raise INVALID_ARGUMENT naming the offending field."""
+"""Small helpers that raise INVALID_ARGUMENT naming the offending field (client input checks)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,26 @@ def require_texts(values, field: str, max_inputs: int) -> list[str]:
     for i, text in enumerate(values):
         require(bool(text.strip()), f"{field}[{i}]", "must not be empty")
     return list(values)
+
+
+def validate_json_schema(schema: object, field: str) -> dict:
+    """Return ``schema`` if it is a valid JSON Schema object.
+
+    Raises:
+        InvalidArgumentError: not an object, or invalid under the JSON Schema meta-schema
+            (reason INVALID_JSON_SCHEMA).
+
+    """
+    from jsonschema import Draft202012Validator, SchemaError
+
+    if not isinstance(schema, dict):
+        raise InvalidArgumentError(
+            f"{field}: a JSON Schema must be a JSON object", reason="INVALID_JSON_SCHEMA", field=field
+        )
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidArgumentError(
+            f"{field}: invalid JSON Schema: {exc.message}", reason="INVALID_JSON_SCHEMA", field=field
+        ) from None
+    return schema

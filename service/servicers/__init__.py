@@ -1,1 +1,1 @@
-"""gRPC servicers: validation and translation only; work happens in the model manager and engines."""
+"""gRPC servicers: convert the request, call one task (or the model manager), convert the result."""

@@ -1,16 +1,227 @@
-"""InferenceService: one class composed of a mixin per area (a file each)."""
+"""InferenceService: each RPC converts its request, calls one task, and converts the result."""
 
 from __future__ import annotations
 
-from universal_runtime.v1 import inference_service_pb2_grpc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
-from service.servicers.anomaly import AnomalyRpcs
-from service.servicers.encoders import EncoderRpcs
-from service.servicers.generation import GenerationRpcs
-from service.servicers.ocr import OcrRpcs
+import grpc
+from google.protobuf.message import Message
+from universal_runtime.v1 import (
+    anomaly_pb2,
+    encoders_pb2,
+    generation_pb2,
+    inference_service_pb2_grpc,
+    ocr_pb2,
+)
+
+from service.convert import anomaly, encoders, generation, ocr
+from service.convert.embedding import embed_response, embedding_request
+from service.request_context import note_model, request_id_var
+from service.settings import Settings
+from service.tasks.anomaly import AnomalyStream, AnomalyTask
+from service.tasks.classifiers import ClassifierTask
+from service.tasks.encoders import EncoderTask
+from service.tasks.generation import GenerationTask
+from service.tasks.ocr import OcrTask
+
+Context = grpc.aio.ServicerContext
+EncoderRequest = (
+    encoders_pb2.EmbedRequest
+    | encoders_pb2.RerankRequest
+    | encoders_pb2.ClassifyRequest
+    | encoders_pb2.ExtractEntitiesRequest
+)
+Job = TypeVar("Job")
+Result = TypeVar("Result")
 
 
-class InferenceServicer(
-    GenerationRpcs, EncoderRpcs, OcrRpcs, AnomalyRpcs, inference_service_pb2_grpc.InferenceServiceServicer
-):
-    """Implements ``universal_runtime.v1.InferenceService``; construct with (manager, settings)."""
+class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
+    """Implements ``universal_runtime.v1.InferenceService`` over the tasks.
+
+    Args:
+        settings: request limits the converters enforce (inputs, tokens, choices, rows, bytes).
+        generation, encoders, classifiers, ocr, anomaly: the tasks (see :mod:`service.tasks`).
+
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        generation: GenerationTask,
+        encoders: EncoderTask,
+        classifiers: ClassifierTask,
+        ocr: OcrTask,
+        anomaly: AnomalyTask,
+    ) -> None:
+        self._settings = settings
+        self._generation = generation
+        self._encoders = encoders
+        self._classifiers = classifiers
+        self._ocr = ocr
+        self._anomaly = anomaly
+
+    # -- generation -------------------------------------------------------------------------
+
+    def _generation_request(
+        self, request: generation_pb2.GenerateRequest | generation_pb2.GenerateStreamRequest
+    ):
+        job = generation.generation_request(
+            request,
+            request_id_var.get(),
+            max_tokens_limit=self._settings.max_tokens_limit,
+            max_choices=self._settings.max_choices,
+        )
+        note_model(request.model)
+        return request.model, request.keep_alive or None, job, generation.choice_count(request)
+
+    async def GenerateStream(
+        self, request: generation_pb2.GenerateStreamRequest, context: Context
+    ) -> AsyncIterator[generation_pb2.GenerateStreamResponse]:
+        """Stream tokens as they are generated; the last message has usage and timings."""
+        async for event in self._generation.stream(*self._generation_request(request)):
+            yield generation.stream_response(request.model, event)
+
+    async def Generate(
+        self, request: generation_pb2.GenerateRequest, context: Context
+    ) -> generation_pb2.GenerateResponse:
+        """Generate whole completions and return them at once."""
+        completion = await self._generation.complete(*self._generation_request(request))
+        return generation.generate_response(request.model, completion)
+
+    # -- encoders ---------------------------------------------------------------------------
+
+    async def _encoder_call(
+        self,
+        request: EncoderRequest,
+        convert: Callable[..., Job],
+        call: Callable[[str, str | None, Job], Awaitable[Result]],
+        respond: Callable[[str, Result], Message],
+    ) -> Message:
+        """The shape of every encoder RPC: convert (``max_batch_inputs`` texts), call, convert back."""
+        job = convert(request, max_inputs=self._settings.max_batch_inputs)
+        note_model(request.model)
+        result = await call(request.model, request.keep_alive or None, job)
+        return respond(request.model, result)
+
+    async def Embed(self, request: encoders_pb2.EmbedRequest, context: Context) -> encoders_pb2.EmbedResponse:
+        """Embed texts; vectors come back in input order."""
+        return await self._encoder_call(request, embedding_request, self._encoders.embed, embed_response)
+
+    async def Rerank(
+        self, request: encoders_pb2.RerankRequest, context: Context
+    ) -> encoders_pb2.RerankResponse:
+        """Rank documents by relevance to the query (cross-encoder or embedding cosine)."""
+        return await self._encoder_call(
+            request, encoders.rerank_request, self._encoders.rerank, encoders.rerank_response
+        )
+
+    async def ExtractEntities(
+        self, request: encoders_pb2.ExtractEntitiesRequest, context: Context
+    ) -> encoders_pb2.ExtractEntitiesResponse:
+        """Find named entities in each input."""
+        return await self._encoder_call(
+            request, encoders.entity_request, self._encoders.extract_entities, encoders.entities_response
+        )
+
+    # -- classifiers ------------------------------------------------------------------------
+
+    async def Classify(
+        self, request: encoders_pb2.ClassifyRequest, context: Context
+    ) -> encoders_pb2.ClassifyResponse:
+        """Classify texts with a catalog classifier, a custom classifier, or zero-shot labels."""
+        return await self._encoder_call(
+            request, encoders.classification_request, self._classifiers.classify, encoders.classify_response
+        )
+
+    async def FitClassifier(
+        self, request: encoders_pb2.FitClassifierRequest, context: Context
+    ) -> encoders_pb2.FitClassifierResponse:
+        """Fit a logistic-regression head on embeddings of the examples, save it and register it."""
+        fit = encoders.fit_request(request, max_examples=self._settings.max_batch_inputs)
+        info = await self._classifiers.fit(fit)
+        return encoders_pb2.FitClassifierResponse(classifier=encoders.classifier_message(info))
+
+    async def ListClassifiers(
+        self, request: encoders_pb2.ListClassifiersRequest, context: Context
+    ) -> encoders_pb2.ListClassifiersResponse:
+        """List saved custom classifiers, sorted by name."""
+        return encoders.classifiers_response(await self._classifiers.list())
+
+    async def DeleteClassifier(
+        self, request: encoders_pb2.DeleteClassifierRequest, context: Context
+    ) -> encoders_pb2.DeleteClassifierResponse:
+        """Delete a saved custom classifier (NOT_FOUND when there is none)."""
+        info = await self._classifiers.delete(request.name)
+        return encoders_pb2.DeleteClassifierResponse(classifier=encoders.classifier_message(info))
+
+    # -- OCR --------------------------------------------------------------------------------
+
+    async def Ocr(
+        self, request_iterator: AsyncIterator[ocr_pb2.OcrRequest], context: Context
+    ) -> AsyncIterator[ocr_pb2.OcrResponse]:
+        """Read text from an image or PDF; one response per page, in page order, as each is done."""
+        job, data = await ocr.read_upload(request_iterator, self._settings)
+        note_model(job.model)
+        async for page in self._ocr.read(job, data):
+            yield ocr.ocr_response(page, job.options.return_boxes)
+
+    # -- anomaly detection ------------------------------------------------------------------
+
+    async def FitAnomalyDetector(
+        self, request: anomaly_pb2.FitAnomalyDetectorRequest, context: Context
+    ) -> anomaly_pb2.FitAnomalyDetectorResponse:
+        """Fit a detector on the rows and save it as the next version of its name."""
+        config = anomaly.fit_config_from_pb(
+            request.backend, request.schema, request.contamination, request.normalization
+        )
+        fitted = await self._anomaly.fit(
+            request.detector, config, anomaly.rows_decoder(request, self._settings)
+        )
+        return anomaly.fit_response(fitted)
+
+    async def DetectAnomaly(
+        self, request: anomaly_pb2.DetectAnomalyRequest, context: Context
+    ) -> anomaly_pb2.DetectAnomalyResponse:
+        """Score rows against a saved detector, or fit-and-score them when no detector is named."""
+        threshold, explain = anomaly.detect_options(request)
+        decode = anomaly.rows_decoder(request, self._settings)
+        if request.detector:
+            result = await self._anomaly.detect(
+                request.detector, decode, threshold=threshold, explain=explain
+            )
+        else:
+            config = anomaly.fit_config_from_pb(
+                request.backend, request.schema, request.contamination, request.normalization
+            )
+            result = await self._anomaly.detect_once(config, decode, threshold=threshold, explain=explain)
+        return anomaly.detect_response(result, columnar=request.columnar_output)
+
+    async def StreamDetectAnomaly(
+        self, request_iterator: AsyncIterator[anomaly_pb2.StreamDetectAnomalyRequest], context: Context
+    ) -> AsyncIterator[anomaly_pb2.StreamDetectAnomalyResponse]:
+        """Score rows as they arrive over a rolling window (one reply per request message)."""
+        stream: AnomalyStream | None = None
+        try:
+            async for request in request_iterator:
+                if stream is None:
+                    stream = self._anomaly.open_stream(anomaly.stream_config_from_pb(request.config))
+                step = await stream.add(anomaly.rows_decoder(request, self._settings, allow_empty=True))
+                yield anomaly.stream_response(step)
+        finally:
+            if stream is not None:
+                await stream.close()
+
+    async def ListAnomalyDetectors(
+        self, request: anomaly_pb2.ListAnomalyDetectorsRequest, context: Context
+    ) -> anomaly_pb2.ListAnomalyDetectorsResponse:
+        """Saved detectors, sorted by name."""
+        return anomaly.detectors_response(await self._anomaly.list())
+
+    async def DeleteAnomalyDetector(
+        self, request: anomaly_pb2.DeleteAnomalyDetectorRequest, context: Context
+    ) -> anomaly_pb2.DeleteAnomalyDetectorResponse:
+        """Delete every saved version of a detector."""
+        count = await self._anomaly.delete(request.detector)
+        return anomaly_pb2.DeleteAnomalyDetectorResponse(detector=request.detector, versions_deleted=count)

@@ -26,7 +26,7 @@ def test_normalize_matches_the_mid_rank_definition_with_ties():
     assert len(np.unique(quantiles)) < len(quantiles)
     scores = np.concatenate(
         [
-            detector.raw_scores(rng.normal(size=(5000, 4))),
+            detector.score(rng.normal(size=(5000, 4))).raw,
             quantiles[::7],  # exactly on kept quantiles
             [quantiles[0] - 1.0, quantiles[-1] + 1.0],  # outside the training range
         ]

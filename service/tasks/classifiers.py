@@ -1,0 +1,154 @@
+"""Classify (catalog, custom or zero-shot) and custom classifiers: fit, list, delete, and their store."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from engines.capabilities import Classifier, Embedder
+from engines.classification.custom import ClassifierStore, CustomClassifier, now_unix_ms
+from engines.classification.heads import HeadClassifier, fit_logistic_head
+from engines.encoder_types import (
+    ClassificationRequest,
+    ClassificationResult,
+    ClassifierInfo,
+    validate_classifier_name,
+)
+from engines.errors import FailedPreconditionError, InvalidArgumentError, ModelNotFoundError
+from engines.executor import DeviceExecutor
+from engines.types import EmbeddingRequest
+from service.model_manager import ModelManager
+
+
+@dataclass(slots=True)
+class ClassifierFit:
+    """A validated FitClassifier call: ``texts[i]`` is labelled ``labels[i]`` (two labels or more)."""
+
+    name: str
+    embedding_model: str
+    texts: list[str]
+    labels: list[str]
+    overwrite: bool = False
+    keep_alive: str | None = None
+
+
+class ClassifierTask:
+    """Classification by catalog models and by custom heads fitted through the API.
+
+    A custom classifier is a logistic-regression head over a catalog embedding model's unit
+    vectors, saved in ``store``; its name shares the namespace of catalog models (a catalog name
+    wins and cannot be fitted over).
+
+    Args:
+        manager: where classifiers and embedders are acquired.
+        store: saved custom classifiers.
+        cpu: executor for fitting and scoring heads (scikit-learn, blocking).
+
+    """
+
+    def __init__(self, manager: ModelManager, store: ClassifierStore, cpu: DeviceExecutor) -> None:
+        self._manager = manager
+        self._store = store
+        self._cpu = cpu
+        self._fit_lock = asyncio.Lock()  # one fit at a time: check-then-save must not interleave
+
+    async def classify(
+        self, model: str, keep_alive: str | None, request: ClassificationRequest
+    ) -> ClassificationResult:
+        """Classify with the catalog model or custom classifier called ``model``.
+
+        Raises:
+            ModelNotFoundError: neither a catalog model nor a saved classifier.
+            Errors of :meth:`ModelManager.acquire` and of the engine.
+
+        """
+        custom = await self._custom_classifier(model)
+        if custom is None:
+            async with self._manager.acquire(model, Classifier, keep_alive) as classifier:
+                return await classifier.classify(request)
+        async with self._manager.acquire(custom.info.embedding_model, Embedder, keep_alive) as embedder:
+            head = HeadClassifier(embedder, custom.head, custom.labels, self._cpu, normalize=True)
+            return await head.classify(request)
+
+    async def _custom_classifier(self, name: str) -> CustomClassifier | None:
+        """The custom classifier called ``name``; None when ``name`` is a catalog model.
+
+        Raises:
+            InvalidArgumentError: a malformed name.
+            ModelNotFoundError: neither a catalog model nor a saved classifier.
+
+        """
+        try:
+            self._manager.get(name)
+            return None
+        except ModelNotFoundError as not_found:
+            try:
+                validate_classifier_name(name)
+            except InvalidArgumentError:
+                raise not_found from None
+            custom = await asyncio.to_thread(self._store.get, name)
+            if custom is None:
+                raise ModelNotFoundError(
+                    f"no model or custom classifier named {name!r}", field="model", model=name
+                ) from None
+            return custom
+
+    async def fit(self, fit: ClassifierFit) -> ClassifierInfo:
+        """Fit a head on the embeddings of the examples, save it (skops) and return its description.
+
+        Bounded by the examples' count (validated by the caller) and the embedder's input length.
+
+        Raises:
+            InvalidArgumentError: an invalid name, or the name of a catalog model (CLASSIFIER_NAME_TAKEN).
+            FailedPreconditionError: a classifier of that name exists and ``overwrite`` is false.
+            Errors of :meth:`ModelManager.acquire` and of the embedder.
+
+        """
+        name = validate_classifier_name(fit.name)
+        try:
+            self._manager.get(name)
+        except ModelNotFoundError:
+            pass
+        else:
+            raise InvalidArgumentError(
+                f"{name!r} is a catalog model name; choose another classifier name",
+                reason="CLASSIFIER_NAME_TAKEN",
+                field="name",
+                name=name,
+            )
+        async with self._fit_lock:
+            if not fit.overwrite and await asyncio.to_thread(self._store.exists, name):
+                raise FailedPreconditionError(
+                    f"a classifier named {name!r} exists; set overwrite to replace it",
+                    reason="CLASSIFIER_EXISTS",
+                    field="name",
+                    name=name,
+                )
+            async with self._manager.acquire(fit.embedding_model, Embedder, fit.keep_alive) as embedder:
+                embedded = await embedder.embed(EmbeddingRequest(inputs=fit.texts, normalize=True))
+            head, accuracy = await self._cpu.run(fit_logistic_head, embedded.vectors, fit.labels)
+            info = ClassifierInfo(
+                name=name,
+                embedding_model=fit.embedding_model,
+                labels=sorted(set(fit.labels)),
+                example_count=len(fit.texts),
+                created_at_unix_ms=now_unix_ms(),
+                training_accuracy=accuracy,
+            )
+            await asyncio.to_thread(self._store.save, info, head)
+        return info
+
+    async def list(self) -> list[ClassifierInfo]:
+        """Saved custom classifiers, sorted by name."""
+        return await asyncio.to_thread(self._store.list)
+
+    async def delete(self, name: str) -> ClassifierInfo:
+        """Delete a saved custom classifier and return its description.
+
+        Raises:
+            InvalidArgumentError: an invalid name.
+            ModelNotFoundError: no such classifier (CLASSIFIER_NOT_FOUND).
+
+        """
+        validate_classifier_name(name)
+        return await asyncio.to_thread(self._store.delete, name)
