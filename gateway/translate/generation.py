@@ -10,6 +10,7 @@ from typing import Any
 from universal_runtime.v1 import common_pb2, generation_pb2
 
 from gateway.schemas.generation import SamplingRequest
+from gateway.translate.common import set_fields
 
 # CANCELLED maps to "stop": OpenAI has no cancelled reason, and the text produced so far is a
 # valid (if short) answer.
@@ -19,6 +20,20 @@ _FINISH_REASONS: dict[int, str] = {
     generation_pb2.FINISH_REASON_TOOL_CALLS: "tool_calls",
     generation_pb2.FINISH_REASON_CANCELLED: "stop",
 }
+
+
+# Optional sampling options whose body and proto fields share a name; unset ones are not sent.
+_SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "n",
+)
 
 
 def finish_reason_label(value: int) -> str | None:
@@ -92,22 +107,10 @@ def generation_parameters(
             generation_pb2.LogitBias(token_id=token_id, bias=bias)
             for token_id, bias in (request.logit_bias or {}).items()
         ],
+        **set_fields(request, *_SAMPLING_FIELDS),
     )
-    optional_fields: dict[str, Any] = {
-        "max_tokens": max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "top_k": request.top_k,
-        "min_p": request.min_p,
-        "repetition_penalty": request.repetition_penalty,
-        "presence_penalty": request.presence_penalty,
-        "frequency_penalty": request.frequency_penalty,
-        "seed": request.seed,
-        "n": request.n,
-    }
-    for name, value in optional_fields.items():
-        if value is not None:
-            setattr(params, name, value)
+    if max_tokens is not None:
+        params.max_tokens = max_tokens
     return params
 
 

@@ -8,10 +8,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
 from universal_runtime.v1 import ocr_pb2
 
 from gateway.errors import GatewayError
+from gateway.translate.common import proto_json
 
 CHUNK_BYTES = 1024 * 1024
 """Bytes per OcrRequest message: far under any gRPC message limit, however large the file."""
@@ -48,7 +48,7 @@ def ocr_messages(data: bytes, options: ocr_pb2.OcrOptions) -> Iterator[ocr_pb2.O
 
 def page_to_json(page: ocr_pb2.OcrResponse) -> dict[str, Any]:
     """One page as JSON (proto field names; lines only when boxes were asked for)."""
-    body = MessageToDict(page, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    body = proto_json(page)
     if not page.lines:
         body.pop("lines", None)
     return body
