@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from universal_runtime.v1 import common_pb2, generation_pb2
 
@@ -114,6 +116,32 @@ def generation_parameters(
     return params
 
 
+def response_envelope(
+    response: generation_pb2.GenerateResponse,
+    requested_model: str,
+    choices: list[dict[str, Any]],
+    *,
+    object_name: str,
+    id_prefix: str,
+) -> dict[str, Any]:
+    """Return the envelope of a non-streamed answer around its ``choices``.
+
+    Shape: ``{"id", "object": object_name, "created", "model", "choices", "usage", "timings"?}``;
+    ``timings`` (an extension) only when the server sent them.
+    """
+    body: dict[str, Any] = {
+        "id": completion_id(response.id, id_prefix),
+        "object": object_name,
+        "created": unix_now(),
+        "model": response.model or requested_model,
+        "choices": choices,
+        "usage": usage_dict(response.usage),
+    }
+    if response.HasField("timings"):
+        body["timings"] = timings_dict(response.timings)
+    return body
+
+
 class StreamTranslator:
     """Shared state of the chunk translators: the stream's id, model, creation time and usage.
 
@@ -175,3 +203,43 @@ class StreamTranslator:
         chunk = self._chunk([])
         chunk["usage"] = self._usage
         return [chunk]
+
+
+BodyT = TypeVar("BodyT", bound=SamplingRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationApi(Generic[BodyT]):
+    """How one OpenAI generation API (chat or legacy completions) maps onto ``Generate*``.
+
+    Both APIs send ``model`` and ``keep_alive`` the same way; they differ in the prompt, the
+    parameters, the answer's JSON and the streamed chunks.
+
+    Attributes:
+        prompt_fields: The body's prompt as request fields: ``{"messages": [...]}`` or ``{"prompt": str}``.
+        parameters: The body's ``GenerationParameters``.
+        response_json: ``(GenerateResponse, *, requested_model)`` to the API's JSON answer.
+        stream_translator: The class turning ``GenerateStream`` messages into the API's chunks.
+
+    """
+
+    prompt_fields: Callable[[BodyT], dict[str, Any]]
+    parameters: Callable[[BodyT], generation_pb2.GenerationParameters]
+    response_json: Callable[..., dict[str, Any]]
+    stream_translator: type[StreamTranslator]
+
+    def _request_fields(self, body: BodyT) -> dict[str, Any]:
+        return {
+            "model": body.model,
+            **self.prompt_fields(body),
+            "parameters": self.parameters(body),
+            "keep_alive": body.keep_alive_value,
+        }
+
+    def generate_request(self, body: BodyT) -> generation_pb2.GenerateRequest:
+        """Convert a non-streaming request body to ``GenerateRequest``."""
+        return generation_pb2.GenerateRequest(**self._request_fields(body))
+
+    def generate_stream_request(self, body: BodyT) -> generation_pb2.GenerateStreamRequest:
+        """Convert a streaming request body to ``GenerateStreamRequest``."""
+        return generation_pb2.GenerateStreamRequest(**self._request_fields(body))

@@ -11,10 +11,23 @@ from typing import Any
 from universal_runtime.v1 import ocr_pb2
 
 from gateway.errors import GatewayError
-from gateway.translate.common import proto_json
+from gateway.schemas.ocr import OcrJsonRequest
+from gateway.translate.common import proto_json, set_fields
 
 CHUNK_BYTES = 1024 * 1024
 """Bytes per OcrRequest message: far under any gRPC message limit, however large the file."""
+
+# Body fields copied as they are into the same-named OcrOptions fields.
+_OPTION_FIELDS = (
+    "model",
+    "mime_type",
+    "first_page",
+    "last_page",
+    "languages",
+    "return_boxes",
+    "use_pdf_text_layer",
+    "pdf_dpi",
+)
 
 _DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[^,]*)?;base64,", re.IGNORECASE)
 
@@ -37,6 +50,11 @@ def decode_file(value: str) -> tuple[bytes, str]:
         raise GatewayError(
             400, "file: not valid base64 (or a data: URI with base64)", code="invalid_file", param="file"
         ) from None
+
+
+def to_ocr_options(body: OcrJsonRequest) -> ocr_pb2.OcrOptions:
+    """Convert the request's fields (JSON or form) to ``OcrOptions``."""
+    return ocr_pb2.OcrOptions(**set_fields(body, *_OPTION_FIELDS), keep_alive=body.keep_alive_value)
 
 
 def ocr_messages(data: bytes, options: ocr_pb2.OcrOptions) -> Iterator[ocr_pb2.OcrRequest]:
