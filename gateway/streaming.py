@@ -162,14 +162,59 @@ async def stream_generation(
 
 
 async def unary_call(
-    request: Request, method: Callable[..., Any], message: Any, metadata: CallMetadata
+    request: Request,
+    method: Callable[..., Any],
+    message: Any,
+    metadata: CallMetadata,
+    *,
+    deadline_s: float | None = None,
 ) -> Any:
     """Make a unary gRPC call that is cancelled if the HTTP client disconnects first.
+
+    Args:
+        request: The HTTP request (its disconnect cancels the call).
+        method: A unary-unary stub method, e.g. ``clients.inference.Classify``.
+        message: The request message.
+        metadata: The call metadata.
+        deadline_s: gRPC deadline in seconds from now (the server sees it too); ``None`` for none.
+
+    Returns:
+        The response message.
 
     Raises:
         GatewayError: 499 ``client_closed_request`` when the client disconnected first.
         grpc.aio.AioRpcError: The call failed.
 
     """
-    call = method(message, metadata=metadata)
+    call = method(message, metadata=metadata, timeout=deadline_s)
     return await call_until_disconnect(request, call, call)
+
+
+async def _responses(call: grpc.aio.StreamStreamCall) -> list[Any]:
+    return [message async for message in call]
+
+
+async def collect_stream(
+    request: Request, method: Callable[..., Any], messages: Iterable[Any], metadata: CallMetadata
+) -> list[Any]:
+    """Make a stream-stream gRPC call and return all its responses; cancelled if the client leaves.
+
+    Args:
+        request: The HTTP request (its disconnect cancels the call).
+        method: A stream-stream stub method, e.g. ``clients.inference.Ocr``.
+        messages: The request messages, sent as the call reads them.
+        metadata: The call metadata.
+
+    Returns:
+        The response messages in order.
+
+    Raises:
+        GatewayError: 499 ``client_closed_request`` when the client disconnected first.
+        grpc.aio.AioRpcError: The call failed.
+
+    """
+    call = method(messages, metadata=metadata)
+    try:
+        return await call_until_disconnect(request, call, _responses(call))
+    finally:
+        call.cancel()  # no-op when finished; stops the server's work on any other way out

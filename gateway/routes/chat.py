@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter
+from fastapi.responses import Response
 
-from gateway.dependencies import Clients, Metadata
+from gateway.calls import Rpc, generate
 from gateway.schemas.chat import ChatCompletionRequest
-from gateway.streaming import stream_generation, unary_call
 from gateway.translate import chat
 
 router = APIRouter(tags=["generation"])
 
 
 @router.post("/v1/chat/completions", response_model=None)
-async def create_chat_completion(
-    body: ChatCompletionRequest,
-    request: Request,
-    clients: Clients,
-    metadata: Metadata,
-) -> Response:
+async def create_chat_completion(body: ChatCompletionRequest, rpc: Rpc) -> Response:
     """Generate a chat completion.
 
     Returns a ``chat.completion`` JSON object, or with ``stream: true`` an SSE stream of
@@ -30,11 +24,4 @@ async def create_chat_completion(
             error with the matching HTTP status by :mod:`gateway.errors`).
 
     """
-    if body.stream:
-        stream_request = chat.to_generate_stream_request(body)
-        translator = chat.ChatStreamTranslator(requested_model=body.model, include_usage=body.include_usage)
-        return await stream_generation(
-            request, lambda: clients.inference.GenerateStream(stream_request, metadata=metadata), translator
-        )
-    response = await unary_call(request, clients.inference.Generate, chat.to_generate_request(body), metadata)
-    return JSONResponse(chat.chat_completion_from_proto(response, requested_model=body.model))
+    return await generate(rpc, body, chat.API)

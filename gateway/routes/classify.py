@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from universal_runtime.v1 import encoders_pb2
 
-from gateway.dependencies import Clients, Metadata
+from gateway.calls import Rpc
 from gateway.schemas.classify import ClassifyRequest, FitClassifierRequest
-from gateway.streaming import unary_call
 from gateway.translate.classify import (
     classifier_json,
     classify_from_proto,
@@ -25,68 +24,50 @@ router = APIRouter(tags=["encoders"])
 
 
 @router.post("/v1/classify")
-async def classify(
-    body: ClassifyRequest,
-    request: Request,
-    clients: Clients,
-    metadata: Metadata,
-) -> dict[str, Any]:
+async def classify(body: ClassifyRequest, rpc: Rpc) -> dict[str, Any]:
     """Classify texts with a catalog classifier, a custom classifier, or zero-shot ``candidate_labels``.
 
     Raises:
-        grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
+        grpc.aio.AioRpcError: NOT_FOUND (404) when ``model`` is neither a catalog model nor a saved
+            classifier; INVALID_ARGUMENT (400) for empty or too many inputs, or empty or repeated
+            ``candidate_labels``; other failures as mapped by :mod:`gateway.errors`.
 
     """
-    response = await unary_call(request, clients.inference.Classify, to_classify_request(body), metadata)
+    response = await rpc.unary(rpc.clients.inference.Classify, to_classify_request(body))
     return classify_from_proto(
         response, requested_model=body.model, multi_label=body.multi_label, all_scores=body.all_scores
     )
 
 
 @router.post("/v1/classifiers")
-async def fit_classifier(
-    body: FitClassifierRequest,
-    request: Request,
-    clients: Clients,
-    metadata: Metadata,
-) -> dict[str, Any]:
+async def fit_classifier(body: FitClassifierRequest, rpc: Rpc) -> dict[str, Any]:
     """Fit a classifier head on embeddings of labelled examples and save it; returns its description.
 
     Raises:
-        grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
+        grpc.aio.AioRpcError: FAILED_PRECONDITION (400, ``classifier_exists``) for a saved name
+            without ``overwrite``; INVALID_ARGUMENT (400) for a catalog model's name or unusable
+            examples; other failures as mapped by :mod:`gateway.errors`.
 
     """
-    response = await unary_call(
-        request, clients.inference.FitClassifier, to_fit_classifier_request(body), metadata
-    )
+    response = await rpc.unary(rpc.clients.inference.FitClassifier, to_fit_classifier_request(body))
     return classifier_json(response.classifier)
 
 
 @router.get("/v1/classifiers")
-async def list_classifiers(
-    clients: Clients,
-    metadata: Metadata,
-) -> dict[str, Any]:
+async def list_classifiers(rpc: Rpc) -> dict[str, Any]:
     """List saved custom classifiers: ``{"object": "list", "data": [classifier, ...]}``."""
-    response = await clients.inference.ListClassifiers(
-        encoders_pb2.ListClassifiersRequest(), metadata=metadata
-    )
+    response = await rpc.unary(rpc.clients.inference.ListClassifiers, encoders_pb2.ListClassifiersRequest())
     return {"object": "list", "data": [classifier_json(info) for info in response.classifiers]}
 
 
 @router.delete("/v1/classifiers/{name}")
-async def delete_classifier(
-    name: str,
-    clients: Clients,
-    metadata: Metadata,
-) -> dict[str, Any]:
+async def delete_classifier(name: str, rpc: Rpc) -> dict[str, Any]:
     """Delete a saved classifier: ``{"object": "classifier", "name", ..., "deleted": true}``.
 
     Raises:
         grpc.aio.AioRpcError: NOT_FOUND (404) when there is no such classifier.
 
     """
-    response = await clients.inference.DeleteClassifier(
-        encoders_pb2.DeleteClassifierRequest(name=name), metadata=metadata
-    )
+    request = encoders_pb2.DeleteClassifierRequest(name=name)
+    response = await rpc.unary(rpc.clients.inference.DeleteClassifier, request)
     return {**classifier_json(response.classifier), "deleted": True}

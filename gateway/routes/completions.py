@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter
+from fastapi.responses import Response
 
-from gateway.dependencies import Clients, Metadata
+from gateway.calls import Rpc, generate
 from gateway.schemas.completions import CompletionRequest
-from gateway.streaming import stream_generation, unary_call
 from gateway.translate import completions
 
 router = APIRouter(tags=["generation"])
 
 
 @router.post("/v1/completions", response_model=None)
-async def create_completion(
-    body: CompletionRequest,
-    request: Request,
-    clients: Clients,
-    metadata: Metadata,
-) -> Response:
+async def create_completion(body: CompletionRequest, rpc: Rpc) -> Response:
     """Complete a raw prompt.
 
     Returns a ``text_completion`` JSON object, or with ``stream: true`` an SSE stream of
@@ -29,15 +23,4 @@ async def create_completion(
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
 
     """
-    if body.stream:
-        stream_request = completions.to_generate_stream_request(body)
-        translator = completions.CompletionStreamTranslator(
-            requested_model=body.model, include_usage=body.include_usage
-        )
-        return await stream_generation(
-            request, lambda: clients.inference.GenerateStream(stream_request, metadata=metadata), translator
-        )
-    response = await unary_call(
-        request, clients.inference.Generate, completions.to_generate_request(body), metadata
-    )
-    return JSONResponse(completions.completion_from_proto(response, requested_model=body.model))
+    return await generate(rpc, body, completions.API)

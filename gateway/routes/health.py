@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from grpc_health.v1 import health_pb2
 
-from gateway.dependencies import Clients, Metadata
+from gateway.calls import Rpc
 
 logger = logging.getLogger(__name__)
 
@@ -20,10 +20,7 @@ HEALTH_CHECK_TIMEOUT_S = 3.0
 
 
 @router.get("/health")
-async def health(
-    clients: Clients,
-    metadata: Metadata,
-) -> JSONResponse:
+async def health(rpc: Rpc) -> JSONResponse:
     """Check the server with ``grpc.health.v1.Health/Check`` (service ``""``: the whole server).
 
     Returns 200 ``{"status": "SERVING"}``; 503 ``{"status": <other status>}`` when the server
@@ -31,8 +28,10 @@ async def health(
     Never requires the API key.
     """
     try:
-        response = await clients.health.Check(
-            health_pb2.HealthCheckRequest(service=""), metadata=metadata, timeout=HEALTH_CHECK_TIMEOUT_S
+        response = await rpc.unary(
+            rpc.clients.health.Check,
+            health_pb2.HealthCheckRequest(service=""),
+            deadline_s=HEALTH_CHECK_TIMEOUT_S,
         )
     except grpc.aio.AioRpcError as err:
         logger.warning("health check failed: %s %s", err.code().name, err.details())

@@ -4,30 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
-from gateway.dependencies import Clients, Metadata
+from gateway.calls import Rpc
 from gateway.schemas.ner import NerRequest
-from gateway.streaming import unary_call
 from gateway.translate.ner import entities_from_proto, to_entities_request
 
 router = APIRouter(tags=["encoders"])
 
 
 @router.post("/v1/ner")
-async def extract_entities(
-    body: NerRequest,
-    request: Request,
-    clients: Clients,
-    metadata: Metadata,
-) -> dict[str, Any]:
+async def extract_entities(body: NerRequest, rpc: Rpc) -> dict[str, Any]:
     """Find named entities (text, label, code-point offsets, score) in each input.
 
     Raises:
-        grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
+        grpc.aio.AioRpcError: NOT_FOUND (404) for an unknown model; FAILED_PRECONDITION (400,
+            ``task_not_supported``) for a model that does not find entities; INVALID_ARGUMENT (400)
+            for empty or too many inputs; others as mapped by :mod:`gateway.errors`.
 
     """
-    response = await unary_call(
-        request, clients.inference.ExtractEntities, to_entities_request(body), metadata
-    )
+    response = await rpc.unary(rpc.clients.inference.ExtractEntities, to_entities_request(body))
     return entities_from_proto(response, requested_model=body.model)

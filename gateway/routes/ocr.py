@@ -10,12 +10,11 @@ from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
-from universal_runtime.v1 import ocr_pb2
 
-from gateway.dependencies import Clients, Metadata
+from gateway.calls import Rpc
 from gateway.errors import GatewayError, error_info_from_rpc_error
 from gateway.schemas.ocr import OcrJsonRequest
-from gateway.translate.ocr import decode_file, ocr_messages, ocr_result
+from gateway.translate.ocr import decode_file, ocr_messages, ocr_result, to_ocr_options
 
 router = APIRouter(tags=["ocr"])
 
@@ -58,11 +57,7 @@ async def _from_json(request: Request) -> tuple[bytes, OcrJsonRequest]:
 
 
 @router.post("/v1/ocr")
-async def create_ocr(
-    request: Request,
-    clients: Clients,
-    metadata: Metadata,
-) -> dict[str, Any]:
+async def create_ocr(rpc: Rpc) -> dict[str, Any]:
     """Read text from an image or PDF; returns every page (see ``translate.ocr.ocr_result``).
 
     Takes ``multipart/form-data`` (the file as ``file``; other fields as in
@@ -75,22 +70,11 @@ async def create_ocr(
         grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
 
     """
+    request = rpc.request
     content_type = request.headers.get("content-type", "")
     data, body = await (_from_form(request) if content_type.startswith("multipart/") else _from_json(request))
-    options = ocr_pb2.OcrOptions(
-        model=body.model,
-        mime_type=body.mime_type,
-        first_page=body.first_page,
-        last_page=body.last_page,
-        languages=body.languages,
-        return_boxes=body.return_boxes,
-        use_pdf_text_layer=body.use_pdf_text_layer,
-        pdf_dpi=body.pdf_dpi,
-        keep_alive=body.keep_alive_value,
-    )
-    call = clients.inference.Ocr(ocr_messages(data, options), metadata=metadata)
     try:
-        pages = [page async for page in call]
+        pages = await rpc.collect(rpc.clients.inference.Ocr, ocr_messages(data, to_ocr_options(body)))
     except grpc.aio.AioRpcError as err:
         info = error_info_from_rpc_error(err)
         if (
@@ -100,6 +84,4 @@ async def create_ocr(
         ):
             raise GatewayError(413, err.details() or "input too large", code=info.reason.lower()) from None
         raise
-    finally:
-        call.cancel()  # no-op when finished; stops the server's work when the client went away
     return ocr_result(body.model, pages)

@@ -5,10 +5,18 @@ Source of the shapes: https://platform.openai.com/docs/api-reference/completions
 
 from __future__ import annotations
 
-from pydantic import field_validator
+from pydantic import ValidationInfo, field_validator
 
 from gateway.schemas.base import Int32
 from gateway.schemas.generation import SamplingRequest
+
+# OpenAI fields the runtime does not implement: accepted only at the values that change nothing,
+# so a client relying on them gets a 400 naming the field instead of a silently different answer.
+_ACCEPTED_ONLY_AS: dict[str, tuple[tuple[object, ...], str]] = {
+    "echo": ((False,), "echo is not supported"),
+    "suffix": ((None, ""), "suffix is not supported"),
+    "best_of": ((None, 1), "best_of other than 1 is not supported"),
+}
 
 
 class CompletionRequest(SamplingRequest):
@@ -40,25 +48,12 @@ class CompletionRequest(SamplingRequest):
             raise ValueError("exactly one prompt per request is supported")
         return value
 
-    @field_validator("echo")
+    @field_validator(*_ACCEPTED_ONLY_AS)
     @classmethod
-    def _no_echo(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("echo is not supported")
-        return value
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, value: str | None) -> str | None:
-        if value:
-            raise ValueError("suffix is not supported")
-        return value
-
-    @field_validator("best_of")
-    @classmethod
-    def _no_best_of(cls, value: int | None) -> int | None:
-        if value is not None and value != 1:
-            raise ValueError("best_of other than 1 is not supported")
+    def _only_accepted_values(cls, value: object, info: ValidationInfo) -> object:
+        accepted, message = _ACCEPTED_ONLY_AS[info.field_name]
+        if value not in accepted:
+            raise ValueError(message)
         return value
 
     @property

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from universal_runtime.v1 import anomaly_pb2 as pb
 
 from gateway.schemas.anomaly import DetectBody, FitBody, FitSettings
+from gateway.translate.common import proto_json
 
 
 def _enum(enum_type: Any, prefix: str, name: str | None) -> int:
@@ -82,5 +82,4 @@ def _names(value: Any) -> Any:
 
 def to_json(message: Message) -> dict[str, Any]:
     """A response message as JSON with proto field names and friendly enum names."""
-    body = MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    return _names(body)
+    return _names(proto_json(message))

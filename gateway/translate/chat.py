@@ -13,15 +13,13 @@ from universal_runtime.v1 import generation_pb2
 
 from gateway.schemas.chat import ChatCompletionRequest, ChatMessageParam
 from gateway.translate.generation import (
+    GenerationApi,
     StreamTranslator,
     compact_json,
-    completion_id,
     finish_reason_label,
     generation_parameters,
-    timings_dict,
+    response_envelope,
     token_bytes,
-    unix_now,
-    usage_dict,
 )
 
 _ROLES: dict[str, int] = {
@@ -98,23 +96,8 @@ def chat_parameters(request: ChatCompletionRequest) -> generation_pb2.Generation
     return params
 
 
-def _request_fields(request: ChatCompletionRequest) -> dict[str, Any]:
-    return {
-        "model": request.model,
-        "messages": [chat_message_to_proto(message) for message in request.messages],
-        "parameters": chat_parameters(request),
-        "keep_alive": request.keep_alive_value,
-    }
-
-
-def to_generate_request(request: ChatCompletionRequest) -> generation_pb2.GenerateRequest:
-    """Convert a non-streaming chat request to ``GenerateRequest``."""
-    return generation_pb2.GenerateRequest(**_request_fields(request))
-
-
-def to_generate_stream_request(request: ChatCompletionRequest) -> generation_pb2.GenerateStreamRequest:
-    """Convert a streaming chat request to ``GenerateStreamRequest``."""
-    return generation_pb2.GenerateStreamRequest(**_request_fields(request))
+def _messages(request: ChatCompletionRequest) -> dict[str, Any]:
+    return {"messages": [chat_message_to_proto(message) for message in request.messages]}
 
 
 def _logprob_entry(item: generation_pb2.TokenLogprob) -> dict[str, Any]:
@@ -166,17 +149,9 @@ def chat_completion_from_proto(
                 "logprobs": chat_logprobs(choice.logprobs),
             }
         )
-    body: dict[str, Any] = {
-        "id": completion_id(response.id, ID_PREFIX),
-        "object": OBJECT_COMPLETION,
-        "created": unix_now(),
-        "model": response.model or requested_model,
-        "choices": choices,
-        "usage": usage_dict(response.usage),
-    }
-    if response.HasField("timings"):
-        body["timings"] = timings_dict(response.timings)
-    return body
+    return response_envelope(
+        response, requested_model, choices, object_name=OBJECT_COMPLETION, id_prefix=ID_PREFIX
+    )
 
 
 class ChatStreamTranslator(StreamTranslator):
@@ -186,12 +161,7 @@ class ChatStreamTranslator(StreamTranslator):
     per message with text (``delta.content``), tool call fragments (``delta.tool_calls``) or
     log probabilities, then a chunk with an empty delta and the ``finish_reason``. With
     ``include_usage``, every chunk has ``"usage": null`` and :meth:`on_end` adds a last chunk
-    with empty ``choices`` and the usage, as OpenAI does.
-
-    Args:
-        requested_model: Model name of the request, used until the server names its model.
-        include_usage: Whether the client asked for ``stream_options.include_usage``.
-
+    with empty ``choices`` and the usage, as OpenAI does. Arguments as for :class:`StreamTranslator`.
     """
 
     object_name = OBJECT_CHUNK
@@ -236,3 +206,12 @@ def _tool_call_delta_dict(call: generation_pb2.ToolCallDelta) -> dict[str, Any]:
     if call.name:
         function["name"] = call.name
     return delta
+
+
+API = GenerationApi(
+    prompt_fields=_messages,
+    parameters=chat_parameters,
+    response_json=chat_completion_from_proto,
+    stream_translator=ChatStreamTranslator,
+)
+"""How ``/v1/chat/completions`` translates (see :func:`gateway.calls.generate`)."""

@@ -17,20 +17,16 @@ from typing import Any
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.classify import ClassifyRequest, FitClassifierRequest
-from gateway.translate.embeddings import TRUNCATION_POLICIES
+from gateway.translate.common import set_fields
+from gateway.translate.encoders import TRUNCATION_POLICIES, list_json, texts_fields
 
 
 def to_classify_request(request: ClassifyRequest) -> encoders_pb2.ClassifyRequest:
     """Convert the HTTP body to ``ClassifyRequest`` (threshold unset means the server's 0.5)."""
     return encoders_pb2.ClassifyRequest(
-        model=request.model,
-        inputs=request.inputs,
-        multi_label=request.multi_label,
-        all_scores=request.all_scores,
-        threshold=request.threshold or 0.0,
-        candidate_labels=request.candidate_labels,
+        **texts_fields(request),
+        **set_fields(request, "multi_label", "all_scores", "threshold", "candidate_labels"),
         truncation=TRUNCATION_POLICIES[request.truncation],
-        keep_alive=request.keep_alive_value,
     )
 
 
@@ -55,12 +51,7 @@ def classify_from_proto(
         if all_scores:
             entry["scores"] = _label_scores(item.scores)
         data.append(entry)
-    return {
-        "object": "list",
-        "model": response.model or requested_model,
-        "data": data,
-        "usage": {"prompt_tokens": response.usage.prompt_tokens, "total_tokens": response.usage.total_tokens},
-    }
+    return list_json(response, requested_model=requested_model, data=data)
 
 
 def to_fit_classifier_request(request: FitClassifierRequest) -> encoders_pb2.FitClassifierRequest:

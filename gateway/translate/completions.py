@@ -13,43 +13,30 @@ from universal_runtime.v1 import generation_pb2
 
 from gateway.schemas.completions import CompletionRequest
 from gateway.translate.generation import (
+    GenerationApi,
     StreamTranslator,
-    completion_id,
     finish_reason_label,
     generation_parameters,
-    timings_dict,
-    unix_now,
-    usage_dict,
+    response_envelope,
 )
 
 OBJECT_COMPLETION = "text_completion"
 ID_PREFIX = "cmpl"
 
 
-def _request_fields(request: CompletionRequest) -> dict[str, Any]:
+def completion_parameters(request: CompletionRequest) -> generation_pb2.GenerationParameters:
+    """Build ``GenerationParameters`` for a legacy completion request."""
     # Legacy ``logprobs`` is a count: N alternatives per token (0 = only the sampled token).
-    params = generation_parameters(
+    return generation_parameters(
         request,
         max_tokens=request.max_tokens,
         logprobs=request.logprobs is not None,
         top_logprobs=request.logprobs or 0,
     )
-    return {
-        "model": request.model,
-        "prompt": request.prompt_text,
-        "parameters": params,
-        "keep_alive": request.keep_alive_value,
-    }
 
 
-def to_generate_request(request: CompletionRequest) -> generation_pb2.GenerateRequest:
-    """Convert a non-streaming completion request to ``GenerateRequest``."""
-    return generation_pb2.GenerateRequest(**_request_fields(request))
-
-
-def to_generate_stream_request(request: CompletionRequest) -> generation_pb2.GenerateStreamRequest:
-    """Convert a streaming completion request to ``GenerateStreamRequest``."""
-    return generation_pb2.GenerateStreamRequest(**_request_fields(request))
+def _prompt(request: CompletionRequest) -> dict[str, Any]:
+    return {"prompt": request.prompt_text}
 
 
 def completion_logprobs(
@@ -89,25 +76,18 @@ def completion_from_proto(
     Shape: ``{"id", "object": "text_completion", "created", "model", "choices": [{"index", "text",
     "finish_reason", "logprobs"}], "usage", "timings"}`` (``timings`` is an extension).
     """
-    body: dict[str, Any] = {
-        "id": completion_id(response.id, ID_PREFIX),
-        "object": OBJECT_COMPLETION,
-        "created": unix_now(),
-        "model": response.model or requested_model,
-        "choices": [
-            {
-                "index": choice.index,
-                "text": choice.text,
-                "finish_reason": finish_reason_label(choice.finish_reason),
-                "logprobs": completion_logprobs(choice.logprobs),
-            }
-            for choice in response.choices
-        ],
-        "usage": usage_dict(response.usage),
-    }
-    if response.HasField("timings"):
-        body["timings"] = timings_dict(response.timings)
-    return body
+    choices = [
+        {
+            "index": choice.index,
+            "text": choice.text,
+            "finish_reason": finish_reason_label(choice.finish_reason),
+            "logprobs": completion_logprobs(choice.logprobs),
+        }
+        for choice in response.choices
+    ]
+    return response_envelope(
+        response, requested_model, choices, object_name=OBJECT_COMPLETION, id_prefix=ID_PREFIX
+    )
 
 
 class CompletionStreamTranslator(StreamTranslator):
@@ -115,11 +95,7 @@ class CompletionStreamTranslator(StreamTranslator):
 
     One chunk per message with text or log probabilities, then one with empty text and the
     ``finish_reason``; with ``include_usage`` a last chunk with empty ``choices`` and the usage.
-
-    Args:
-        requested_model: Model name of the request, used until the server names its model.
-        include_usage: Whether the client asked for ``stream_options.include_usage``.
-
+    Arguments as for :class:`StreamTranslator`.
     """
 
     object_name = OBJECT_COMPLETION
@@ -144,3 +120,12 @@ class CompletionStreamTranslator(StreamTranslator):
             choice = {"index": index, "text": "", "finish_reason": finish_reason, "logprobs": None}
             chunks.append(self._chunk([choice]))
         return chunks
+
+
+API = GenerationApi(
+    prompt_fields=_prompt,
+    parameters=completion_parameters,
+    response_json=completion_from_proto,
+    stream_translator=CompletionStreamTranslator,
+)
+"""How ``/v1/completions`` translates (see :func:`gateway.calls.generate`)."""

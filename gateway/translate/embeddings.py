@@ -13,29 +13,16 @@ from typing import Any
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.embeddings import EmbeddingRequest
-
-TRUNCATION_POLICIES: dict[str | bool | None, int] = {
-    # The request's ``truncation`` value (see the schemas) to the proto's TruncationPolicy.
-    None: encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED,
-    True: encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED,
-    False: encoders_pb2.TRUNCATION_POLICY_ERROR,
-    "end": encoders_pb2.TRUNCATION_POLICY_END,
-    "start": encoders_pb2.TRUNCATION_POLICY_START,
-    "error": encoders_pb2.TRUNCATION_POLICY_ERROR,
-}
+from gateway.translate.common import set_fields
+from gateway.translate.encoders import TRUNCATION_POLICIES, list_json, texts_fields
 
 
 def to_embed_request(request: EmbeddingRequest) -> encoders_pb2.EmbedRequest:
     """Convert an OpenAI embeddings request to ``EmbedRequest`` (``normalize`` defaults to true)."""
     return encoders_pb2.EmbedRequest(
-        model=request.model,
-        inputs=request.inputs,
-        normalize=request.normalize,
-        dimensions=request.dimensions or 0,
+        **texts_fields(request),
+        **set_fields(request, "normalize", "dimensions", "prompt_name", "prompt"),
         truncation=TRUNCATION_POLICIES[request.truncation],
-        prompt_name=request.prompt_name or "",
-        prompt=request.prompt or "",
-        keep_alive=request.keep_alive_value,
     )
 
 
@@ -61,12 +48,4 @@ def embeddings_from_proto(
         values = list(item.values)
         embedding: list[float] | str = encode_base64(values) if encoding_format == "base64" else values
         data.append({"object": "embedding", "index": item.index, "embedding": embedding})
-    return {
-        "object": "list",
-        "data": data,
-        "model": response.model or requested_model,
-        "usage": {
-            "prompt_tokens": response.usage.prompt_tokens,
-            "total_tokens": response.usage.total_tokens,
-        },
-    }
+    return list_json(response, requested_model=requested_model, data=data)

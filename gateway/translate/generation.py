@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from universal_runtime.v1 import common_pb2, generation_pb2
 
 from gateway.schemas.generation import SamplingRequest
+from gateway.translate.common import set_fields
 
 # CANCELLED maps to "stop": OpenAI has no cancelled reason, and the text produced so far is a
 # valid (if short) answer.
@@ -19,6 +22,20 @@ _FINISH_REASONS: dict[int, str] = {
     generation_pb2.FINISH_REASON_TOOL_CALLS: "tool_calls",
     generation_pb2.FINISH_REASON_CANCELLED: "stop",
 }
+
+
+# Optional sampling options whose body and proto fields share a name; unset ones are not sent.
+_SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "n",
+)
 
 
 def finish_reason_label(value: int) -> str | None:
@@ -92,23 +109,37 @@ def generation_parameters(
             generation_pb2.LogitBias(token_id=token_id, bias=bias)
             for token_id, bias in (request.logit_bias or {}).items()
         ],
+        **set_fields(request, *_SAMPLING_FIELDS),
     )
-    optional_fields: dict[str, Any] = {
-        "max_tokens": max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "top_k": request.top_k,
-        "min_p": request.min_p,
-        "repetition_penalty": request.repetition_penalty,
-        "presence_penalty": request.presence_penalty,
-        "frequency_penalty": request.frequency_penalty,
-        "seed": request.seed,
-        "n": request.n,
-    }
-    for name, value in optional_fields.items():
-        if value is not None:
-            setattr(params, name, value)
+    if max_tokens is not None:
+        params.max_tokens = max_tokens
     return params
+
+
+def response_envelope(
+    response: generation_pb2.GenerateResponse,
+    requested_model: str,
+    choices: list[dict[str, Any]],
+    *,
+    object_name: str,
+    id_prefix: str,
+) -> dict[str, Any]:
+    """Return the envelope of a non-streamed answer around its ``choices``.
+
+    Shape: ``{"id", "object": object_name, "created", "model", "choices", "usage", "timings"?}``;
+    ``timings`` (an extension) only when the server sent them.
+    """
+    body: dict[str, Any] = {
+        "id": completion_id(response.id, id_prefix),
+        "object": object_name,
+        "created": unix_now(),
+        "model": response.model or requested_model,
+        "choices": choices,
+        "usage": usage_dict(response.usage),
+    }
+    if response.HasField("timings"):
+        body["timings"] = timings_dict(response.timings)
+    return body
 
 
 class StreamTranslator:
@@ -172,3 +203,43 @@ class StreamTranslator:
         chunk = self._chunk([])
         chunk["usage"] = self._usage
         return [chunk]
+
+
+BodyT = TypeVar("BodyT", bound=SamplingRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationApi(Generic[BodyT]):
+    """How one OpenAI generation API (chat or legacy completions) maps onto ``Generate*``.
+
+    Both APIs send ``model`` and ``keep_alive`` the same way; they differ in the prompt, the
+    parameters, the answer's JSON and the streamed chunks.
+
+    Attributes:
+        prompt_fields: The body's prompt as request fields: ``{"messages": [...]}`` or ``{"prompt": str}``.
+        parameters: The body's ``GenerationParameters``.
+        response_json: ``(GenerateResponse, *, requested_model)`` to the API's JSON answer.
+        stream_translator: The class turning ``GenerateStream`` messages into the API's chunks.
+
+    """
+
+    prompt_fields: Callable[[BodyT], dict[str, Any]]
+    parameters: Callable[[BodyT], generation_pb2.GenerationParameters]
+    response_json: Callable[..., dict[str, Any]]
+    stream_translator: type[StreamTranslator]
+
+    def _request_fields(self, body: BodyT) -> dict[str, Any]:
+        return {
+            "model": body.model,
+            **self.prompt_fields(body),
+            "parameters": self.parameters(body),
+            "keep_alive": body.keep_alive_value,
+        }
+
+    def generate_request(self, body: BodyT) -> generation_pb2.GenerateRequest:
+        """Convert a non-streaming request body to ``GenerateRequest``."""
+        return generation_pb2.GenerateRequest(**self._request_fields(body))
+
+    def generate_stream_request(self, body: BodyT) -> generation_pb2.GenerateStreamRequest:
+        """Convert a streaming request body to ``GenerateStreamRequest``."""
+        return generation_pb2.GenerateStreamRequest(**self._request_fields(body))

@@ -17,16 +17,14 @@ from typing import Any
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.ner import NerRequest
+from gateway.translate.common import set_fields
+from gateway.translate.encoders import list_json, texts_fields
 
 
 def to_entities_request(request: NerRequest) -> encoders_pb2.ExtractEntitiesRequest:
     """Convert the HTTP body to ``ExtractEntitiesRequest``."""
     return encoders_pb2.ExtractEntitiesRequest(
-        model=request.model,
-        inputs=request.inputs,
-        min_score=request.min_score,
-        labels=request.labels,
-        keep_alive=request.keep_alive_value,
+        **texts_fields(request), **set_fields(request, "min_score", "labels")
     )
 
 
@@ -34,19 +32,15 @@ def entities_from_proto(
     response: encoders_pb2.ExtractEntitiesResponse, *, requested_model: str
 ) -> dict[str, Any]:
     """Convert ``ExtractEntitiesResponse`` to the JSON list shown in the module docstring."""
-    return {
-        "object": "list",
-        "model": response.model or requested_model,
-        "data": [
-            {
-                "object": "entities",
-                "index": item.index,
-                "entities": [
-                    {"text": x.text, "label": x.label, "start": x.start, "end": x.end, "score": x.score}
-                    for x in item.entities
-                ],
-            }
-            for item in response.results
-        ],
-        "usage": {"prompt_tokens": response.usage.prompt_tokens, "total_tokens": response.usage.total_tokens},
-    }
+    data = [
+        {
+            "object": "entities",
+            "index": item.index,
+            "entities": [
+                {"text": x.text, "label": x.label, "start": x.start, "end": x.end, "score": x.score}
+                for x in item.entities
+            ],
+        }
+        for item in response.results
+    ]
+    return list_json(response, requested_model=requested_model, data=data)

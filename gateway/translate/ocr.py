@@ -8,13 +8,26 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
 from universal_runtime.v1 import ocr_pb2
 
 from gateway.errors import GatewayError
+from gateway.schemas.ocr import OcrJsonRequest
+from gateway.translate.common import proto_json, set_fields
 
 CHUNK_BYTES = 1024 * 1024
 """Bytes per OcrRequest message: far under any gRPC message limit, however large the file."""
+
+# Body fields copied as they are into the same-named OcrOptions fields.
+_OPTION_FIELDS = (
+    "model",
+    "mime_type",
+    "first_page",
+    "last_page",
+    "languages",
+    "return_boxes",
+    "use_pdf_text_layer",
+    "pdf_dpi",
+)
 
 _DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[^,]*)?;base64,", re.IGNORECASE)
 
@@ -39,6 +52,11 @@ def decode_file(value: str) -> tuple[bytes, str]:
         ) from None
 
 
+def to_ocr_options(body: OcrJsonRequest) -> ocr_pb2.OcrOptions:
+    """Convert the request's fields (JSON or form) to ``OcrOptions``."""
+    return ocr_pb2.OcrOptions(**set_fields(body, *_OPTION_FIELDS), keep_alive=body.keep_alive_value)
+
+
 def ocr_messages(data: bytes, options: ocr_pb2.OcrOptions) -> Iterator[ocr_pb2.OcrRequest]:
     """The options on the first message, then the file in ``CHUNK_BYTES`` chunks."""
     yield ocr_pb2.OcrRequest(options=options, chunk=data[:CHUNK_BYTES])
@@ -48,7 +66,7 @@ def ocr_messages(data: bytes, options: ocr_pb2.OcrOptions) -> Iterator[ocr_pb2.O
 
 def page_to_json(page: ocr_pb2.OcrResponse) -> dict[str, Any]:
     """One page as JSON (proto field names; lines only when boxes were asked for)."""
-    body = MessageToDict(page, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    body = proto_json(page)
     if not page.lines:
         body.pop("lines", None)
     return body

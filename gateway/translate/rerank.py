@@ -15,17 +15,15 @@ from typing import Any
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.rerank import RerankRequest
-from gateway.translate.embeddings import TRUNCATION_POLICIES
+from gateway.translate.common import set_fields
+from gateway.translate.encoders import TRUNCATION_POLICIES, usage_json
 
 
 def to_rerank_request(request: RerankRequest) -> encoders_pb2.RerankRequest:
     """Convert the HTTP body to ``RerankRequest``."""
     return encoders_pb2.RerankRequest(
-        model=request.model,
-        query=request.query,
+        **set_fields(request, "model", "query", "top_n", "return_documents"),
         documents=request.document_texts,
-        top_n=request.top_n or 0,
-        return_documents=request.return_documents,
         truncation=TRUNCATION_POLICIES[request.truncation],
         keep_alive=request.keep_alive_value,
     )
@@ -45,6 +43,6 @@ def rerank_from_proto(
         "id": request_id,
         "model": response.model or requested_model,
         "results": results,
-        "usage": {"prompt_tokens": response.usage.prompt_tokens, "total_tokens": response.usage.total_tokens},
+        "usage": usage_json(response.usage),
         "meta": {"billed_units": {"search_units": 1}},
     }

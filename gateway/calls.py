@@ -1,0 +1,102 @@
+"""How a route reaches the gRPC server: the stubs with this request's metadata, disconnect-aware.
+
+Routes take one :data:`Rpc` parameter and make every call through it, so no call can skip the
+metadata (request id, API key) or outlive a client that went away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse
+
+from gateway.dependencies import CallMetadata, Clients, Metadata
+from gateway.grpc_clients import GrpcClients
+from gateway.schemas.generation import SamplingRequest
+from gateway.streaming import StreamTranslator, collect_stream, stream_generation, unary_call
+from gateway.translate.generation import GenerationApi
+
+
+@dataclass(frozen=True, slots=True)
+class RpcContext:
+    """The gRPC stubs, bound to one HTTP request: its metadata and its disconnect.
+
+    Attributes:
+        request: The HTTP request; its disconnect cancels the call in flight.
+        clients: The app's stubs (``inference``, ``models``, ``health``).
+        metadata: The metadata sent with every call (see ``get_call_metadata``).
+
+    """
+
+    request: Request
+    clients: GrpcClients
+    metadata: CallMetadata
+
+    async def unary(
+        self, method: Callable[..., Any], message: Any, *, deadline_s: float | None = None
+    ) -> Any:
+        """Make a unary call with :func:`gateway.streaming.unary_call`; returns the response message.
+
+        Raises:
+            GatewayError: 499 ``client_closed_request`` when the client disconnected first.
+            grpc.aio.AioRpcError: The call failed.
+
+        """
+        return await unary_call(self.request, method, message, self.metadata, deadline_s=deadline_s)
+
+    async def collect(self, method: Callable[..., Any], messages: Iterable[Any]) -> list[Any]:
+        """Make a stream-stream call with :func:`gateway.streaming.collect_stream`; returns its responses.
+
+        Raises:
+            GatewayError: 499 ``client_closed_request`` when the client disconnected first.
+            grpc.aio.AioRpcError: The call failed.
+
+        """
+        return await collect_stream(self.request, method, messages, self.metadata)
+
+    async def stream_generation(self, message: Any, translator: StreamTranslator) -> EventSourceResponse:
+        """Relay ``GenerateStream(message)`` as SSE with :func:`gateway.streaming.stream_generation`.
+
+        Raises:
+            GatewayError: 499 when the client disconnected before the first message.
+            grpc.aio.AioRpcError: The call failed before its first message.
+
+        """
+        inference = self.clients.inference
+        return await stream_generation(
+            self.request, lambda: inference.GenerateStream(message, metadata=self.metadata), translator
+        )
+
+
+def get_rpc(request: Request, clients: Clients, metadata: Metadata) -> RpcContext:
+    """Return the :class:`RpcContext` of this request."""
+    return RpcContext(request=request, clients=clients, metadata=metadata)
+
+
+Rpc = Annotated[RpcContext, Depends(get_rpc)]
+"""Route parameter type: this request's way to the gRPC server."""
+
+
+async def generate(rpc: RpcContext, body: SamplingRequest, api: GenerationApi[Any]) -> Response:
+    """Answer a chat or legacy completion request: an SSE stream with ``stream: true``, else JSON.
+
+    Args:
+        rpc: The request's :class:`RpcContext`.
+        body: The parsed request body.
+        api: How the endpoint's bodies and answers translate (``translate.chat.API`` ...).
+
+    Raises:
+        GatewayError: 499 when the client disconnected before the answer (or its first chunk).
+        grpc.aio.AioRpcError: The server refused or failed the request (rendered as an OpenAI
+            error with the matching HTTP status by :mod:`gateway.errors`).
+
+    """
+    if body.stream:
+        translator = api.stream_translator(requested_model=body.model, include_usage=body.include_usage)
+        return await rpc.stream_generation(api.generate_stream_request(body), translator)
+    response = await rpc.unary(rpc.clients.inference.Generate, api.generate_request(body))
+    return JSONResponse(api.response_json(response, requested_model=body.model))
