@@ -9,6 +9,18 @@ from engines.errors import InvalidArgumentError
 from engines.types import Truncation
 
 
+@dataclass(slots=True, kw_only=True)
+class EncoderResult:
+    """What every encoder result reports besides its items.
+
+    Attributes:
+        prompt_tokens: tokens the model read for the whole request (the usage reported to clients).
+
+    """
+
+    prompt_tokens: int
+
+
 @dataclass(slots=True)
 class RerankRequest:
     """Rank ``documents`` by relevance to ``query`` (both non-empty).
@@ -33,11 +45,10 @@ class RankedDocument:
 
 
 @dataclass(slots=True)
-class RerankResult:
-    """Documents sorted by ``relevance_score`` (highest first) and the tokens consumed."""
+class RerankResult(EncoderResult):
+    """Documents sorted by ``relevance_score`` (highest first)."""
 
     results: list[RankedDocument]
-    prompt_tokens: int
 
 
 @dataclass(slots=True)
@@ -81,11 +92,10 @@ class Classification:
 
 
 @dataclass(slots=True)
-class ClassificationResult:
-    """One :class:`Classification` per input, in order, and the tokens consumed."""
+class ClassificationResult(EncoderResult):
+    """One :class:`Classification` per input, in order."""
 
     classifications: list[Classification]
-    prompt_tokens: int
 
 
 @dataclass(slots=True)
@@ -109,11 +119,10 @@ class Entity:
 
 
 @dataclass(slots=True)
-class EntityResult:
-    """Entities of each input, in order of appearance, and the tokens consumed."""
+class EntityResult(EncoderResult):
+    """Entities of each input, in order of appearance."""
 
     entities: list[list[Entity]]
-    prompt_tokens: int
 
 
 @dataclass(slots=True)

@@ -13,6 +13,10 @@ from typing import ClassVar
 class RuntimeServiceError(Exception):
     """Base of all errors that reach a client with a specific status.
 
+    A subclass names its status and default reason as class keywords,
+    ``class NotFound(RuntimeServiceError, status="NOT_FOUND", reason="MODEL_NOT_FOUND")``;
+    one that names neither inherits its parent's.
+
     Args:
         message: Human-readable text sent to the client; must not contain secrets or traces.
         reason: ``ErrorInfo.reason`` override; defaults to the class's reason.
@@ -23,6 +27,15 @@ class RuntimeServiceError(Exception):
     status: ClassVar[str] = "INTERNAL"
     reason: str = "INTERNAL"
 
+    def __init_subclass__(
+        cls, *, status: str | None = None, reason: str | None = None, **kwargs: object
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if reason is not None:
+            cls.reason = reason
+
     def __init__(self, message: str, *, reason: str | None = None, **metadata: object) -> None:
         super().__init__(message)
         self.message = message
@@ -31,56 +44,35 @@ class RuntimeServiceError(Exception):
         self.metadata = {key: str(value) for key, value in metadata.items()}
 
 
-class InvalidArgumentError(RuntimeServiceError):
-    """The request is malformed or a value is out of range (INVALID_ARGUMENT)."""
-
-    status = "INVALID_ARGUMENT"
-    reason = "INVALID_ARGUMENT"
+class InvalidArgumentError(RuntimeServiceError, status="INVALID_ARGUMENT", reason="INVALID_ARGUMENT"):
+    """The request is malformed or a value is out of range."""
 
 
-class InputTooLongError(InvalidArgumentError):
-    """An input exceeds the model's context or sequence length (INVALID_ARGUMENT, INPUT_TOO_LONG)."""
-
-    reason = "INPUT_TOO_LONG"
+class InputTooLongError(InvalidArgumentError, reason="INPUT_TOO_LONG"):
+    """An input exceeds the model's context or sequence length (status INVALID_ARGUMENT)."""
 
 
-class ModelNotFoundError(RuntimeServiceError):
-    """The named model is not in the catalog (NOT_FOUND, MODEL_NOT_FOUND)."""
-
-    status = "NOT_FOUND"
-    reason = "MODEL_NOT_FOUND"
+class ModelNotFoundError(RuntimeServiceError, status="NOT_FOUND", reason="MODEL_NOT_FOUND"):
+    """The named model is not in the catalog."""
 
 
-class TaskNotSupportedError(RuntimeServiceError):
-    """The model exists but cannot do the requested task (FAILED_PRECONDITION)."""
-
-    status = "FAILED_PRECONDITION"
-    reason = "TASK_NOT_SUPPORTED"
+class TaskNotSupportedError(RuntimeServiceError, status="FAILED_PRECONDITION", reason="TASK_NOT_SUPPORTED"):
+    """The model exists but cannot do the requested task."""
 
 
-class FailedPreconditionError(RuntimeServiceError):
-    """The system is not in a state that allows the operation (FAILED_PRECONDITION)."""
-
-    status = "FAILED_PRECONDITION"
-    reason = "FAILED_PRECONDITION"
-
-
-class ResourceExhaustedError(RuntimeServiceError):
-    """A queue is full or there is no memory to load a model (RESOURCE_EXHAUSTED)."""
-
-    status = "RESOURCE_EXHAUSTED"
-    reason = "OVERLOADED"
+class FailedPreconditionError(
+    RuntimeServiceError, status="FAILED_PRECONDITION", reason="FAILED_PRECONDITION"
+):
+    """The system is not in a state that allows the operation."""
 
 
-class UnavailableError(RuntimeServiceError):
-    """The server is shutting down or a model failed to become ready (UNAVAILABLE)."""
-
-    status = "UNAVAILABLE"
-    reason = "UNAVAILABLE"
+class ResourceExhaustedError(RuntimeServiceError, status="RESOURCE_EXHAUSTED", reason="OVERLOADED"):
+    """A queue is full or there is no memory to load a model."""
 
 
-class ModelLoadError(RuntimeServiceError):
+class UnavailableError(RuntimeServiceError, status="UNAVAILABLE", reason="UNAVAILABLE"):
+    """The server is shutting down or a model failed to become ready."""
+
+
+class ModelLoadError(RuntimeServiceError, reason="MODEL_LOAD_FAILED"):
     """A model failed to load; the message is safe for clients, the cause goes to the log (INTERNAL)."""
-
-    status = "INTERNAL"
-    reason = "MODEL_LOAD_FAILED"

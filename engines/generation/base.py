@@ -1,4 +1,11 @@
-"""Base class of generation engines: prepare, step and release, driven by the scheduler."""
+"""Base class of generation engines: prepare, step and release, driven by the scheduler.
+
+:class:`GenerationEngine` does what every backend does the same way (request checks, chat
+templating and its errors, length limits, releasing before a step) and leaves the model-specific
+parts to a few blocking hooks: :meth:`~GenerationEngine._render_chat`,
+:meth:`~GenerationEngine._tokenize`, :meth:`~GenerationEngine._new_state`,
+:meth:`~GenerationEngine._forward` and :meth:`~GenerationEngine._free`.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +14,16 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from engines.base import Engine
-from engines.errors import InputTooLongError
-from engines.generation.scheduler import ContinuousBatchScheduler
+from engines.errors import InputTooLongError, InvalidArgumentError
+from engines.generation.scheduler import ContinuousBatchScheduler, StepResult
 from engines.generation.sequence import GenerationSequence
-from engines.generation.structured import output_postprocessor
-from engines.types import FinishReason, GenerationDelta, GenerationRequest, Task, TokenLogprobs
+from engines.generation.structured import message_dict, messages_with_tools, output_postprocessor
+from engines.types import FinishReason, GenerationDelta, GenerationRequest, SamplingParams, Task
 
 log = logging.getLogger(__name__)
-
-#: (sequence, next token id, its log probabilities or None) for each sequence that produced a token.
-StepResult = tuple[GenerationSequence, int, TokenLogprobs | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,54 +36,150 @@ class FinishedSequence:
     finish_reason: FinishReason
 
 
+@dataclass(eq=False)
+class SequenceState:
+    """Engine-side state of one sequence (``GenerationSequence.engine_state``); engines extend it.
+
+    Attributes:
+        sampler: the backend's sampler for this sequence.
+        logprobs: return the log probability of each sampled token.
+        top_logprobs: alternatives returned with it (0 to 20).
+        n_past: tokens of this sequence in the KV cache.
+        next_input: the last sampled token, fed at the next step; None until the prompt is prefilled.
+        released: :meth:`GenerationEngine.release` freed it; later releases do nothing.
+
+    """
+
+    sampler: Any
+    logprobs: bool
+    top_logprobs: int
+    n_past: int = 0
+    next_input: int | None = None
+    released: bool = False
+
+
 class GenerationEngine(Engine):
     """An engine for :attr:`Task.GENERATE` with continuous batching.
 
-    Subclasses implement three blocking methods, all called on the device executor:
-    :meth:`prepare` (template, tokenize, per-sequence sampling state), :meth:`step` (one
-    forward pass over every running sequence, returning the next token of each), and
-    :meth:`release` (free a sequence's KV cells). :meth:`stream` is the async entry point.
+    :meth:`stream` is the async entry point. The scheduler runs the blocking :meth:`prepare`,
+    :meth:`step` and :meth:`release` on the device executor; they do the shared checks and
+    call the hooks each backend implements:
+
+    * :meth:`_render_chat` and :meth:`_tokenize`: the prompt's token ids;
+    * :meth:`_new_state`: a sequence's sampler and KV bookkeeping;
+    * :meth:`_forward`: one forward pass over the running batch;
+    * :meth:`_free`: a sequence's KV cells and sampler;
+
+    plus the vocabulary methods :meth:`is_end_of_generation` and :meth:`token_bytes`. A
+    backend's ``load`` sets :attr:`context_length` and :attr:`vocab_size` and calls
+    :meth:`_set_chat_template`.
 
     Catalog options read here: ``max_sequences`` (sequences batched together, default 8) and
     ``max_waiting`` (requests queued for a slot, default 64).
+
+    Attributes:
+        context_length: tokens one sequence can hold (prompt plus completion).
+        vocab_size: token ids the model scores; valid ids are ``0 .. vocab_size - 1``.
+        finished: the last 256 sequences that left the batch, oldest first.
+        scheduler: the continuous-batching scheduler that drives this engine.
+
     """
 
     tasks = frozenset({Task.GENERATE})
+    context_length: int
+    vocab_size: int
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.finished: deque[FinishedSequence] = deque(maxlen=256)
+        self._set_chat_template(None)
         self.scheduler = ContinuousBatchScheduler(
             self, max_sequences=self.max_sequences, max_waiting=int(self.option("max_waiting", 64))
         )
+
+    @property
+    def model_name(self) -> str:
+        """Catalog name of the model."""
+        return self.spec.name
 
     @property
     def max_sequences(self) -> int:
         """Sequences decoded together in one step."""
         return int(self.option("max_sequences", 8))
 
-    @property
-    @abc.abstractmethod
-    def context_length(self) -> int:
-        """Tokens one sequence can hold (prompt plus completion)."""
+    # -- vocabulary (TokenVocabulary) -----------------------------------------------------------
 
     @abc.abstractmethod
+    def is_end_of_generation(self, token_id: int) -> bool:
+        """Whether ``token_id`` ends generation (EOS, EOT, ``<|im_end|>``…)."""
+
+    @abc.abstractmethod
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token decodes to (special tokens decode to nothing)."""
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _set_chat_template(self, template: str | None) -> None:
+        """Remember the model's chat template source (None or empty: it has none).
+
+        Tools and developer messages are passed to the template as they are only when its
+        source mentions them; otherwise :func:`messages_with_tools` rewrites them.
+        """
+        self._chat_template = template or None
+        self._template_has_tools = bool(template) and "tools" in template
+        self._template_has_developer = bool(template) and "developer" in template
+
+    def tokenize_prompt(self, request: GenerationRequest) -> list[int]:
+        """Token ids of the request's prompt: the raw prompt, or the messages rendered by the chat template.
+
+        Raises:
+            InvalidArgumentError: no chat template (reason NO_CHAT_TEMPLATE) or the template
+                rejects the messages (reason CHAT_TEMPLATE_ERROR).
+
+        """
+        if request.messages is None:
+            return self._tokenize(request.prompt or "", templated=False)
+        if self._chat_template is None:
+            raise InvalidArgumentError(
+                f"model {self.spec.name!r} has no chat template; send a raw prompt instead",
+                reason="NO_CHAT_TEMPLATE",
+                model=self.spec.name,
+            )
+        messages, tools = messages_with_tools(request, self._template_has_tools, self._template_has_developer)
+        try:
+            text = self._render_chat([message_dict(m) for m in messages], tools)
+        except Exception as exc:  # template errors (raise_exception in the template) are client errors
+            raise InvalidArgumentError(
+                f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
+                reason="CHAT_TEMPLATE_ERROR",
+            ) from None
+        return self._tokenize(text, templated=True)
+
     def prepare(self, request: GenerationRequest) -> GenerationSequence:
-        """Build the sequence for ``request`` (blocking).
+        """Check the parameters, tokenize, check the length and set up sampling of ``request`` (blocking).
 
         Raises:
             InputTooLongError: the prompt does not fit the context.
-            InvalidArgumentError: the request cannot be templated or constrained.
+            InvalidArgumentError: a logit bias names a token outside the vocabulary (field
+                ``parameters.logit_bias``), the prompt is empty once tokenized (field ``prompt``),
+                or the request cannot be templated or constrained.
 
         """
+        self._check_logit_bias(request.params)
+        tokens = self.tokenize_prompt(request)
+        if not tokens:
+            raise InvalidArgumentError("the prompt is empty once tokenized", field="prompt")
+        sequence = GenerationSequence(request, tokens, self.max_new_tokens(request, len(tokens)), self)
+        sequence.engine_state = self._new_state(request)
+        return sequence
 
-    @abc.abstractmethod
-    def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
-        """Free ``released``, then advance every sequence of ``running`` by one forward pass (blocking)."""
-
-    @abc.abstractmethod
-    def release(self, sequences: list[GenerationSequence]) -> None:
-        """Free the KV cells and sampling state of ``sequences`` (blocking; idempotent)."""
+    def _check_logit_bias(self, params: SamplingParams) -> None:
+        unknown = [t for t in params.logit_bias if not 0 <= t < self.vocab_size]
+        if unknown:
+            raise InvalidArgumentError(
+                f"logit_bias token ids {unknown[:5]} are outside the vocabulary (0..{self.vocab_size - 1})",
+                field="parameters.logit_bias",
+            )
 
     def max_new_tokens(self, request: GenerationRequest, prompt_tokens: int) -> int:
         """Tokens the completion may have: ``max_tokens`` capped by the room left in the context.
@@ -97,6 +198,63 @@ class GenerationEngine(Engine):
             )
         return min(room, request.params.max_tokens or room)
 
+    @abc.abstractmethod
+    def _render_chat(self, messages: list[dict[str, Any]], tools: list | None) -> str:
+        """Render OpenAI-style ``messages`` with the chat template, ending with the assistant prompt.
+
+        Called only when the model has a chat template; any exception is reported to the
+        client as CHAT_TEMPLATE_ERROR.
+        """
+
+    @abc.abstractmethod
+    def _tokenize(self, text: str, *, templated: bool) -> list[int]:
+        """Token ids of ``text``; ``templated`` text carries its own special tokens (BOS included)."""
+
+    @abc.abstractmethod
+    def _new_state(self, request: GenerationRequest) -> SequenceState:
+        """Sampling state of a new sequence (after the shared checks passed).
+
+        Raises:
+            InvalidArgumentError: the output constraint (JSON schema) cannot be built.
+
+        """
+
+    # -- batching -------------------------------------------------------------------------------
+
+    def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
+        """Free ``released``, then advance every sequence of ``running`` by one forward pass (blocking).
+
+        Returns:
+            ``(sequence, token id, logprobs or None)`` for each sequence of ``running`` that
+            sampled a token this step (one still prefilling its prompt samples none).
+
+        """
+        # Freed first, so that sequences joining in this step can take the cells and slots.
+        self.release(released)
+        return self._forward(running)
+
+    def release(self, sequences: list[GenerationSequence]) -> None:
+        """Free the KV cells and sampling state of ``sequences`` (blocking; idempotent)."""
+        leaving: list[GenerationSequence] = []
+        for sequence in sequences:
+            state: SequenceState | None = sequence.engine_state
+            if state is None or state.released:
+                continue
+            state.released = True
+            leaving.append(sequence)
+        if leaving:
+            self._free(leaving)
+
+    @abc.abstractmethod
+    def _forward(self, running: list[GenerationSequence]) -> list[StepResult]:
+        """One forward pass over ``running``: next tokens of decoding sequences, prompt chunks of new ones."""
+
+    @abc.abstractmethod
+    def _free(self, sequences: list[GenerationSequence]) -> None:
+        """Free the KV cells and sampler of ``sequences``, each released for the first time."""
+
+    # -- scheduling -----------------------------------------------------------------------------
+
     def record_finished(self, sequence: GenerationSequence) -> None:
         """Note a sequence that left the batch."""
         self.finished.append(
@@ -112,5 +270,11 @@ class GenerationEngine(Engine):
         """Yield deltas for ``request``; the last has ``finish_reason`` and ``usage`` set.
 
         Use with ``contextlib.aclosing`` so that a consumer that stops early frees its slot.
+
+        Raises:
+            ResourceExhaustedError: the wait queue is full (reason OVERLOADED).
+            InputTooLongError, InvalidArgumentError: the request was refused by :meth:`prepare`.
+            Exception: a forward pass failed (every sequence of that step gets the error).
+
         """
         return self.scheduler.stream(request, output_postprocessor(request))

@@ -23,15 +23,16 @@ import psutil
 
 from engines.device import resolve_device
 from engines.errors import InvalidArgumentError, ModelLoadError
-from engines.generation.base import GenerationEngine, StepResult
+from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
 from engines.generation.logprobs import token_logprobs
 from engines.generation.prompt_cache import PromptCache
+from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
-from engines.generation.structured import message_dict, messages_with_tools, output_constraint
+from engines.generation.structured import output_constraint
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
-from engines.types import ChatMessage, GenerationRequest, MemoryUsage, SamplingParams
+from engines.types import GenerationRequest, MemoryUsage, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +41,10 @@ PENALTY_LAST_N = 64  # tokens the repetition/presence/frequency penalties look b
 
 
 @dataclass(eq=False)
-class _SlotState:
-    """llama.cpp-side state of one sequence."""
+class _SlotState(SequenceState):
+    """llama.cpp-side state of one sequence: a ``LlamaSampler`` and its KV slot (sequence id)."""
 
-    sampler: Any
-    top_logprobs: int
-    logprobs: bool
     seq_id: int | None = None
-    n_past: int = 0
-    next_input: int | None = None  # the last sampled token, fed in the next step
-    released: bool = False
 
 
 def prefill_chunk_end(position: int, prompt_length: int, budget: int) -> int:
@@ -170,15 +165,14 @@ class LlamaCppGenerationEngine(GenerationEngine):
         )
         self.ctx = LlamaContext(model=self.model, params=ctx_params, verbose=False)
         self._batch = LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)
-        self._context_length = min(per_sequence, int(llama_cpp.llama_n_ctx_seq(self.ctx.ctx)))
-        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
+        self.context_length = min(per_sequence, int(llama_cpp.llama_n_ctx_seq(self.ctx.ctx)))
+        self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
         self._prompt_cache = PromptCache(self.max_sequences, enabled=bool(self.option("prompt_cache", True)))
         self._metadata = metadata
         template = self.option("chat_template") or self._metadata.get("tokenizer.chat_template")
         self._bos_text = self._piece_text(self.model.token_bos(), special=True)
         self._eos_text = self._piece_text(self.model.token_eos(), special=True)
-        self._template_has_tools = bool(template) and "tools" in template
-        self._template_has_developer = bool(template) and "developer" in template
+        self._set_chat_template(template)
         self._formatter = (
             Jinja2ChatFormatter(template=template, eos_token=self._eos_text, bos_token=self._bos_text)
             if template
@@ -205,11 +199,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
         if self.device.startswith("cuda"):
             return MemoryUsage(ram_bytes=0, vram_bytes=total)
         return MemoryUsage(ram_bytes=total)
-
-    @property
-    def context_length(self) -> int:
-        """Tokens one sequence can hold."""
-        return self._context_length
 
     # -- vocabulary (TokenVocabulary) -------------------------------------------------------
 
@@ -246,49 +235,20 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     # -- requests ---------------------------------------------------------------------------
 
-    def render_chat(self, messages: list[ChatMessage], tools: list | None = None) -> str:
-        """Render a conversation with the model's chat template, ending with the assistant prompt.
+    def _render_chat(self, messages: list[dict[str, Any]], tools: list | None) -> str:
+        return self._formatter(messages=messages, tools=tools).prompt
 
-        Raises:
-            InvalidArgumentError: the model has no chat template, or the template rejects the messages.
-
-        """
-        if self._formatter is None:
-            raise InvalidArgumentError(
-                f"model {self.spec.name!r} has no chat template; send a raw prompt instead",
-                reason="NO_CHAT_TEMPLATE",
-                model=self.spec.name,
-            )
-        try:
-            return self._formatter(messages=[message_dict(m) for m in messages], tools=tools).prompt
-        except Exception as exc:  # template errors (raise_exception in the template) are client errors
-            raise InvalidArgumentError(
-                f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
-                reason="CHAT_TEMPLATE_ERROR",
-            ) from None
-
-    def tokenize_prompt(self, request: GenerationRequest) -> list[int]:
-        """Token ids of the request's prompt (templated when it is a chat)."""
-        if request.messages is not None:
-            messages, tools = messages_with_tools(
-                request, self._template_has_tools, self._template_has_developer
-            )
-            text = self.render_chat(messages, tools)
-            add_bos = not (self._bos_text and text.startswith(self._bos_text))
-        else:
-            text, add_bos = request.prompt or "", True
+    def _tokenize(self, text: str, *, templated: bool) -> list[int]:
+        # A template that writes BOS itself must not get a second one.
+        add_bos = not (templated and self._bos_text and text.startswith(self._bos_text))
         return self.model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
-    def prepare(self, request: GenerationRequest) -> GenerationSequence:
-        """Tokenize, check the length and build the sampler chain of ``request``."""
-        tokens = self.tokenize_prompt(request)
-        sequence = GenerationSequence(request, tokens, self.max_new_tokens(request, len(tokens)), self)
-        sequence.engine_state = _SlotState(
+    def _new_state(self, request: GenerationRequest) -> _SlotState:
+        return _SlotState(
             sampler=self._sampler(request),
-            top_logprobs=request.params.top_logprobs,
             logprobs=request.params.logprobs,
+            top_logprobs=request.params.top_logprobs,
         )
-        return sequence
 
     def _sampler(self, request: GenerationRequest) -> Any:
         import llama_cpp
@@ -297,12 +257,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
         params: SamplingParams = request.params
         sampler = LlamaSampler()
-        unknown = [t for t in params.logit_bias if not 0 <= t < self._n_vocab]
-        if unknown:
-            raise InvalidArgumentError(
-                f"logit_bias token ids {unknown[:5]} are outside the vocabulary (0..{self._n_vocab - 1})",
-                field="parameters.logit_bias",
-            )
         constraint = output_constraint(request)
         if constraint is not None:
             try:
@@ -323,14 +277,14 @@ class LlamaCppGenerationEngine(GenerationEngine):
             llama_cpp.llama_sampler_chain_add(sampler.sampler, handle)
         if params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
             sampler.add_penalties(
-                self._n_vocab,
+                self.vocab_size,
                 PENALTY_LAST_N,
                 params.repetition_penalty,
                 params.frequency_penalty,
                 params.presence_penalty,
             )
         if params.logit_bias:
-            sampler.add_logit_bias(self._n_vocab, params.logit_bias)
+            sampler.add_logit_bias(self.vocab_size, params.logit_bias)
         if params.temperature == 0:
             sampler.add_greedy()
             return sampler
@@ -346,7 +300,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     # -- batching ---------------------------------------------------------------------------
 
-    def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
+    def _forward(self, running: list[GenerationSequence]) -> list[StepResult]:
         """Decode the next token of every decoding sequence, then prefill prompt chunks.
 
         Each prompt chunk gets a decode call of its own and at least two tokens: llama.cpp
@@ -356,7 +310,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
         token exactly as a whole-prompt prefill does, so greedy output does not depend on
         what else is running or on how much of the prompt came from the cache.
         """
-        self.release(released)
         results: list[StepResult] = []
         decoding = [s for s in running if s.engine_state.next_input is not None]
         if decoding:
@@ -416,7 +369,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         scored = None
         if state.logprobs:
             logits = np.ctypeslib.as_array(
-                llama_cpp.llama_get_logits_ith(self.ctx.ctx, index), shape=(self._n_vocab,)
+                llama_cpp.llama_get_logits_ith(self.ctx.ctx, index), shape=(self.vocab_size,)
             )
             raw = logits.copy()  # sampling may modify the buffer in place
         token = state.sampler.sample(self.ctx, index)
@@ -437,15 +390,12 @@ class LlamaCppGenerationEngine(GenerationEngine):
         sequence.cached_prompt_tokens = plan.reused
         self.reused_prompt_tokens += plan.reused
 
-    def release(self, sequences: list[GenerationSequence]) -> None:
+    def _free(self, sequences: list[GenerationSequence]) -> None:
         """Free the sequences' samplers and slots; a slot keeps the cells of its prefilled prompt."""
         import llama_cpp
 
         for sequence in sequences:
-            state: _SlotState | None = sequence.engine_state
-            if state is None or state.released:
-                continue
-            state.released = True
+            state: _SlotState = sequence.engine_state
             # After unload (the scheduler may still release sequences cancelled during the last
             # step) the context and its cells are gone already.
             if state.seq_id is not None and self.ctx is not None:

@@ -14,16 +14,55 @@ import collections
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from engines.errors import ResourceExhaustedError
+from engines.executor import DeviceExecutor
 from engines.generation.sequence import GenerationSequence
-from engines.types import GenerationDelta, GenerationRequest
-
-if TYPE_CHECKING:
-    from engines.generation.base import GenerationEngine
+from engines.types import GenerationDelta, GenerationRequest, TokenLogprobs
 
 log = logging.getLogger(__name__)
+
+#: (sequence, next token id, its log probabilities or None) for each sequence that produced a token.
+StepResult = tuple[GenerationSequence, int, TokenLogprobs | None]
+
+
+class StepModel(Protocol):
+    """What the scheduler drives: a model that advances a batch of sequences one step at a time.
+
+    ``prepare``, ``step`` and ``release`` are blocking and run as jobs on :attr:`executor`;
+    ``record_finished`` runs on the event loop.
+    """
+
+    @property
+    def model_name(self) -> str:
+        """Catalog name of the model, for error messages and the loop task's name."""
+
+    @property
+    def executor(self) -> DeviceExecutor:
+        """The device executor that runs the blocking methods, one job at a time."""
+
+    def prepare(self, request: GenerationRequest) -> GenerationSequence:
+        """Build the sequence of ``request``.
+
+        Raises:
+            InputTooLongError: the prompt does not fit the context.
+            InvalidArgumentError: the request cannot be templated or constrained.
+
+        """
+
+    def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
+        """Free ``released``, then advance each sequence of ``running`` by one forward pass.
+
+        Returns one result per sequence that produced a token this step (a sequence still
+        prefilling its prompt produces none).
+        """
+
+    def release(self, sequences: list[GenerationSequence]) -> None:
+        """Free the state of ``sequences`` (idempotent)."""
+
+    def record_finished(self, sequence: GenerationSequence) -> None:
+        """Note a sequence that left the batch (finished, cancelled or failed)."""
 
 
 @dataclass(eq=False)
@@ -34,17 +73,17 @@ class _Entry:
 
 
 class ContinuousBatchScheduler:
-    """Runs up to ``max_sequences`` sequences of one engine together.
+    """Runs up to ``max_sequences`` sequences of one model together.
 
     Args:
-        engine: the engine whose blocking ``prepare``/``step`` run on its executor.
-        max_sequences: sequences decoded together (the engine's KV slots).
+        model: the model whose blocking ``prepare``/``step``/``release`` run on its executor.
+        max_sequences: sequences decoded together (the model's KV slots).
         max_waiting: requests allowed to wait for a slot; more answer RESOURCE_EXHAUSTED.
 
     """
 
-    def __init__(self, engine: GenerationEngine, *, max_sequences: int, max_waiting: int) -> None:
-        self._engine = engine
+    def __init__(self, model: StepModel, *, max_sequences: int, max_waiting: int) -> None:
+        self._model = model
         self._max_sequences = max_sequences
         self._max_waiting = max_waiting
         self._waiting: collections.deque[_Entry] = collections.deque()
@@ -66,18 +105,18 @@ class ContinuousBatchScheduler:
 
         Raises:
             ResourceExhaustedError: the wait queue is full (reason OVERLOADED).
-            InputTooLongError, InvalidArgumentError: from the engine's ``prepare``.
-            Exception: an engine step failed (every sequence of that step gets the error).
+            InputTooLongError, InvalidArgumentError: from the model's ``prepare``.
+            Exception: a step failed (every sequence of that step gets the error).
 
         """
         if len(self._waiting) >= self._max_waiting:
             raise ResourceExhaustedError(
-                f"generation queue of model {self._engine.spec.name!r} is full "
+                f"generation queue of model {self._model.model_name!r} is full "
                 f"({self._max_waiting} waiting, {self._max_sequences} running)",
-                model=self._engine.spec.name,
+                model=self._model.model_name,
                 max_waiting=self._max_waiting,
             )
-        sequence = await self._engine.executor.run(self._engine.prepare, request)
+        sequence = await self._model.executor.run(self._model.prepare, request)
         entry = _Entry(sequence, postprocess=postprocess)
         self._waiting.append(entry)
         self._ensure_loop()
@@ -95,11 +134,11 @@ class ContinuousBatchScheduler:
                 sequence.cancel()
                 if entry in self._waiting:
                     self._waiting.remove(entry)
-                    self._engine.record_finished(sequence)
+                    self._model.record_finished(sequence)
 
     def _ensure_loop(self) -> None:
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop(), name=f"scheduler-{self._engine.spec.name}")
+            self._task = asyncio.create_task(self._loop(), name=f"scheduler-{self._model.model_name}")
 
     async def _loop(self) -> None:
         while self._active or self._waiting:
@@ -113,11 +152,11 @@ class ContinuousBatchScheduler:
             try:
                 if not running:
                     if released:
-                        await self._engine.executor.run(self._engine.release, released)
+                        await self._model.executor.run(self._model.release, released)
                     self._record(released)
                     continue
                 self.batch_sizes.append(len(running))
-                results = await self._engine.executor.run(self._engine.step, running, released)
+                results = await self._model.executor.run(self._model.step, running, released)
             except Exception as exc:
                 self._record(released)
                 self._fail_all(exc)
@@ -135,7 +174,7 @@ class ContinuousBatchScheduler:
 
     def _record(self, released: list[GenerationSequence]) -> None:
         for sequence in released:
-            self._engine.record_finished(sequence)
+            self._model.record_finished(sequence)
 
     def _fail_all(self, exc: Exception) -> None:
         """A failed step fails every caller: nobody is left waiting on a dead batch."""
@@ -152,5 +191,5 @@ class ContinuousBatchScheduler:
             entry.sequence.cancel()
             entry.queue.put_nowait(exc)
         # Free the failed sequences' KV cells; the next step starts from a clean slate.
-        self._engine.executor.submit_detached(lambda: self._engine.release(sequences))
+        self._model.executor.submit_detached(lambda: self._model.release(sequences))
         self._record(sequences)

@@ -5,7 +5,7 @@ but it runs its own background thread and owns the request queue, which does not
 service's model: all compute for a device runs as jobs on its one :class:`DeviceExecutor`
 thread, so generation steps interleave fairly with embedding batches, and the shared
 :class:`ContinuousBatchScheduler` owns admission and cancellation. So this engine implements
-the scheduler's ``prepare``/``step``/``release`` itself over a plain model forward:
+the hooks of :class:`~engines.generation.base.GenerationEngine` over a plain model forward:
 
 * the running batch keeps one left-padded KV cache (:class:`~engines.generation.hf_batch_cache.BatchKVCache`);
   each step feeds the last token of every decoding sequence (``input_ids`` ``[B, 1]``), the
@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.device import torch_dtype_for, torch_module_memory
-from engines.errors import InvalidArgumentError, ModelLoadError
-from engines.generation.base import GenerationEngine, StepResult
+from engines.errors import ModelLoadError
+from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.gguf_info import gguf_parameter_count
 from engines.generation.logprobs import token_logprobs
+from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
-from engines.generation.structured import message_dict, messages_with_tools, output_constraint
+from engines.generation.structured import output_constraint
 from engines.registry import register_backend
 from engines.sources import ResolvedSource, path_size_bytes, resolve_source
 from engines.types import GenerationRequest, MemoryUsage
@@ -56,16 +57,11 @@ DEFAULT_PREFILL_TOKENS = 4096  # padded prompt tokens per prefill forward
 
 
 @dataclass(eq=False)
-class _SequenceState:
-    """Engine-side state of one sequence."""
+class _SequenceState(SequenceState):
+    """Engine-side state of one sequence: a :class:`SequenceSampler`, and whether it has a cache row."""
 
     sampler: SequenceSampler
-    logprobs: bool
-    top_logprobs: int
-    n_past: int = 0  # tokens of this sequence in the KV cache
-    next_input: int | None = None  # last sampled token, fed at the next step
     in_batch: bool = False
-    released: bool = False
 
 
 @register_backend
@@ -197,18 +193,17 @@ class TransformersGenerationEngine(GenerationEngine):
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         config = model.config.get_text_config(decoder=True)
-        self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        # Rows of the output layer: may exceed the tokenizer's vocabulary (padding rows).
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         limit = int(getattr(config, "max_position_embeddings", 0) or DEFAULT_MAX_CONTEXT)
-        self._context_length = int(self.option("max_context", 0)) or min(limit, DEFAULT_MAX_CONTEXT)
+        self.context_length = int(self.option("max_context", 0)) or min(limit, DEFAULT_MAX_CONTEXT)
         self._prefill_tokens = int(self.option("prefill_tokens", DEFAULT_PREFILL_TOKENS))
         eos = model.generation_config.eos_token_id
         eos_ids = eos if isinstance(eos, list) else [eos]
         self._eos_ids = [int(i) for i in [*eos_ids, tokenizer.eos_token_id] if i is not None]
         self._end_ids = frozenset(self._eos_ids)
-        self._pieces = token_piece_table(tokenizer, self._vocab_size)
-        template = tokenizer.chat_template
-        self._template_has_tools = bool(template) and "tools" in template
-        self._template_has_developer = bool(template) and "developer" in template
+        self._pieces = token_piece_table(tokenizer, self.vocab_size)
+        self._set_chat_template(tokenizer.chat_template)
         self._grammar_tokenizer: GrammarTokenizer | None = None
         self._batch: BatchKVCache | None = None
         self._rows: list[GenerationSequence] = []
@@ -231,11 +226,6 @@ class TransformersGenerationEngine(GenerationEngine):
             return MemoryUsage(ram_bytes=ram + cache, vram_bytes=vram)
         return MemoryUsage(ram_bytes=ram, vram_bytes=vram + cache)
 
-    @property
-    def context_length(self) -> int:
-        """Tokens one sequence can hold."""
-        return self._context_length
-
     # -- vocabulary (TokenVocabulary) ---------------------------------------------------------
 
     def is_end_of_generation(self, token_id: int) -> bool:
@@ -251,50 +241,21 @@ class TransformersGenerationEngine(GenerationEngine):
 
     # -- requests -------------------------------------------------------------------------------
 
-    def tokenize_prompt(self, request: GenerationRequest) -> list[int]:
-        """Token ids of the prompt: the rendered chat template, or the raw prompt with the tokenizer's BOS.
+    def _render_chat(self, messages: list[dict[str, Any]], tools: list | None) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False
+        )
 
-        Raises:
-            InvalidArgumentError: no chat template (NO_CHAT_TEMPLATE) or the template rejects
-                the messages (CHAT_TEMPLATE_ERROR).
+    def _tokenize(self, text: str, *, templated: bool) -> list[int]:
+        # Rendered text carries its own special tokens (BOS where the template puts one); a raw
+        # prompt gets the tokenizer's.
+        return list(self.tokenizer(text, add_special_tokens=not templated)["input_ids"])
 
-        """
-        if request.messages is None:
-            return list(self.tokenizer(request.prompt or "", add_special_tokens=True)["input_ids"])
-        if not self.tokenizer.chat_template:
-            raise InvalidArgumentError(
-                f"model {self.spec.name!r} has no chat template; send a raw prompt instead",
-                reason="NO_CHAT_TEMPLATE",
-                model=self.spec.name,
-            )
-        messages, tools = messages_with_tools(request, self._template_has_tools, self._template_has_developer)
-        try:
-            text = self.tokenizer.apply_chat_template(
-                [message_dict(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False
-            )
-        except Exception as exc:  # template errors (raise_exception in the template) are client errors
-            raise InvalidArgumentError(
-                f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
-                reason="CHAT_TEMPLATE_ERROR",
-            ) from None
-        # The rendered text carries its own special tokens (BOS where the template puts one).
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def prepare(self, request: GenerationRequest) -> GenerationSequence:
-        """Tokenize, check the length, and set up the sequence's sampler and constraint."""
+    def _new_state(self, request: GenerationRequest) -> _SequenceState:
+        """Sampler of the sequence, with an llguidance constraint when JSON output is asked for."""
         from engines.generation.torch_sampling import SequenceSampler
 
         params = request.params
-        unknown = [t for t in params.logit_bias if not 0 <= t < self._vocab_size]
-        if unknown:
-            raise InvalidArgumentError(
-                f"logit_bias token ids {unknown[:5]} are outside the vocabulary (0..{self._vocab_size - 1})",
-                field="parameters.logit_bias",
-            )
-        tokens = self.tokenize_prompt(request)
-        if not tokens:
-            raise InvalidArgumentError("the prompt is empty once tokenized", field="prompt")
-        sequence = GenerationSequence(request, tokens, self.max_new_tokens(request, len(tokens)), self)
         spec = output_constraint(request)
         constraint = None
         if spec is not None:
@@ -303,20 +264,18 @@ class TransformersGenerationEngine(GenerationEngine):
 
                 self._grammar_tokenizer = GrammarTokenizer(self.tokenizer, self._eos_ids)
             constraint = self._grammar_tokenizer.constraint(spec)
-        sequence.engine_state = _SequenceState(
-            sampler=SequenceSampler(params, self._vocab_size, self.device, constraint),
+        return _SequenceState(
+            sampler=SequenceSampler(params, self.vocab_size, self.device, constraint),
             logprobs=params.logprobs,
             top_logprobs=params.top_logprobs,
         )
-        return sequence
 
     # -- batching ---------------------------------------------------------------------------------
 
-    def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
-        """Free ``released``; decode one token for the batch, and prefill newly admitted sequences."""
+    def _forward(self, running: list[GenerationSequence]) -> list[StepResult]:
+        """Decode one token for the batch, and prefill newly admitted sequences."""
         import torch
 
-        self.release(released)
         results: list[StepResult] = []
         with torch.inference_mode():
             if self._rows:
@@ -419,14 +378,11 @@ class TransformersGenerationEngine(GenerationEngine):
             results.append((sequence, token, scored))
         return results
 
-    def release(self, sequences: list[GenerationSequence]) -> None:
+    def _free(self, sequences: list[GenerationSequence]) -> None:
         """Drop the sequences' cache rows (one copy of the remaining rows) and their sampling state."""
         leaving = set()
         for sequence in sequences:
-            state: _SequenceState | None = sequence.engine_state
-            if state is None or state.released:
-                continue
-            state.released = True
+            state: _SequenceState = sequence.engine_state
             if state.in_batch:
                 leaving.add(id(sequence))
                 state.in_batch = False
