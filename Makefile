@@ -52,6 +52,7 @@ protos-check: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BUF) lint
 
 # Fail when the working tree's contract breaks the previous commit's (buf FILE rules).
