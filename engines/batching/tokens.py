@@ -10,6 +10,11 @@ Hugging Face fast tokenizers are not safe to call from two threads at once when 
 truncation/padding settings change between calls ("Already borrowed"), and the model's own
 tokenizer is in use on the executor thread; so :class:`TokenCounter` keeps its own copy of the
 tokenizer, behind a lock.
+
+Work is bounded by the model's window, not by the input: a tokenizer normalizes and splits the
+whole string even when asked to truncate (a 20 MB string took 8 GB and 30 s), so every text is
+first cut to :data:`MAX_CHARS_PER_TOKEN` characters per token of the window (the end kept for
+``Truncation.START``), or refused with ``Truncation.ERROR``, before any tokenizer sees it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,18 @@ from typing import Any
 
 from engines.errors import InputTooLongError, InvalidArgumentError
 from engines.types import Truncation
+
+#: Characters per token of the window that a text may have before it is cut or refused without
+#: tokenizing. Tokens of common vocabularies span a few characters (English ~4; CJK ~1; the longest
+#: whitespace or code tokens of Llama-style vocabularies 16), so a cut this far out leaves the
+#: window's tokens as they were; only texts of mostly over-long "words" (a WordPiece [UNK] stands
+#: for up to 100 characters) can count more characters per token than this.
+MAX_CHARS_PER_TOKEN = 32
+
+
+def character_limit(max_tokens: int) -> int:
+    """Most characters a text for a window of ``max_tokens`` tokens is read up to."""
+    return max_tokens * MAX_CHARS_PER_TOKEN
 
 
 class TokenCounter:
@@ -37,7 +54,37 @@ class TokenCounter:
         self._tokenizer = copy.deepcopy(tokenizer)
         self._lock = threading.Lock()
         self.max_length = int(max_length)
+        self.max_chars = character_limit(self.max_length)
         self.model = model
+
+    def clip(self, texts: Sequence[str], truncation: Truncation, *, field: str = "inputs") -> list[str]:
+        """Texts cut to :attr:`max_chars` characters (the start kept; the end for ``START``).
+
+        Cheap (slicing only): call it before anything tokenizes the texts.
+
+        Raises:
+            InputTooLongError: with :attr:`Truncation.ERROR`, the first text over ``max_chars``
+                characters (it cannot fit: the message gives both limits).
+
+        """
+        limit = self.max_chars
+        out = list(texts)
+        for index, text in enumerate(texts):
+            if len(text) <= limit:
+                continue
+            if truncation is Truncation.ERROR:
+                raise InputTooLongError(
+                    f"{field}[{index}] is {len(text)} characters; model {self.model!r} takes at most "
+                    f"{self.max_length} tokens, and texts over {limit} characters are refused without "
+                    "tokenizing (set truncation to truncate it instead)",
+                    field=f"{field}[{index}]",
+                    index=index,
+                    input_characters=len(text),
+                    max_characters=limit,
+                    max_tokens=self.max_length,
+                )
+            out[index] = text[-limit:] if truncation is Truncation.START else text[:limit]
+        return out
 
     def lengths(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[int]:
         """Token counts of ``texts`` (or of ``(texts[i], pairs[i])`` pairs), special tokens included."""
@@ -97,13 +144,14 @@ class TokenCounter:
         """Count, check and (for :attr:`Truncation.START`) cut single texts (blocking).
 
         Returns:
-            the texts to run (cut from the start where needed) and the token count of each as
-            the model will see it.
+            the texts to run (cut to :attr:`max_chars`, and from the start where needed) and the
+            token count of each as the model will see it.
 
         Raises:
-            InputTooLongError: see :meth:`check`.
+            InputTooLongError: see :meth:`clip` and :meth:`check`.
 
         """
+        texts = self.clip(texts, truncation, field=field)
         raw = self.lengths(texts)
         used = self.check(raw, truncation, field=field)
         if truncation is Truncation.START and any(n > self.max_length for n in raw):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engines.base import Engine
+from engines.batching.tokens import character_limit
 from engines.errors import InputTooLongError, InvalidArgumentError
 from engines.generation.scheduler import ContinuousBatchScheduler, StepResult
 from engines.generation.sequence import GenerationSequence
@@ -133,10 +134,12 @@ class GenerationEngine(Engine):
         """Token ids of the request's prompt: the raw prompt, or the messages rendered by the chat template.
 
         Raises:
+            InputTooLongError: the prompt is over the character limit of the context.
             InvalidArgumentError: no chat template (reason NO_CHAT_TEMPLATE) or the template
                 rejects the messages (reason CHAT_TEMPLATE_ERROR).
 
         """
+        self._check_characters(request)
         if request.messages is None:
             return self._tokenize(request.prompt or "", templated=False)
         if self._chat_template is None:
@@ -154,6 +157,34 @@ class GenerationEngine(Engine):
                 reason="CHAT_TEMPLATE_ERROR",
             ) from None
         return self._tokenize(text, templated=True)
+
+    def _check_characters(self, request: GenerationRequest) -> None:
+        """Refuse a prompt that cannot fit the context before it is templated or tokenized.
+
+        Tokenizing is proportional to the text (a 50 MB prompt held the device for 20 s), so a
+        prompt over :func:`~engines.batching.tokens.character_limit` of the context is refused
+        on its character count alone.
+
+        Raises:
+            InputTooLongError: the prompt (or the messages' content together) is over the limit.
+
+        """
+        if request.messages is None:
+            characters = len(request.prompt or "")
+        else:
+            characters = sum(
+                len(m.content) + sum(len(str(call)) for call in m.tool_calls) for m in request.messages
+            )
+        limit = character_limit(self.context_length)
+        if characters > limit:
+            raise InputTooLongError(
+                f"prompt is {characters} characters; the context of model {self.spec.name!r} holds "
+                f"{self.context_length} tokens, and prompts over {limit} characters are refused without "
+                "tokenizing",
+                prompt_characters=characters,
+                max_characters=limit,
+                context_length=self.context_length,
+            )
 
     def prepare(self, request: GenerationRequest) -> GenerationSequence:
         """Check the parameters, tokenize, check the length and set up sampling of ``request`` (blocking).

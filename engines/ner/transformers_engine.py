@@ -104,7 +104,8 @@ class TransformersNerEngine(BatchedEncoderEngine):
             ResourceExhaustedError: the batch queue is full (OVERLOADED).
 
         """
-        lengths = await asyncio.to_thread(self.tokens.lengths, request.inputs)
+        inputs = self.tokens.clip(request.inputs, Truncation.END)
+        lengths = await asyncio.to_thread(self.tokens.lengths, inputs)
         costs = self.tokens.check(lengths, Truncation.END)
-        found = await self.batcher.submit(list(request.inputs), costs)
+        found = await self.batcher.submit(inputs, costs)
         return EntityResult(entities=[kept(items, request) for items in found], prompt_tokens=sum(lengths))

@@ -88,8 +88,10 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
             raise InvalidArgumentError(
                 "truncation START is not supported for rerank: use END or ERROR", field="truncation"
             )
-        queries = [request.query] * len(request.documents)
-        lengths = await asyncio.to_thread(self.tokens.lengths, queries, request.documents)
+        query = self.tokens.clip([request.query], request.truncation, field="query")[0]
+        documents = self.tokens.clip(request.documents, request.truncation, field="documents")
+        queries = [query] * len(documents)
+        lengths = await asyncio.to_thread(self.tokens.lengths, queries, documents)
         used = self.tokens.check(lengths, request.truncation, field="documents", what="query+document pair")
-        scores = await self.batcher.submit(list(zip(queries, request.documents, strict=True)), used)
+        scores = await self.batcher.submit(list(zip(queries, documents, strict=True)), used)
         return RerankResult(results=ranked(scores, request), prompt_tokens=sum(used))
