@@ -13,6 +13,7 @@ from gateway.errors import install_error_handlers
 from gateway.grpc_clients import GrpcClients
 from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from gateway.routes import anomaly, chat, classify, completions, embeddings, health, models, ner, ocr, rerank
+from gateway.schemas.errors import ERROR_RESPONSES, HEALTH_ERROR_RESPONSES
 from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig
 
 logger = logging.getLogger(__name__)
@@ -74,8 +75,8 @@ def create_app(
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_message_bytes)
     app.add_middleware(RequestIdMiddleware)
 
-    app.include_router(health.router)
+    app.include_router(health.router, responses=HEALTH_ERROR_RESPONSES)
     authenticated = [Depends(require_api_key)]
     for module in (chat, completions, embeddings, models, ocr, anomaly, rerank, classify, ner):
-        app.include_router(module.router, dependencies=authenticated)
+        app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
     return app

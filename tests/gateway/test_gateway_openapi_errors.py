@@ -1,0 +1,43 @@
+"""The OpenAPI document lists every error a route can answer, with the error body's schema."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.app import create_app
+
+API_ERRORS = {"400", "401", "404", "413", "422", "429", "500", "503", "504"}
+HEALTH_ERRORS = {"500", "503", "504"}
+
+
+@pytest.fixture(scope="module")
+def openapi() -> dict:
+    return create_app("127.0.0.1:1").openapi()
+
+
+def operations(openapi: dict):
+    for path, methods in openapi["paths"].items():
+        for method, operation in methods.items():
+            yield path, method, operation
+
+
+def test_every_operation_lists_its_error_statuses(openapi):
+    checked = 0
+    for path, method, operation in operations(openapi):
+        expected = HEALTH_ERRORS if path == "/health" else API_ERRORS
+        missing = expected - set(operation["responses"])
+        assert not missing, f"{method.upper()} {path} does not list {sorted(missing)}"
+        checked += 1
+    assert checked >= 15  # every route of the gateway, not an empty document
+
+
+def test_error_responses_use_the_openai_error_schema(openapi):
+    schema = openapi["components"]["schemas"]["ErrorResponse"]
+    assert schema["required"] == ["error"]
+    detail = openapi["components"]["schemas"]["ErrorDetail"]
+    assert set(detail["properties"]) == {"message", "type", "param", "code"}
+    for path, method, operation in operations(openapi):
+        for status, response in operation["responses"].items():
+            if status.startswith(("4", "5")):
+                ref = response["content"]["application/json"]["schema"]["$ref"]
+                assert ref == "#/components/schemas/ErrorResponse", f"{method} {path} {status}"
