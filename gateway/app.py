@@ -14,7 +14,7 @@ from gateway.grpc_clients import GrpcClients
 from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from gateway.routes import anomaly, chat, classify, completions, embeddings, health, models, ner, ocr, rerank
 from gateway.schemas.errors import ERROR_RESPONSES, HEALTH_ERROR_RESPONSES
-from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, GatewayConfig
+from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SHUTDOWN_GRACE_S, GatewayConfig
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +24,7 @@ def create_app(
     *,
     api_key: str | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
 ) -> FastAPI:
     """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
 
@@ -43,6 +44,8 @@ def create_app(
         api_key: When set, ``/v1/*`` requests need ``Authorization: Bearer <api_key>`` (401
             otherwise) and the header is forwarded as ``authorization`` metadata; ``/health`` is open.
         max_message_bytes: Largest HTTP request body (413 above it) and gRPC message, in bytes.
+        shutdown_grace_s: Seconds SSE streams may go on once the server shuts down; a stream still
+            running then ends with an error event (never a silent cut).
 
     Raises:
         ValueError: ``max_message_bytes`` is not positive.
@@ -50,7 +53,12 @@ def create_app(
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
-    config = GatewayConfig(grpc_target=grpc_target, api_key=api_key, max_message_bytes=max_message_bytes)
+    config = GatewayConfig(
+        grpc_target=grpc_target,
+        api_key=api_key,
+        max_message_bytes=max_message_bytes,
+        shutdown_grace_s=shutdown_grace_s,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

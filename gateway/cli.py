@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="port to listen on (default 8000)")
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
     parser.add_argument("--max-message-bytes", type=int, help="largest request body / gRPC message")
+    parser.add_argument("--shutdown-grace-s", type=float, help="seconds streams get on shutdown (default 10)")
     parser.add_argument(
         "--log-level", choices=["critical", "error", "warning", "info", "debug"], help="default info"
     )
@@ -61,8 +62,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings.grpc_target,
         api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
         max_message_bytes=settings.max_message_bytes,
+        shutdown_grace_s=settings.shutdown_grace_s,
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+    # uvicorn waits for open responses a little past the streams' own grace (they then end themselves).
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=settings.shutdown_grace_s + 2.0,
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 ENV_PREFIX = "UR_GATEWAY_"
+#: Seconds in-flight SSE streams get once shutdown begins (the server's default grace too).
+DEFAULT_SHUTDOWN_GRACE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +26,15 @@ class GatewayConfig:
         api_key: When set, ``/v1/*`` requests must send ``Authorization: Bearer <api_key>``,
             and the header is forwarded to the server as ``authorization`` metadata.
         max_message_bytes: Largest HTTP request body and gRPC message (sent or received), in bytes.
+        shutdown_grace_s: Seconds an SSE stream may go on once shutdown begins; then it ends
+            with an error event.
 
     """
 
     grpc_target: str
     api_key: str | None
     max_message_bytes: int
+    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
 
 
 class GatewaySettings(BaseSettings):
@@ -49,6 +54,9 @@ class GatewaySettings(BaseSettings):
     )
     max_message_bytes: int = Field(
         default=DEFAULT_MAX_MESSAGE_BYTES, gt=0, description="Largest HTTP body / gRPC message, bytes."
+    )
+    shutdown_grace_s: float = Field(
+        default=DEFAULT_SHUTDOWN_GRACE_S, ge=0, description="Seconds in-flight streams get on shutdown."
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of the gateway and uvicorn."

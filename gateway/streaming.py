@@ -12,13 +12,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
+import anyio
 import grpc
 from fastapi import Request
 from sse_starlette import EventSourceResponse
 from universal_runtime.v1 import generation_pb2
 
 from gateway.dependencies import CallMetadata
-from gateway.errors import HTTP_CLIENT_CLOSED_REQUEST, GatewayError, rpc_error_to_http
+from gateway.errors import HTTP_CLIENT_CLOSED_REQUEST, GatewayError, error_body, rpc_error_to_http
 
 logger = logging.getLogger(__name__)
 
@@ -104,14 +105,55 @@ def _data(payload: dict[str, Any] | str) -> dict[str, str]:
     return {"data": json.dumps(payload, separators=(",", ":"), ensure_ascii=False)}
 
 
+class _Drain:
+    """How long a stream may go on once the server shuts down: ``grace_s``, then it is cut.
+
+    sse-starlette sets ``shutdown`` when uvicorn starts to shut down; until then reads wait for
+    the stream alone, after it each read waits at most for what is left of the grace period.
+    """
+
+    def __init__(self, shutdown: anyio.Event, grace_s: float) -> None:
+        self._shutdown = shutdown
+        self._grace_s = grace_s
+        self._deadline: float | None = None
+
+    async def read(
+        self, call: grpc.aio.UnaryStreamCall
+    ) -> generation_pb2.GenerateStreamResponse | Any | None:
+        """The next message (or ``grpc.aio.EOF``); ``None`` once the grace period is over.
+
+        Raises:
+            grpc.aio.AioRpcError: the call failed.
+
+        """
+        loop = asyncio.get_running_loop()
+        read = asyncio.ensure_future(call.read())
+        if self._deadline is None:
+            shutdown = asyncio.ensure_future(self._shutdown.wait())
+            try:
+                await asyncio.wait({read, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                shutdown.cancel()
+            if read.done():
+                return read.result()
+            self._deadline = loop.time() + self._grace_s
+            logger.info("server shutting down; the stream may go on for %.1f s", self._grace_s)
+        try:
+            return await asyncio.wait_for(read, max(0.0, self._deadline - loop.time()))
+        except TimeoutError:
+            return None
+
+
 async def _relay(
     call: grpc.aio.UnaryStreamCall,
     first: generation_pb2.GenerateStreamResponse | grpc.aio.EOFType,
     translator: StreamTranslator,
+    drain: _Drain,
 ) -> AsyncIterator[dict[str, str]]:
     """Yield the SSE events of a generation stream whose first message was already read.
 
     On client disconnect sse-starlette cancels this generator; ``finally`` then cancels the gRPC call.
+    A stream still running when the shutdown grace period ends gets an error event, never a silent cut.
     """
     try:
         message = first
@@ -119,7 +161,17 @@ async def _relay(
             assert isinstance(message, generation_pb2.GenerateStreamResponse)
             for chunk in translator.on_message(message):
                 yield _data(chunk)
-            message = await call.read()
+            message = await drain.read(call)
+            if message is None:
+                logger.warning("generation stream cut: the shutdown grace period is over")
+                yield _data(
+                    error_body(
+                        "the server is shutting down and the stream did not finish within its grace period",
+                        error_type="server_error",
+                        code="shutting_down",
+                    )
+                )
+                return
     except grpc.aio.AioRpcError as err:
         # The HTTP status (200) is already sent: the error can only travel as an event.
         status_code, body = rpc_error_to_http(err)
@@ -144,7 +196,9 @@ async def stream_generation(
     The first gRPC message is awaited before the HTTP response starts, so errors the server
     reports up front (unknown model, invalid argument, overload) get a proper HTTP status and
     error body. Later failures become one ``data: {"error": {...}}`` event, after which the
-    stream ends without ``[DONE]``. A successful stream ends with ``data: [DONE]``.
+    stream ends without ``[DONE]``; so does a stream still running ``shutdown_grace_s`` (the
+    app's :class:`~gateway.settings.GatewayConfig`) after the server began to shut down. A
+    successful stream ends with ``data: [DONE]``.
 
     Args:
         request: The HTTP request (its disconnect cancels the call).
@@ -158,7 +212,16 @@ async def stream_generation(
     """
     call = start_call()
     first = await call_until_disconnect(request, call, call.read())
-    return EventSourceResponse(_relay(call, first, translator), sep="\n", ping=_SSE_PING_SECONDS)
+    grace_s = request.app.state.config.shutdown_grace_s
+    shutdown = anyio.Event()
+    return EventSourceResponse(
+        _relay(call, first, translator, _Drain(shutdown, grace_s)),
+        sep="\n",
+        ping=_SSE_PING_SECONDS,
+        shutdown_event=shutdown,
+        # A little past our own cut, so that the error event is sent before the library cancels.
+        shutdown_grace_period=grace_s + 1.0,
+    )
 
 
 async def unary_call(

@@ -30,7 +30,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(settings: Settings, *, with_gateway: bool) -> None:
-    """Run until SIGTERM/SIGINT, then shut down gracefully (gateway first, then gRPC)."""
+    """Run until SIGTERM/SIGINT, then shut both faces down together within ``shutdown_grace_s``.
+
+    On the signal, gRPC health turns NOT_SERVING and new calls are refused on both faces; in-flight
+    gRPC calls and SSE streams get the grace period; whatever still runs then is cut with a status
+    (gRPC) or an error event (SSE). The signal handlers are ours, not uvicorn's, so both faces
+    start draining at once instead of one after the other.
+    """
     running = await start_server(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -49,18 +55,28 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
             else (f"{settings.grpc_host}:{running.port}")
         )
         app = create_app(
-            target, api_key=settings.api_key, max_message_bytes=settings.max_receive_message_bytes
+            target,
+            api_key=settings.api_key,
+            max_message_bytes=settings.max_receive_message_bytes,
+            shutdown_grace_s=settings.shutdown_grace_s,
         )
-        config = uvicorn.Config(app, host=settings.gateway_host, port=settings.gateway_port, log_config=None)
+        config = uvicorn.Config(
+            app,
+            host=settings.gateway_host,
+            port=settings.gateway_port,
+            log_config=None,
+            timeout_graceful_shutdown=settings.shutdown_grace_s + 2.0,
+        )
         gateway_server = uvicorn.Server(config)
-        gateway_server.install_signal_handlers = lambda: None  # signals are ours
+        gateway_server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         gateway_task = asyncio.create_task(gateway_server.serve())
     await stop.wait()
+    draining = [running.stop()]
     if gateway_server is not None and gateway_task is not None:
-        gateway_server.should_exit = True
-        with contextlib.suppress(Exception):
-            await gateway_task
-    await running.stop()
+        # uvicorn's own exit handler: stops accepting, and lets sse-starlette tell streams to drain.
+        gateway_server.handle_exit(signal.SIGTERM, None)
+        draining.append(gateway_task)
+    await asyncio.gather(*draining)
 
 
 def main(argv: list[str] | None = None) -> None:
