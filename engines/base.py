@@ -70,6 +70,15 @@ class Engine(abc.ABC):
     def unload(self) -> None:
         """Drop every reference to weights and caches (blocking); the manager then frees device memory."""
 
+    async def drain(self) -> None:
+        """Return once no job of this engine is queued or running (called before :meth:`unload`).
+
+        The default has nothing to wait for: task calls hold the model until they return. Engines
+        with work of their own beyond a call (a batch loop releasing cancelled sequences) wait for
+        it here, so that unload never pulls weights from under a job.
+        """
+        return None
+
     @abc.abstractmethod
     def memory_usage(self) -> MemoryUsage:
         """Bytes held by the loaded model in host and accelerator memory."""

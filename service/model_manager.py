@@ -47,6 +47,10 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# Longest wait for an engine's own work (a batch loop releasing cancelled sequences) before unload;
+# one step of a batch is far shorter, so only a wedged device job reaches it.
+DRAIN_TIMEOUT_S = 10.0
+
 # Backend used for a hub id that is not in the catalog, by task.
 HUB_DEFAULT_BACKENDS: dict[Task, str] = {
     Task.GENERATE: "transformers",
@@ -360,6 +364,10 @@ class ModelManager:
             return
         managed.state = ModelState.UNLOADING
         log.info("unloading model", extra={"model": managed.spec.name})
+        try:
+            await asyncio.wait_for(engine.drain(), DRAIN_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("engine still busy; unloading anyway", extra={"model": managed.spec.name})
         try:
             await engine.executor.run(engine.unload)
         except Exception:

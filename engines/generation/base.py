@@ -286,6 +286,10 @@ class GenerationEngine(Engine):
 
     # -- scheduling -----------------------------------------------------------------------------
 
+    async def drain(self) -> None:
+        """Wait for the scheduler to release every sequence (cancelled ones included) and stop."""
+        await self.scheduler.drained()
+
     def record_finished(self, sequence: GenerationSequence) -> None:
         """Note a sequence that left the batch."""
         self.finished.append(

@@ -136,6 +136,16 @@ class ContinuousBatchScheduler:
                     self._waiting.remove(entry)
                     self._model.record_finished(sequence)
 
+    async def drained(self) -> None:
+        """Return once the batch loop has stopped: no sequence running, waiting or unreleased.
+
+        A caller that went away leaves its sequence for the loop to release at its next step;
+        the loop stops when nothing is left, so this also waits for those releases.
+        """
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait({task})
+
     def _ensure_loop(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name=f"scheduler-{self._model.model_name}")

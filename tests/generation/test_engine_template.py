@@ -152,3 +152,16 @@ async def test_scheduler_streams_through_the_engine():
     assert ("free", ["r"]) in engine.calls
     assert isinstance(engine.scheduler, ContinuousBatchScheduler)
     engine.executor.shutdown()
+
+
+async def test_drain_returns_once_a_cancelled_sequence_is_released():
+    engine = FakeEngine(reply="a long reply that will not finish")
+    deltas = engine.stream(request("gone"))
+    await anext(deltas)
+    await deltas.aclose()  # the caller went away mid-generation: the loop releases it later
+    assert ("free", ["gone"]) not in engine.calls
+    await asyncio.wait_for(engine.drain(), 5)
+    assert ("free", ["gone"]) in engine.calls
+    assert [f.request_id for f in engine.finished] == ["gone"]
+    assert engine.scheduler.active_count == 0
+    engine.executor.shutdown()
