@@ -18,6 +18,7 @@ from universal_runtime.v1 import (
 from engines.anomaly.store import DetectorStore
 from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
+from engines.storage import StoreQuota
 from service.catalog import load_catalog
 from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
 from service.model_manager import ModelManager
@@ -73,16 +74,25 @@ def inference_servicer(
 ) -> InferenceServicer:
     """The InferenceService and its tasks, each given its collaborators (the one place they are wired).
 
-    Custom classifiers and anomaly detectors are saved under ``settings.data_dir``; their
-    scikit-learn work runs on the CPU executor, queued fairly with the CPU engines' jobs.
+    Custom classifiers and anomaly detectors are saved under ``settings.data_dir``, each store
+    within its quota settings; their scikit-learn work runs on the CPU executor, queued fairly
+    with the CPU engines' jobs.
     """
     cpu = executors.get("cpu")
-    detectors = DetectorStore(settings.data_dir / ANOMALY_DIR, keep_versions=settings.anomaly_keep_versions)
+    detectors = DetectorStore(
+        settings.data_dir / ANOMALY_DIR,
+        keep_versions=settings.anomaly_keep_versions,
+        quota=StoreQuota(settings.anomaly_store_max_items, settings.anomaly_store_max_bytes),
+    )
+    classifiers = ClassifierStore(
+        settings.data_dir / CLASSIFIERS_DIR,
+        quota=StoreQuota(settings.classifier_store_max_items, settings.classifier_store_max_bytes),
+    )
     return InferenceServicer(
         settings,
         generation=GenerationTask(manager),
         encoders=EncoderTask(manager),
-        classifiers=ClassifierTask(manager, ClassifierStore(settings.data_dir / CLASSIFIERS_DIR), cpu),
+        classifiers=ClassifierTask(manager, classifiers, cpu),
         ocr=OcrTask(manager),
         anomaly=AnomalyTask(detectors, cpu, max_window=settings.anomaly_max_window),
     )
