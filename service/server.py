@@ -101,13 +101,18 @@ def inference_servicer(
 async def start_server(settings: Settings) -> RunningServer:
     """Create and start the server on ``settings.grpc_host:grpc_port`` (port 0 picks a free one).
 
+    Every catalog entry is checked first (:meth:`ModelManager.check_catalog`): one that cannot
+    work (unknown backend, missing source, bad option) is logged and reported as ``Error: ...``.
+
     Raises:
-        service.catalog.CatalogError: the catalog is invalid.
+        service.catalog.CatalogError: the catalog file is unreadable or malformed.
         RuntimeError: the port could not be bound.
 
     """
     executors = ExecutorPool()
     manager = ModelManager(load_catalog(settings.catalog_path), settings, executors)
+    # Bad entries are logged and marked ERROR; the server still serves the others.
+    manager.check_catalog()
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
     if settings.api_key:
         interceptors.append(AuthInterceptor(settings.api_key))
