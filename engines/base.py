@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from engines.device import resolve_device
+from engines.errors import InvalidArgumentError
 from engines.executor import DeviceExecutor
+from engines.sources import resolve_source
 from engines.types import MemoryUsage, Task
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,8 @@ class Engine(abc.ABC):
 
     backend: ClassVar[str]
     tasks: ClassVar[frozenset[Task]]
+    int_options: ClassVar[tuple[str, ...]] = ()
+    """Catalog options that must be integers when set; :meth:`check_spec` checks them."""
 
     def __init__(self, spec: ModelSpec, device: str, executor: DeviceExecutor) -> None:
         self.spec = spec
@@ -89,6 +93,36 @@ class Engine(abc.ABC):
         The default is 0 (unknown, no check); file-backed engines return their weights' size.
         """
         return 0
+
+    @classmethod
+    def check_spec(cls, spec: ModelSpec) -> None:
+        """Cheap checks of a catalog entry for this backend: no weights read, no device probed, no network.
+
+        Run for every entry when the server starts and again before each load, so a bad entry
+        is reported up front and a fixed one (a package installed since) loads. The default
+        resolves the source (a hub id passes unchecked: it may only exist in the loader's cache
+        or online) and checks :attr:`int_options`; backends override it to check more, calling
+        ``super().check_spec(spec)``.
+
+        Raises:
+            ModelLoadError: the source is missing (reason MODEL_SOURCE_MISSING) or of the wrong
+                kind (MODEL_SOURCE_INVALID).
+            InvalidArgumentError: an invalid option (reason INVALID_MODEL_OPTION).
+
+        """
+        resolve_source(spec.source)
+        for key in cls.int_options:
+            value = spec.options.get(key)
+            if value is None:
+                continue
+            try:
+                int(value)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(
+                    f"option {key} must be an integer, got {value!r}",
+                    reason="INVALID_MODEL_OPTION",
+                    option=key,
+                ) from None
 
     @classmethod
     def select_device(cls, preference: str) -> str:

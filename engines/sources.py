@@ -44,7 +44,10 @@ def resolve_source(source: str) -> ResolvedSource:
     """
     if source.startswith(PACKAGE_SCHEME):
         package, _, relative = source.removeprefix(PACKAGE_SCHEME).partition("/")
-        spec = importlib.util.find_spec(package)
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):  # "a.b" with no package "a", or an empty name
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             raise ModelLoadError(
                 f"model package {package!r} is not installed", reason="MODEL_SOURCE_MISSING", package=package

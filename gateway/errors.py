@@ -49,6 +49,12 @@ _HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.CANCELLED: HTTP_CLIENT_CLOSED_REQUEST,
 }
 
+# Reasons whose HTTP status is not their gRPC code's. A full store is not rate limiting (429): the
+# client must delete something before saving more, which is 507 Insufficient Storage (RFC 4918).
+_HTTP_STATUS_BY_REASON: dict[str, int] = {
+    "STORAGE_QUOTA_EXCEEDED": 507,
+}
+
 _ERROR_TYPE_BY_HTTP_STATUS: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -144,9 +150,12 @@ def http_status_for_grpc(code: grpc.StatusCode, *, reason: str | None = None, de
     """Map a canonical gRPC status code to an HTTP status.
 
     INVALID_ARGUMENT and FAILED_PRECONDITION 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429 (413 when it
-    is a message size error), UNAUTHENTICATED 401, PERMISSION_DENIED 403, UNIMPLEMENTED 501,
-    UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499; INTERNAL, UNKNOWN and the rest 500.
+    is a message size error, 507 for reason STORAGE_QUOTA_EXCEEDED), UNAUTHENTICATED 401,
+    PERMISSION_DENIED 403, UNIMPLEMENTED 501, UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499;
+    INTERNAL, UNKNOWN and the rest 500.
     """
+    if reason in _HTTP_STATUS_BY_REASON:
+        return _HTTP_STATUS_BY_REASON[reason]
     if is_message_size_error(code, reason, details):
         return 413
     return _HTTP_STATUS_BY_GRPC_CODE.get(code, 500)

@@ -102,22 +102,30 @@ class RequestContextInterceptor(AsyncServerInterceptor):
 
 
 class AuthInterceptor(AsyncServerInterceptor):
-    """Requires ``authorization: Bearer <api_key>`` on every RPC except health and reflection."""
+    """Requires ``authorization: Bearer <api_key>`` on every RPC except health and reflection.
+
+    The scheme is matched in any case (``bearer``, ``BEARER``: RFC 7235 section 2.1), as the
+    gateway does, and the key in constant time.
+    """
 
     def __init__(self, api_key: str) -> None:
-        self._expected = f"Bearer {api_key}".encode()
+        self._expected = api_key.encode()
+
+    def _authorized(self, header: str) -> bool:
+        scheme, _, supplied = header.strip().partition(" ")
+        # compare_digest: the comparison time must not reveal how much of the key matched.
+        return scheme.lower() == "bearer" and hmac.compare_digest(supplied.strip().encode(), self._expected)
 
     async def intercept(
         self, method: Callable, request: Any, context: grpc.aio.ServicerContext, method_name: str
     ):
         """Reject calls without the right key with UNAUTHENTICATED."""
-        if not method_name.startswith(PUBLIC_METHOD_PREFIXES):
-            given = _metadata(context).get("authorization", "").encode()
-            if not hmac.compare_digest(given, self._expected):
-                status = rich_status(
-                    grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED"
-                )
-                await context.abort(status.code, status.details, status.trailing_metadata)
+        public = method_name.startswith(PUBLIC_METHOD_PREFIXES)
+        if not public and not self._authorized(_metadata(context).get("authorization", "")):
+            status = rich_status(
+                grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED"
+            )
+            await context.abort(status.code, status.details, status.trailing_metadata)
         return await _call(method, request, context)
 
 

@@ -38,7 +38,7 @@ from engines.errors import (
     TaskNotSupportedError,
     UnavailableError,
 )
-from engines.executor import ExecutorPool
+from engines.executor import DeviceExecutor, ExecutorPool
 from engines.registry import engine_class
 from engines.types import MemoryUsage, Task
 from service.keep_alive import format_keep_alive, parse_keep_alive
@@ -56,6 +56,11 @@ HUB_DEFAULT_BACKENDS: dict[Task, str] = {
     Task.GENERATE: "transformers",
     Task.EMBED: "sentence_transformers",
 }
+
+# Reasons of failed catalog checks passed on to clients as they are (see ModelManager._preflight).
+PREFLIGHT_REASONS = frozenset(
+    {"UNKNOWN_BACKEND", "MODEL_SOURCE_MISSING", "MODEL_SOURCE_INVALID", "INVALID_MODEL_OPTION"}
+)
 
 
 class ModelState(enum.Enum):
@@ -196,7 +201,9 @@ class ModelManager:
             TaskNotSupportedError: the model does not serve the capability's task.
             UnavailableError: the server is shutting down.
             ResourceExhaustedError: not enough free memory to load the model.
-            ModelLoadError: loading failed.
+            FailedPreconditionError: the catalog entry is unusable (see :meth:`check_catalog`), or
+                its device is not available (DEVICE_UNAVAILABLE).
+            ModelLoadError: loading failed (the model's status then says why).
 
         """
         task = CAPABILITY_TASKS[capability]
@@ -272,29 +279,40 @@ class ModelManager:
         return managed
 
     async def _load_locked(self, managed: ManagedModel) -> None:
+        """Load the model (lock held); any failure leaves it ERROR with the reason as its status.
+
+        The next request or LoadModel tries again from the start, checks included, so an entry
+        fixed on disk (a package installed since) loads without a restart.
+        """
         spec = managed.spec
-        cls = self._engine_factory(spec.backend)
+        loading: tuple[str, DeviceExecutor] | None = None  # set once engine.load may hold memory
         try:
-            device = cls.select_device(spec.device if spec.device != "auto" else self._settings.device)
-        except ValueError as exc:
-            raise FailedPreconditionError(str(exc), reason="DEVICE_UNAVAILABLE", model=spec.name) from None
-        executor = self._executors.get(device)
-        engine = cls(spec, device, executor)
-        self._check_memory(engine)
-        managed.state = ModelState.LOADING
-        managed.load_count += 1
-        started = time.perf_counter()
-        log.info("loading model", extra={"model": spec.name, "backend": spec.backend, "device": device})
-        try:
+            cls = self._preflight(spec)
+            preference = spec.device if spec.device != "auto" else self._settings.device
+            try:
+                device = cls.select_device(preference)
+            except ValueError as exc:
+                raise FailedPreconditionError(
+                    str(exc), reason="DEVICE_UNAVAILABLE", model=spec.name
+                ) from None
+            executor = self._executors.get(device)
+            engine = cls(spec, device, executor)
+            self._check_memory(engine)
+            managed.state = ModelState.LOADING
+            managed.load_count += 1
+            started = time.perf_counter()
+            log.info("loading model", extra={"model": spec.name, "backend": spec.backend, "device": device})
+            loading = device, executor
             await executor.run(engine.load)
         except RuntimeServiceError as exc:
-            managed.state, managed.error = ModelState.ERROR, exc.message
+            await self._load_failed(managed, exc.message, loading)
+            if exc.reason in PREFLIGHT_REASONS and exc.status == "INTERNAL":
+                # A source problem found only while loading is still the catalog's, not a server bug.
+                raise FailedPreconditionError(exc.message, reason=exc.reason, model=spec.name) from exc
             raise
         except Exception as exc:
-            managed.state, managed.error = ModelState.ERROR, f"{type(exc).__name__}: {exc}"
             log.exception("model failed to load", extra={"model": spec.name})
-            # Free whatever the failed load allocated before reporting.
-            await executor.run(release_device_memory, device)
+            await self._load_failed(managed, f"{type(exc).__name__}: {exc}", loading)
             raise ModelLoadError(f"model {spec.name!r} failed to load", model=spec.name) from exc
         managed.engine, managed.device, managed.error = engine, device, ""
         managed.memory = engine.memory_usage()
@@ -313,6 +331,66 @@ class ModelManager:
                 "vram_bytes": managed.memory.vram_bytes,
             },
         )
+
+    @staticmethod
+    async def _load_failed(
+        managed: ManagedModel, error: str, loading: tuple[str, DeviceExecutor] | None
+    ) -> None:
+        managed.state, managed.error = ModelState.ERROR, error
+        if loading is not None:
+            # Free whatever the failed load allocated before reporting.
+            device, executor = loading
+            await executor.run(release_device_memory, device)
+
+    def _preflight(self, spec: ModelSpec) -> type[Engine]:
+        """The engine class of ``spec`` once its cheap checks pass (:meth:`Engine.check_spec`).
+
+        Raises:
+            FailedPreconditionError: an unknown backend or a bad entry, with the check's message;
+                reason UNKNOWN_BACKEND, MODEL_SOURCE_MISSING, MODEL_SOURCE_INVALID,
+                INVALID_MODEL_OPTION (any invalid option) or MODEL_UNAVAILABLE (anything else).
+
+        """
+        try:
+            cls = self._engine_factory(spec.backend)
+            cls.check_spec(spec)
+        except RuntimeServiceError as exc:
+            # The operator's catalog, not the request, is at fault: no field, not INTERNAL.
+            reason = exc.reason
+            if reason not in PREFLIGHT_REASONS:
+                invalid = isinstance(exc, InvalidArgumentError)
+                reason = "INVALID_MODEL_OPTION" if invalid else "MODEL_UNAVAILABLE"
+            raise FailedPreconditionError(exc.message, reason=reason, model=spec.name) from exc
+        except Exception as exc:
+            raise FailedPreconditionError(
+                f"{type(exc).__name__}: {exc}", reason="MODEL_UNAVAILABLE", model=spec.name
+            ) from exc
+        return cls
+
+    def check_catalog(self) -> list[ManagedModel]:
+        """Check every entry as it would be before a load (no weights read); mark the bad ones ERROR.
+
+        Each bad entry gets one error log line; its status becomes ``Error: <details>`` and its
+        requests FAILED_PRECONDITION until a load succeeds. Good entries are left untouched.
+
+        Returns:
+            The models marked ERROR, sorted by name.
+
+        """
+        bad = []
+        for managed in self.models():
+            try:
+                self._preflight(managed.spec)
+            except FailedPreconditionError as exc:
+                managed.state, managed.error = ModelState.ERROR, exc.message
+                log.error(
+                    "catalog entry %r is unusable: %s",
+                    managed.spec.name,
+                    exc.message,
+                    extra={"model": managed.spec.name, "backend": managed.spec.backend, "reason": exc.reason},
+                )
+                bad.append(managed)
+        return bad
 
     def _check_memory(self, engine: Engine) -> None:
         needed = engine.estimated_load_bytes()

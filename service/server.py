@@ -18,6 +18,7 @@ from universal_runtime.v1 import (
 from engines.anomaly.store import DetectorStore
 from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
+from engines.storage import StoreQuota
 from service.catalog import load_catalog
 from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
 from service.model_manager import ModelManager
@@ -73,16 +74,25 @@ def inference_servicer(
 ) -> InferenceServicer:
     """The InferenceService and its tasks, each given its collaborators (the one place they are wired).
 
-    Custom classifiers and anomaly detectors are saved under ``settings.data_dir``; their
-    scikit-learn work runs on the CPU executor, queued fairly with the CPU engines' jobs.
+    Custom classifiers and anomaly detectors are saved under ``settings.data_dir``, each store
+    within its quota settings; their scikit-learn work runs on the CPU executor, queued fairly
+    with the CPU engines' jobs.
     """
     cpu = executors.get("cpu")
-    detectors = DetectorStore(settings.data_dir / ANOMALY_DIR, keep_versions=settings.anomaly_keep_versions)
+    detectors = DetectorStore(
+        settings.data_dir / ANOMALY_DIR,
+        keep_versions=settings.anomaly_keep_versions,
+        quota=StoreQuota(settings.anomaly_store_max_items, settings.anomaly_store_max_bytes),
+    )
+    classifiers = ClassifierStore(
+        settings.data_dir / CLASSIFIERS_DIR,
+        quota=StoreQuota(settings.classifier_store_max_items, settings.classifier_store_max_bytes),
+    )
     return InferenceServicer(
         settings,
         generation=GenerationTask(manager),
         encoders=EncoderTask(manager),
-        classifiers=ClassifierTask(manager, ClassifierStore(settings.data_dir / CLASSIFIERS_DIR), cpu),
+        classifiers=ClassifierTask(manager, classifiers, cpu),
         ocr=OcrTask(manager),
         anomaly=AnomalyTask(detectors, cpu, max_window=settings.anomaly_max_window),
     )
@@ -91,13 +101,18 @@ def inference_servicer(
 async def start_server(settings: Settings) -> RunningServer:
     """Create and start the server on ``settings.grpc_host:grpc_port`` (port 0 picks a free one).
 
+    Every catalog entry is checked first (:meth:`ModelManager.check_catalog`): one that cannot
+    work (unknown backend, missing source, bad option) is logged and reported as ``Error: ...``.
+
     Raises:
-        service.catalog.CatalogError: the catalog is invalid.
+        service.catalog.CatalogError: the catalog file is unreadable or malformed.
         RuntimeError: the port could not be bound.
 
     """
     executors = ExecutorPool()
     manager = ModelManager(load_catalog(settings.catalog_path), settings, executors)
+    # Bad entries are logged and marked ERROR; the server still serves the others.
+    manager.check_catalog()
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
     if settings.api_key:
         interceptors.append(AuthInterceptor(settings.api_key))

@@ -9,6 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.keep_alive import DEFAULT_KEEP_ALIVE, parse_keep_alive
 
+GIB = 1 << 30
+
 
 class Settings(BaseSettings):
     """All server settings. Read when the server starts, never at import time.
@@ -63,6 +65,14 @@ class Settings(BaseSettings):
     )
     anomaly_max_window: int = Field(
         100_000, gt=0, description="Largest rolling window of a StreamDetectAnomaly call, rows."
+    )
+    classifier_store_max_items: int = Field(256, gt=0, description="Most custom classifiers saved.")
+    classifier_store_max_bytes: int = Field(
+        GIB, gt=0, description="Most bytes the saved custom classifiers' files may take together."
+    )
+    anomaly_store_max_items: int = Field(256, gt=0, description="Most anomaly detectors saved.")
+    anomaly_store_max_bytes: int = Field(
+        GIB, gt=0, description="Most bytes the saved anomaly detectors' files (every version) may take."
     )
 
     @field_validator("default_keep_alive")

@@ -93,3 +93,20 @@ async def test_missing_or_wrong_api_key_is_unauthenticated(fake_channel, metadat
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.Generate(g.GenerateRequest(model="x"), metadata=metadata)
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize("header", ["Bearer k", "bearer k", "BEARER k", "bEaReR  k"])
+async def test_bearer_scheme_is_case_insensitive(fake_channel, header):
+    # RFC 7235 section 2.1: the scheme is case-insensitive, as the gateway already accepts.
+    stub = isg.InferenceServiceStub(fake_channel)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(g.GenerateRequest(model="x"), metadata=(("authorization", header),))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # past auth, into the servicer
+
+
+@pytest.mark.parametrize("header", ["k", "Basic k", "Bearerk", "Bearer", "Bearer kk", "Bearer K", "Token k"])
+async def test_other_schemes_and_keys_stay_unauthenticated(fake_channel, header):
+    stub = isg.InferenceServiceStub(fake_channel)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(g.GenerateRequest(model="x"), metadata=(("authorization", header),))
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED

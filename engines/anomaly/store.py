@@ -13,7 +13,9 @@ Safety:
 * loading goes through ``skops.io.load`` with :data:`TRUSTED_TYPES`, an explicit list of the
   types this server writes: a file that names any other type (a tampered or foreign file) is
   refused before anything in it is built;
-* writes go to a temporary file that is renamed into place, so a crash never leaves half a file.
+* writes go to a temporary file that is flushed to disk and renamed into place, and the folder
+  is flushed too (:func:`engines.storage.write_durable`), so a crash never leaves half a file;
+* the store is bounded by a :class:`~engines.storage.StoreQuota` (detectors and bytes).
 
 Methods are blocking; call them on the CPU executor (one thread), which also serializes them.
 """
@@ -24,10 +26,8 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -44,6 +44,7 @@ from engines.anomaly.types import (
     Normalization,
 )
 from engines.errors import FailedPreconditionError, InvalidArgumentError, RuntimeServiceError
+from engines.storage import StoreQuota, fsync_dir, tree_bytes, write_durable
 
 log = logging.getLogger(__name__)
 
@@ -101,32 +102,20 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 class DetectorStore:
     """Saves, loads (with a cache), lists and deletes detectors under ``root``.
 
     Args:
         root: the store folder (created on first save).
         keep_versions: saved versions kept per detector; older files are deleted.
+        quota: most detectors and bytes the store may hold (default 256 and 1 GiB).
 
     """
 
-    def __init__(self, root: Path, keep_versions: int = 3) -> None:
+    def __init__(self, root: Path, keep_versions: int = 3, quota: StoreQuota | None = None) -> None:
         self.root = Path(root)
         self.keep_versions = keep_versions
+        self.quota = quota or StoreQuota()
         self._cache: dict[str, tuple[int, Detector]] = {}
         self._lock = threading.Lock()
 
@@ -154,23 +143,63 @@ class DetectorStore:
             )
         return manifest
 
+    def check_quota(self, name: str, new_bytes: int = 0) -> None:
+        """Refuse saving ``new_bytes`` as the next version of ``name`` if that would exceed the quota.
+
+        A new version of an existing detector is not a new item, and the versions it pushes out
+        of ``keep_versions`` are deleted after the save, so their bytes do not count.
+
+        Raises:
+            InvalidArgumentError: invalid name.
+            FailedPreconditionError: the detector's manifest is unreadable (reason DETECTOR_CORRUPT).
+            ResourceExhaustedError: over the quota (reason STORAGE_QUOTA_EXCEEDED).
+
+        """
+        with self._lock:
+            self._check_quota(name, self._existing_manifest(name), new_bytes)
+
+    def _existing_manifest(self, name: str) -> dict[str, Any] | None:
+        return self._manifest(name) if (self._folder(name) / _MANIFEST).exists() else None
+
+    def _check_quota(self, name: str, manifest: dict[str, Any] | None, new_bytes: int) -> None:
+        folder = self._folder(name)
+        versions = manifest["versions"] if manifest else []
+        dropped = versions[: max(0, len(versions) + 1 - self.keep_versions)]
+        freed = 0
+        for old in dropped:
+            with contextlib.suppress(OSError):
+                freed += (folder / f"v{int(old['version'])}.skops").stat().st_size
+        items = sum(1 for f in self.root.iterdir() if (f / _MANIFEST).is_file()) if self.root.is_dir() else 0
+        self.quota.check(
+            "anomaly detectors",
+            items=items,
+            used_bytes=tree_bytes(self.root) - freed,
+            new_item=manifest is None,
+            new_bytes=new_bytes,
+        )
+
     def save(self, name: str, detector: Detector) -> int:
         """Save ``detector`` as the next version of ``name`` and return that version number.
 
         Raises:
             InvalidArgumentError: invalid name.
+            ResourceExhaustedError: the store's quota would be exceeded (reason STORAGE_QUOTA_EXCEEDED);
+                nothing is written.
 
         """
         import skops.io as sio
 
         folder = self._folder(name)
+        data = sio.dumps(detector.state())
         with self._lock:
-            folder.mkdir(parents=True, exist_ok=True)
-            manifest = self._manifest(name) if (folder / _MANIFEST).exists() else None
+            manifest = self._existing_manifest(name)
+            self._check_quota(name, manifest, len(data))
+            if not folder.is_dir():
+                folder.mkdir(parents=True)
+                fsync_dir(self.root)  # the new folder's entry must outlive a crash like its files
             versions: list[dict[str, Any]] = list(manifest["versions"]) if manifest else []
             version = (int(versions[-1]["version"]) + 1) if versions else 1
-            data = sio.dumps(detector.state())
-            _write_atomic(folder / f"v{version}.skops", data)
+            write_durable(folder / f"v{version}.skops", data)
             versions.append(
                 {"version": version, "sha256": _sha256(data), "created_at_ms": int(time.time() * 1000)}
             )
@@ -184,7 +213,7 @@ class DetectorStore:
                 "normalization": str(detector.normalization),
             }
             body = {"format": _FORMAT, "detector": name, "versions": versions, "latest": summary}
-            _write_atomic(folder / _MANIFEST, json.dumps(body, indent=1).encode())
+            write_durable(folder / _MANIFEST, json.dumps(body, indent=1).encode())
             for old in dropped:
                 with contextlib.suppress(OSError):
                     (folder / f"v{int(old['version'])}.skops").unlink()
@@ -309,5 +338,6 @@ class DetectorStore:
                 raise _not_found(name)
             count = len(list(folder.glob("v*.skops")))
             shutil.rmtree(folder)
+            fsync_dir(self.root)
             self._cache.pop(name, None)
         return count

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engines.base import Engine
+from engines.base import Engine, ModelSpec
 from engines.batching.batcher import BatchingConfig, DynamicBatcher
 from engines.device import torch_module_memory
 from engines.sources import path_size_bytes, resolve_source
@@ -22,6 +22,18 @@ class BatchedEncoderEngine(Engine):
 
     model: Any = None
     batcher: DynamicBatcher | None = None
+
+    @classmethod
+    def check_spec(cls, spec: ModelSpec) -> None:
+        """The base checks plus the batching limits (see :meth:`Engine.check_spec`).
+
+        Raises:
+            ModelLoadError: see :meth:`Engine.check_spec`.
+            InvalidArgumentError: an invalid option or batching limit.
+
+        """
+        super().check_spec(spec)
+        BatchingConfig.from_options(spec.options)
 
     def estimated_load_bytes(self) -> int:
         """Size of the model folder on disk (a local source), else unknown."""

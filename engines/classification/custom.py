@@ -4,7 +4,8 @@ Each classifier is two files named after it: ``<name>.skops`` (the scikit-learn 
 :mod:`engines.classification.heads`) and ``<name>.json`` (what it is: embedding model, labels,
 example count, time, training accuracy). Names are validated before any path is built, so a
 client can never make the server read or write outside that folder. The files are the source
-of truth: a restarted server finds every classifier again.
+of truth: a restarted server finds every classifier again. Files are written durably (see
+:func:`engines.storage.write_durable`) and the folder is bounded by a :class:`StoreQuota`.
 
 The store's methods are blocking (disk and skops); callers run them off the event loop.
 """
@@ -18,9 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engines.classification.heads import load_head, save_head
+from engines.classification.heads import dump_head, load_head
 from engines.encoder_types import CLASSIFIER_NAME, ClassifierInfo, validate_classifier_name
 from engines.errors import ModelNotFoundError
+from engines.storage import StoreQuota, fsync_dir, tree_bytes, write_durable
 
 HEAD_SUFFIX = ".skops"
 INFO_SUFFIX = ".json"
@@ -44,11 +46,13 @@ class ClassifierStore:
 
     Args:
         root: the folder (created on first save).
+        quota: most classifiers and bytes the folder may hold (default 256 and 1 GiB).
 
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, quota: StoreQuota | None = None) -> None:
         self.root = Path(root)
+        self.quota = quota or StoreQuota()
         self._cache: dict[str, CustomClassifier] = {}
         self._lock = threading.Lock()
 
@@ -80,19 +84,48 @@ class ClassifierStore:
             loaded = self._cache[name] = CustomClassifier(info=info, head=load_head(head_path))
             return loaded
 
+    def check_quota(self, name: str, new_bytes: int = 0) -> None:
+        """Refuse saving ``new_bytes`` as the classifier ``name`` if that would exceed the quota.
+
+        Replacing a classifier frees its current files first, so it never counts as a new one.
+
+        Raises:
+            InvalidArgumentError: invalid name.
+            ResourceExhaustedError: over the quota (reason STORAGE_QUOTA_EXCEEDED).
+
+        """
+        head_path, info_path = self._paths(name)
+        saved = self.root.glob(f"*{INFO_SUFFIX}") if self.root.is_dir() else ()
+        items = sum(1 for p in saved if CLASSIFIER_NAME.fullmatch(p.name.removesuffix(INFO_SUFFIX)))
+        replaced = sum(p.stat().st_size for p in (head_path, info_path) if p.is_file())
+        self.quota.check(
+            "custom classifiers",
+            items=items,
+            used_bytes=tree_bytes(self.root) - replaced,
+            new_item=not info_path.is_file(),
+            new_bytes=new_bytes,
+        )
+
     def save(self, info: ClassifierInfo, head: Any) -> CustomClassifier:
         """Write (or replace) the classifier ``info.name`` and cache it.
 
-        The head is written first and the description last, both atomically, so a crash
-        never leaves a description without its head.
+        The head is written first and the description last, each atomically and flushed to
+        disk, so a crash never leaves a description without its head, nor a torn file.
+
+        Raises:
+            InvalidArgumentError: invalid name.
+            ResourceExhaustedError: the store's quota would be exceeded (reason STORAGE_QUOTA_EXCEEDED);
+                nothing is written.
+
         """
         head_path, info_path = self._paths(info.name)
-        self.root.mkdir(parents=True, exist_ok=True)
+        head_bytes = dump_head(head)
+        info_bytes = json.dumps(asdict(info), indent=2).encode()
         with self._lock:
-            save_head(head, head_path)
-            tmp = info_path.with_name(f".{info_path.name}.tmp")
-            tmp.write_text(json.dumps(asdict(info), indent=2), encoding="utf-8")
-            tmp.replace(info_path)
+            self.check_quota(info.name, len(head_bytes) + len(info_bytes))
+            self.root.mkdir(parents=True, exist_ok=True)
+            write_durable(head_path, head_bytes)
+            write_durable(info_path, info_bytes)
             saved = self._cache[info.name] = CustomClassifier(info=info, head=head)
             return saved
 
@@ -131,6 +164,7 @@ class ClassifierStore:
             info = ClassifierInfo(**json.loads(info_path.read_text(encoding="utf-8")))
             info_path.unlink(missing_ok=True)
             head_path.unlink(missing_ok=True)
+            fsync_dir(self.root)  # so a deleted classifier does not come back after a crash
             self._cache.pop(name, None)
             return info
 

@@ -19,6 +19,8 @@ from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage, Task
 
+DEFAULT_HEAD = "LogisticRegression.joblib"
+
 
 @register_backend
 class EmbeddingHeadClassificationEngine(Engine):
@@ -39,34 +41,61 @@ class EmbeddingHeadClassificationEngine(Engine):
     backend = "embedding_head"
     tasks = frozenset({Task.CLASSIFY})
 
-    def _folder(self) -> Path:
-        resolved = resolve_source(self.spec.source)
+    @classmethod
+    def check_spec(cls, spec: ModelSpec) -> None:
+        """The source folder, its head (and label map) files and the encoder entry are all there.
+
+        Raises:
+            ModelLoadError: a missing folder, file or encoder source (MODEL_SOURCE_MISSING /
+                MODEL_SOURCE_INVALID).
+            InvalidArgumentError: an invalid encoder or batching option.
+
+        """
+        folder = cls._folder_of(spec)
+        for key, default in (("head", DEFAULT_HEAD), ("label_map", None)):
+            name = spec.options.get(key, default)
+            if name and not (folder / str(name)).is_file():
+                raise ModelLoadError(
+                    f"model {spec.name!r}: missing file {name} in {folder}", reason="MODEL_SOURCE_MISSING"
+                )
+        SentenceTransformersEmbeddingEngine.check_spec(cls._encoder_spec_of(spec))
+
+    @staticmethod
+    def _folder_of(spec: ModelSpec) -> Path:
+        resolved = resolve_source(spec.source)
         if resolved.path is None or not resolved.path.is_dir():
             raise ModelLoadError(
-                f"model {self.spec.name!r}: embedding_head needs a local folder as source",
+                f"model {spec.name!r}: embedding_head needs a local folder as source",
                 reason="MODEL_SOURCE_INVALID",
             )
         return resolved.path
 
-    def _encoder_spec(self) -> ModelSpec:
-        source = self.option("embedding_source")
+    @staticmethod
+    def _encoder_spec_of(spec: ModelSpec) -> ModelSpec:
+        source = spec.options.get("embedding_source")
         if not source:
             raise ModelLoadError(
-                f"model {self.spec.name!r}: option embedding_source is required",
+                f"model {spec.name!r}: option embedding_source is required",
                 reason="MODEL_SOURCE_INVALID",
             )
         return ModelSpec(
-            name=self.spec.name,
+            name=spec.name,
             backend=SentenceTransformersEmbeddingEngine.backend,
             tasks=(Task.EMBED,),
             source=str(source),
-            device=self.spec.device,
-            options=self.spec.options,
+            device=spec.device,
+            options=spec.options,
         )
+
+    def _folder(self) -> Path:
+        return self._folder_of(self.spec)
+
+    def _encoder_spec(self) -> ModelSpec:
+        return self._encoder_spec_of(self.spec)
 
     def estimated_load_bytes(self) -> int:
         """Head file plus encoder folder sizes."""
-        head = self._folder() / str(self.option("head", "LogisticRegression.joblib"))
+        head = self._folder() / str(self.option("head", DEFAULT_HEAD))
         encoder = resolve_source(self._encoder_spec().source)
         return (head.stat().st_size if head.exists() else 0) + (
             path_size_bytes(encoder.path) if encoder.path else 0
@@ -92,7 +121,7 @@ class EmbeddingHeadClassificationEngine(Engine):
         with warnings.catch_warnings():
             # Heads pickled by an older scikit-learn warn on load; the linear models are stable.
             warnings.simplefilter("ignore")
-            self.head = self._read(folder / str(self.option("head", "LogisticRegression.joblib")))
+            self.head = self._read(folder / str(self.option("head", DEFAULT_HEAD)))
             label_map = (
                 self._read(folder / str(self.option("label_map"))) if self.option("label_map") else None
             )

@@ -82,13 +82,11 @@ def fit_logistic_head(vectors: np.ndarray, labels: Sequence[str]) -> tuple[Any, 
     return head, accuracy
 
 
-def save_head(head: Any, path: Path) -> None:
-    """Write ``head`` with skops to ``path`` atomically (temporary file, then rename)."""
+def dump_head(head: Any) -> bytes:
+    """``head`` as skops bytes (what :func:`load_head` reads back from a file)."""
     import skops.io as sio
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    sio.dump(head, tmp)
-    tmp.replace(path)
+    return sio.dumps(head)
 
 
 def load_head(path: Path) -> Any:

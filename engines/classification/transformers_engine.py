@@ -30,6 +30,7 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
     """
 
     backend = "transformers_classifier"
+    int_options = ("max_seq_length",)
     tasks = frozenset({Task.CLASSIFY})
 
     def load(self) -> None:

@@ -48,6 +48,7 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
     """
 
     backend = "sentence_transformers"
+    int_options = ("max_seq_length",)
     tasks = frozenset({Task.EMBED, Task.RERANK, Task.CLASSIFY})
 
     def load(self) -> None:

@@ -87,6 +87,7 @@ class GenerationEngine(Engine):
     """
 
     tasks = frozenset({Task.GENERATE})
+    int_options = ("max_sequences", "max_waiting")
     context_length: int
     vocab_size: int
 

@@ -16,11 +16,13 @@ import logging
 import os
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 
+from engines.base import ModelSpec
 from engines.device import resolve_device
 from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
@@ -81,6 +83,10 @@ class LlamaCppGenerationEngine(GenerationEngine):
     """
 
     backend = "llama_cpp"
+    int_options = (
+        *GenerationEngine.int_options,
+        *("n_ctx", "max_context", "n_batch", "n_threads", "n_gpu_layers"),
+    )
 
     @classmethod
     def select_device(cls, preference: str) -> str:
@@ -99,13 +105,25 @@ class LlamaCppGenerationEngine(GenerationEngine):
         resolved = resolve_device(preference)
         return resolved if resolved.startswith("cuda") else "cpu"
 
-    def _model_path(self) -> str:
-        resolved = resolve_source(self.spec.source)
+    @classmethod
+    def check_spec(cls, spec: ModelSpec) -> None:
+        """The base checks, and the source must be a local file (see :meth:`Engine.check_spec`)."""
+        super().check_spec(spec)
+        cls._gguf_file(spec)
+
+    @staticmethod
+    def _gguf_file(spec: ModelSpec) -> Path:
+        resolved = resolve_source(spec.source)
         if resolved.path is None or not resolved.path.is_file():
             raise ModelLoadError(
-                f"llama_cpp needs a local .gguf file; {self.spec.source!r} is not one", model=self.spec.name
+                f"llama_cpp needs a local .gguf file; {spec.source!r} is not one",
+                reason="MODEL_SOURCE_INVALID",
+                model=spec.name,
             )
-        return str(resolved.path)
+        return resolved.path
+
+    def _model_path(self) -> str:
+        return str(self._gguf_file(self.spec))
 
     def estimated_load_bytes(self) -> int:
         """The GGUF file size (weights are memory-mapped and mostly resident once used)."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engines.base import ModelSpec
 from engines.device import torch_dtype_for, torch_module_memory
 from engines.errors import ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
@@ -82,21 +83,33 @@ class TransformersGenerationEngine(GenerationEngine):
     """
 
     backend = "transformers"
+    int_options = (*GenerationEngine.int_options, "max_context", "prefill_tokens")
 
     # -- loading -------------------------------------------------------------------------
 
-    def _gguf_path(self, resolved: ResolvedSource) -> Path | None:
-        gguf_file = self.option("gguf_file")
+    @classmethod
+    def check_spec(cls, spec: ModelSpec) -> None:
+        """The base checks; a ``gguf_file`` must be in the local source (see :meth:`Engine.check_spec`)."""
+        super().check_spec(spec)
+        cls._gguf_path(spec, resolve_source(spec.source))
+
+    @staticmethod
+    def _gguf_path(spec: ModelSpec, resolved: ResolvedSource) -> Path | None:
+        gguf_file = spec.options.get("gguf_file")
         if not gguf_file:
             return None
         if resolved.path is None:
             raise ModelLoadError(
-                "gguf_file needs a local source folder (download the file first)", model=self.spec.name
+                "gguf_file needs a local source folder (download the file first)",
+                reason="MODEL_SOURCE_INVALID",
+                model=spec.name,
             )
         path = resolved.path / gguf_file if resolved.path.is_dir() else resolved.path
         if Path(gguf_file).name != gguf_file or not path.is_file():
             raise ModelLoadError(
-                f"gguf_file {gguf_file!r} is not a file in {resolved.path}", model=self.spec.name
+                f"gguf_file {gguf_file!r} is not a file in {resolved.path}",
+                reason="MODEL_SOURCE_MISSING",
+                model=spec.name,
             )
         return path
 
@@ -121,7 +134,7 @@ class TransformersGenerationEngine(GenerationEngine):
         Called on the event loop before a load, so it reads only the GGUF header.
         """
         resolved = resolve_source(self.spec.source)
-        gguf = self._gguf_path(resolved)
+        gguf = self._gguf_path(self.spec, resolved)
         if gguf is not None:
             itemsize = torch_dtype_for(self.device, self.option("dtype")).itemsize
             return gguf_parameter_count(gguf) * itemsize
@@ -136,7 +149,7 @@ class TransformersGenerationEngine(GenerationEngine):
 
         dtype = torch_dtype_for(self.device, self.option("dtype"))
         resolved = resolve_source(self.spec.source)
-        gguf = self._gguf_path(resolved)
+        gguf = self._gguf_path(self.spec, resolved)
         if gguf is None:
             local = resolved.path is not None
             self.loaded_from = resolved.location

@@ -33,6 +33,7 @@ class SpacyNerEngine(Engine):
     """
 
     backend = "spacy"
+    int_options = ("batch_size",)
     tasks = frozenset({Task.EXTRACT_ENTITIES})
     DEFAULT_DISABLED = ("parser", "lemmatizer", "tagger", "attribute_ruler", "senter")
 

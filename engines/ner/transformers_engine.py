@@ -35,6 +35,7 @@ class TransformersNerEngine(BatchedEncoderEngine):
     """
 
     backend = "transformers_ner"
+    int_options = ("stride",)
     tasks = frozenset({Task.EXTRACT_ENTITIES})
 
     def load(self) -> None:

@@ -94,6 +94,7 @@ class RapidOcrEngine(OcrEngine):
     """RapidOCR (``rapidocr-onnxruntime``) on the CPU."""
 
     backend = "rapidocr"
+    int_options = ("threads",)
 
     def load(self) -> None:
         """Create the three ONNX Runtime sessions."""

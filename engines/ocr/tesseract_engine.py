@@ -8,9 +8,12 @@ data. Catalog options: ``psm`` (page segmentation mode, default 3: automatic lay
 
 from __future__ import annotations
 
+import shutil
+
 from PIL import Image
 
-from engines.errors import InvalidArgumentError
+from engines.base import ModelSpec
+from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.ocr.base import OcrEngine
 from engines.ocr.types import Box, OcrLine, OcrWord
 from engines.registry import register_backend
@@ -33,6 +36,26 @@ class TesseractEngine(OcrEngine):
     """Tesseract 4/5 (LSTM) through ``pytesseract.image_to_data``."""
 
     backend = "tesseract"
+    int_options = ("psm", "oem")
+
+    @classmethod
+    def check_spec(cls, spec: ModelSpec) -> None:
+        """The base checks (source ``system`` means the installed languages), and the program is installed.
+
+        Raises:
+            ModelLoadError: no ``tesseract`` program on the PATH (reason MODEL_SOURCE_MISSING), or
+                see :meth:`Engine.check_spec`.
+            InvalidArgumentError: see :meth:`Engine.check_spec`.
+
+        """
+        import pytesseract
+
+        super().check_spec(spec)
+        if shutil.which(pytesseract.pytesseract.tesseract_cmd) is None:
+            raise ModelLoadError(
+                "the tesseract program is not installed (apt-get install tesseract-ocr)",
+                reason="MODEL_SOURCE_MISSING",
+            )
 
     def _config(self) -> str:
         parts = [f"--psm {int(self.option('psm', 3))}", f"--oem {int(self.option('oem', 1))}"]

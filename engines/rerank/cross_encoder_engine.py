@@ -36,6 +36,7 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
     """
 
     backend = "cross_encoder"
+    int_options = ("max_length",)
     tasks = frozenset({Task.RERANK})
 
     def load(self) -> None:

@@ -93,11 +93,14 @@ class AnomalyTask:
 
         Raises:
             InvalidArgumentError: invalid name, too few or malformed rows.
+            ResourceExhaustedError: the detector store is full (reason STORAGE_QUOTA_EXCEEDED).
 
         """
         name = validate_detector_name(name)
 
         def fit() -> Detector:
+            # A full store is refused before the fit's work, not after (the size check repeats at save).
+            self._store.check_quota(name)
             return fit_detector(decode(config.schema), config)
 
         detector = await self._cpu.run(fit)

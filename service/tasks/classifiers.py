@@ -101,6 +101,7 @@ class ClassifierTask:
         Raises:
             InvalidArgumentError: an invalid name, or the name of a catalog model (CLASSIFIER_NAME_TAKEN).
             FailedPreconditionError: a classifier of that name exists and ``overwrite`` is false.
+            ResourceExhaustedError: the classifier store is full (reason STORAGE_QUOTA_EXCEEDED).
             Errors of :meth:`ModelManager.acquire` and of the embedder.
 
         """
@@ -124,6 +125,8 @@ class ClassifierTask:
                     field="name",
                     name=name,
                 )
+            # A full store is refused before the embedding work, not after (the size check repeats at save).
+            await asyncio.to_thread(self._store.check_quota, name)
             async with self._manager.acquire(fit.embedding_model, Embedder, fit.keep_alive) as embedder:
                 embedded = await embedder.embed(EmbeddingRequest(inputs=fit.texts, normalize=True))
             head, accuracy = await self._cpu.run(fit_logistic_head, embedded.vectors, fit.labels)

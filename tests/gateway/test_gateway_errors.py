@@ -253,3 +253,14 @@ async def test_grpc_response_over_limit_is_413(fake: FakeServer) -> None:
         assert response.json()["error"]["code"] == "message_too_large"
         assert "larger than max" in response.json()["error"]["message"]
     assert fake.inference.received[0].method == "Embed"
+
+
+async def test_storage_quota_is_507_not_429(client: httpx.AsyncClient, fake: FakeServer) -> None:
+    # A full store is not rate limiting: retrying later does not help, deleting something does.
+    fake.inference.fail = RpcFailure(
+        S.RESOURCE_EXHAUSTED, "storage quota exceeded", "STORAGE_QUOTA_EXCEEDED", {"max_items": "256"}
+    )
+    response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 507
+    assert response.json()["error"]["code"] == "storage_quota_exceeded"
+    assert http_status_for_grpc(S.RESOURCE_EXHAUSTED, reason="OVERLOADED") == 429
