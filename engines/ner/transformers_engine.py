@@ -104,7 +104,8 @@ class TransformersNerEngine(BatchedEncoderEngine):
             ResourceExhaustedError: the batch queue is full (OVERLOADED).
 
         """
-        lengths = await asyncio.to_thread(self.tokens.lengths, request.inputs)
-        costs = self.tokens.check(lengths, Truncation.END)
-        found = await self.batcher.submit(list(request.inputs), costs)
+        with self.batcher.reserve(len(request.inputs)) as places:  # refused before tokenizing when full
+            lengths = await asyncio.to_thread(self.tokens.lengths, request.inputs)
+            costs = self.tokens.check(lengths, Truncation.END)
+            found = await self.batcher.submit(list(request.inputs), costs, places=places)
         return EntityResult(entities=[kept(items, request) for items in found], prompt_tokens=sum(lengths))

@@ -89,7 +89,11 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
                 "truncation START is not supported for rerank: use END or ERROR", field="truncation"
             )
         queries = [request.query] * len(request.documents)
-        lengths = await asyncio.to_thread(self.tokens.lengths, queries, request.documents)
-        used = self.tokens.check(lengths, request.truncation, field="documents", what="query+document pair")
-        scores = await self.batcher.submit(list(zip(queries, request.documents, strict=True)), used)
+        with self.batcher.reserve(len(queries)) as places:  # refused before tokenizing when full
+            lengths = await asyncio.to_thread(self.tokens.lengths, queries, request.documents)
+            used = self.tokens.check(
+                lengths, request.truncation, field="documents", what="query+document pair"
+            )
+            pairs = list(zip(queries, request.documents, strict=True))
+            scores = await self.batcher.submit(pairs, used, places=places)
         return RerankResult(results=ranked(scores, request), prompt_tokens=sum(used))
