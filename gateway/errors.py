@@ -34,6 +34,15 @@ MESSAGE_TOO_LARGE_CODE = "message_too_large"
 # "Client Closed Request" (nginx): the client went away before the answer was ready.
 HTTP_CLIENT_CLOSED_REQUEST = 499
 
+RETRY_AFTER_SECONDS = 1
+"""``Retry-After`` of a 429 for a full queue (reason OVERLOADED), in whole seconds: a queue place
+frees when a request ahead finishes, so a short wait is enough, and one second keeps a retrying
+client from hammering the server."""
+
+OVERLOADED_REASON = "OVERLOADED"
+"""ErrorInfo reason of RESOURCE_EXHAUSTED when a queue is full (retry later), as opposed to a
+request over a size limit (FILE_TOO_LARGE, MESSAGE_TOO_LARGE…) that retrying cannot fix."""
+
 _HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     # The server uses FAILED_PRECONDITION for requests that cannot work as sent (a model that does
@@ -175,6 +184,20 @@ def _openai_param(field: str | None) -> str | None:
     return field
 
 
+def retry_after_headers(err: grpc.RpcError) -> dict[str, str]:
+    """HTTP headers telling the client when to retry a failed call: ``{"Retry-After": "1"}``.
+
+    Only for RESOURCE_EXHAUSTED with reason OVERLOADED (a full queue); every other error
+    (size limits, not enough memory to load a model, ...) gets ``{}``.
+    """
+    if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return {}
+    info = error_info_from_rpc_error(err)
+    if info is None or info.reason != OVERLOADED_REASON:
+        return {}
+    return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+
 def rpc_error_to_http(err: grpc.RpcError) -> tuple[int, dict[str, Any]]:
     """Translate a failed gRPC call into ``(http_status, openai_error_body)``.
 
@@ -240,7 +263,8 @@ def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers that give every error response OpenAI's body shape.
 
-    Covers failed gRPC calls (``grpc.aio.AioRpcError``), :class:`GatewayError`, request
+    Covers failed gRPC calls (``grpc.aio.AioRpcError``; an overload 429 carries ``Retry-After``,
+    see :func:`retry_after_headers`), :class:`GatewayError`, request
     validation errors (400 instead of 422), Starlette HTTP errors (unknown route, wrong method) and,
     as a last resort, any other exception (500 without internals).
     """
@@ -258,7 +282,7 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code,
             getattr(request.state, "request_id", None),
         )
-        return JSONResponse(body, status_code=status_code)
+        return JSONResponse(body, status_code=status_code, headers=retry_after_headers(exc))
 
     async def on_gateway_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GatewayError)

@@ -91,6 +91,19 @@ TEST_CATALOG = {
             "source": GGUF_SOURCE,
             "options": {"n_ctx": 64},
         },
+        # Admission bursts (tests/test_burst_admission.py): 2 running + 8 waiting, 8 queued inputs.
+        "burst-chat": {
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"n_ctx": 512, "max_sequences": 2, "max_waiting": 8, "n_threads": 2},
+        },
+        "minilm-burst": {
+            "tasks": ["embed"],
+            "backend": "sentence_transformers",
+            "source": MINILM_SOURCE,
+            "options": {"max_queue": 8},
+        },
         # Generation lifecycle tests (LoadModel/UnloadModel) load and unload these alone.
         "smollm2-lifecycle": {
             "tasks": ["generate"],

@@ -22,6 +22,11 @@ While a batch runs, new requests queue up, so under load each batch is as large 
 allow (the same scheme as text-embeddings-inference's and infinity's batch queues).
 A queue that holds ``max_queue`` items refuses more with :class:`ResourceExhaustedError`
 (reason ``OVERLOADED``; HTTP 429 at the gateway).
+
+Engines tokenize a request's inputs (in a worker thread) before its items can be queued. So that
+a burst is refused before that work, not after it, an engine first takes the request's places
+with :meth:`DynamicBatcher.reserve`; reserved places count against ``max_queue`` like queued
+items, and turn into queued items when the request's ``submit`` enqueues them.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
@@ -127,6 +133,38 @@ class _Entry(Generic[I]):
     enqueued_at: float
 
 
+class QueuePlaces:
+    """Queue places one request holds while its inputs are prepared (see :meth:`DynamicBatcher.reserve`).
+
+    Use as a context manager around the preparation and the ``submit(..., places=...)`` call:
+    the places are handed back when the request's items join the queue (they are then counted
+    as queued items) or when the ``with`` block ends (an error or cancellation before submit),
+    whichever comes first.
+
+    Attributes:
+        count: the places held (items of the request); 0 once handed back.
+
+    """
+
+    def __init__(self, give_back: Callable[[int], None], count: int) -> None:
+        self._give_back = give_back
+        self.count = count
+
+    def release(self) -> None:
+        """Hand the places back (idempotent)."""
+        count, self.count = self.count, 0
+        if count:
+            self._give_back(count)
+
+    def __enter__(self) -> QueuePlaces:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.release()
+
+
 class DynamicBatcher(Generic[I, O]):
     """Gathers items from concurrent callers into batches run on a device executor.
 
@@ -154,20 +192,71 @@ class DynamicBatcher(Generic[I, O]):
         self.name = name
         self.stats = BatchStats()
         self._queue: deque[_Entry[I]] = deque()
+        # Places held by requests still preparing their items; they count against max_queue.
+        self._reserved = 0
         self._wakeup: asyncio.Event | None = None
         self._collector: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
-    async def submit(self, items: Sequence[I], costs: Sequence[int]) -> list[O]:
+    def reserve(self, count: int) -> QueuePlaces:
+        """Take ``count`` queue places for a request before its inputs are tokenized.
+
+        The check and the taking happen with no await in between, so a burst of simultaneous
+        requests cannot all pass while their inputs are being prepared.
+
+        Args:
+            count: items the request will submit (its number of inputs).
+
+        Returns:
+            the places, to pass to :meth:`submit` as ``places`` (and to close on every way out).
+
+        Raises:
+            ResourceExhaustedError: queued items and held places leave no room (reason OVERLOADED).
+            UnavailableError: the batcher is closed (model unloading, server stopping).
+
+        """
+        self._check_open()
+        self._admit(count)
+        self._reserved += count
+        return QueuePlaces(self._give_back, count)
+
+    def _give_back(self, count: int) -> None:
+        self._reserved -= count
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING")
+
+    def _admit(self, count: int) -> None:
+        """Refuse ``count`` more items when the queue and the held places have no room for them."""
+        held = len(self._queue) + self._reserved
+        # A request larger than the whole queue is still accepted into an empty queue, so that
+        # max_queue never makes a request impossible; it only sheds load.
+        if count and held and held + count > self.config.max_queue:
+            self.stats.rejected += count
+            raise ResourceExhaustedError(
+                f"model {self.name!r} is overloaded: {held} inputs are queued or being prepared "
+                f"(max_queue={self.config.max_queue}); retry later",
+                model=self.name,
+                queued=held,
+                max_queue=self.config.max_queue,
+            )
+
+    async def submit(
+        self, items: Sequence[I], costs: Sequence[int], *, places: QueuePlaces | None = None
+    ) -> list[O]:
         """Queue ``items`` (one caller's inputs) and return their outputs, in order.
 
         Args:
             items: inputs of one request; they may run in different batches.
             costs: token count of each item (its padded length in the batch).
+            places: the places this request took with :meth:`reserve` (its items are then
+                admitted without a second check, and the places become these queued items);
+                None to check for room now.
 
         Raises:
-            ResourceExhaustedError: the queue is full (reason OVERLOADED).
+            ResourceExhaustedError: the queue is full (reason OVERLOADED; only without ``places``).
             UnavailableError: the batcher is closed (model unloading, server stopping).
             Exception: the first error of an item of this request (the others are then dropped
                 if they have not run).
@@ -175,22 +264,14 @@ class DynamicBatcher(Generic[I, O]):
         """
         if len(items) != len(costs):
             raise ValueError("items and costs differ in length")
-        if self._closed:
-            raise UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING")
+        self._check_open()
         if not items:
             return []
         self._start()
-        # A request larger than the whole queue is still accepted into an empty queue, so that
-        # max_queue never makes a request impossible; it only sheds load.
-        if self._queue and len(self._queue) + len(items) > self.config.max_queue:
-            self.stats.rejected += len(items)
-            raise ResourceExhaustedError(
-                f"model {self.name!r} is overloaded: {len(self._queue)} inputs are queued "
-                f"(max_queue={self.config.max_queue}); retry later",
-                model=self.name,
-                queued=len(self._queue),
-                max_queue=self.config.max_queue,
-            )
+        if places is None:
+            self._admit(len(items))
+        else:
+            places.release()  # from here on its items are counted in the queue itself
         loop = asyncio.get_running_loop()
         now = loop.time()
         futures = [loop.create_future() for _ in items]

@@ -88,7 +88,8 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
                 field="candidate_labels",
                 model=self.spec.name,
             )
-        prepared, used = await asyncio.to_thread(self.tokens.prepare, request.inputs, request.truncation)
-        logits = np.stack(await self.batcher.submit(prepared, used))
+        with self.batcher.reserve(len(request.inputs)) as places:  # refused before tokenizing when full
+            prepared, used = await asyncio.to_thread(self.tokens.prepare, request.inputs, request.truncation)
+            logits = np.stack(await self.batcher.submit(prepared, used, places=places))
         scores = probabilities(logits, multi_label=request.multi_label)
         return ClassificationResult(classifications(scores, self.labels, request), prompt_tokens=sum(used))

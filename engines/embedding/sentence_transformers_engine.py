@@ -111,8 +111,10 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
             ResourceExhaustedError: the batch queue is full (OVERLOADED).
 
         """
-        prepared, lengths = await asyncio.to_thread(self.tokens.prepare, texts, truncation, field=field)
-        vectors = await self.batcher.submit(prepared, lengths)
+        # Places first: a request refused for a full queue is refused before it is tokenized.
+        with self.batcher.reserve(len(texts)) as places:
+            prepared, lengths = await asyncio.to_thread(self.tokens.prepare, texts, truncation, field=field)
+            vectors = await self.batcher.submit(prepared, lengths, places=places)
         return np.stack(vectors), sum(lengths)
 
     def _prefixed(self, texts: list[str], prompt_name: str | None, prompt: str | None) -> list[str]:

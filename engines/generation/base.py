@@ -76,7 +76,7 @@ class GenerationEngine(Engine):
     :meth:`_set_chat_template`.
 
     Catalog options read here: ``max_sequences`` (sequences batched together, default 8) and
-    ``max_waiting`` (requests queued for a slot, default 64).
+    ``max_waiting`` (requests being prepared or queued for a slot beyond those running, default 64).
 
     Attributes:
         context_length: tokens one sequence can hold (prompt plus completion).

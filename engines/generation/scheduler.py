@@ -5,6 +5,13 @@ active sequence advances by one token (or by a chunk of its prompt while it is p
 a single forward pass. Requests that arrive while the batch is full wait in a bounded queue;
 a sequence whose caller went away (cancel, deadline, closed connection) is dropped before the
 next step and its KV cells are freed in that step's job.
+
+Admission is counted in places: ``max_sequences + max_waiting`` of them. A request takes one
+when it arrives, before its prompt is tokenized, and gives it back when its stream ends however
+it ends (prepare error, cancellation, failure or finish). A request being prepared therefore
+holds a place like one waiting in the queue, so a burst of simultaneous requests cannot all pass
+the check while their prompts are still being tokenized: the first ``max_sequences +
+max_waiting`` are admitted and the rest are refused at once, with no work done for them.
 """
 
 from __future__ import annotations
@@ -78,7 +85,8 @@ class ContinuousBatchScheduler:
     Args:
         model: the model whose blocking ``prepare``/``step``/``release`` run on its executor.
         max_sequences: sequences decoded together (the model's KV slots).
-        max_waiting: requests allowed to wait for a slot; more answer RESOURCE_EXHAUSTED.
+        max_waiting: requests allowed to wait for a slot (being prepared or queued) beyond the
+            ``max_sequences`` running; more answer RESOURCE_EXHAUSTED.
 
     """
 
@@ -88,6 +96,8 @@ class ContinuousBatchScheduler:
         self._max_waiting = max_waiting
         self._waiting: collections.deque[_Entry] = collections.deque()
         self._active: list[_Entry] = []
+        # Requests holding a place (preparing, waiting or running), counted before any await.
+        self._admitted = 0
         self._task: asyncio.Task[None] | None = None
         self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
 
@@ -95,6 +105,11 @@ class ContinuousBatchScheduler:
     def active_count(self) -> int:
         """Sequences in the running batch."""
         return len(self._active)
+
+    @property
+    def admitted_count(self) -> int:
+        """Requests holding a place: preparing, waiting or running (at most max_sequences + max_waiting)."""
+        return self._admitted
 
     async def stream(
         self,
@@ -104,37 +119,44 @@ class ContinuousBatchScheduler:
         """Yield the deltas of ``request``; the last has ``finish_reason`` and ``usage``.
 
         Raises:
-            ResourceExhaustedError: the wait queue is full (reason OVERLOADED).
+            ResourceExhaustedError: every place is taken, ``max_sequences + max_waiting``
+                requests being prepared, waiting or running (reason OVERLOADED); raised before
+                any work is done for ``request``.
             InputTooLongError, InvalidArgumentError: from the model's ``prepare``.
             Exception: a step failed (every sequence of that step gets the error).
 
         """
-        if len(self._waiting) >= self._max_waiting:
+        if self._admitted >= self._max_sequences + self._max_waiting:
             raise ResourceExhaustedError(
                 f"generation queue of model {self._model.model_name!r} is full "
                 f"({self._max_waiting} waiting, {self._max_sequences} running)",
                 model=self._model.model_name,
                 max_waiting=self._max_waiting,
             )
-        sequence = await self._model.executor.run(self._model.prepare, request)
-        entry = _Entry(sequence, postprocess=postprocess)
-        self._waiting.append(entry)
-        self._ensure_loop()
+        # Taken before the first await: no other request can pass the check meanwhile.
+        self._admitted += 1
         try:
-            while True:
-                item = await entry.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish_reason is not None:
-                    return
+            sequence = await self._model.executor.run(self._model.prepare, request)
+            entry = _Entry(sequence, postprocess=postprocess)
+            self._waiting.append(entry)
+            self._ensure_loop()
+            try:
+                while True:
+                    item = await entry.queue.get()
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+                    if item.finish_reason is not None:
+                        return
+            finally:
+                if sequence.finish_reason is None:
+                    # The caller went away: the loop drops the sequence before its next step.
+                    sequence.cancel()
+                    if entry in self._waiting:
+                        self._waiting.remove(entry)
+                        self._model.record_finished(sequence)
         finally:
-            if sequence.finish_reason is None:
-                # The caller went away: the loop drops the sequence before its next step.
-                sequence.cancel()
-                if entry in self._waiting:
-                    self._waiting.remove(entry)
-                    self._model.record_finished(sequence)
+            self._admitted -= 1
 
     async def drained(self) -> None:
         """Return once the batch loop has stopped: no sequence running, waiting or unreleased.

@@ -106,7 +106,8 @@ class TransformersNerEngine(BatchedEncoderEngine):
 
         """
         inputs = self.tokens.clip(request.inputs, Truncation.END)
-        lengths = await asyncio.to_thread(self.tokens.lengths, inputs)
-        costs = self.tokens.check(lengths, Truncation.END)
-        found = await self.batcher.submit(inputs, costs)
+        with self.batcher.reserve(len(inputs)) as places:  # refused before tokenizing when full
+            lengths = await asyncio.to_thread(self.tokens.lengths, inputs)
+            costs = self.tokens.check(lengths, Truncation.END)
+            found = await self.batcher.submit(inputs, costs, places=places)
         return EntityResult(entities=[kept(items, request) for items in found], prompt_tokens=sum(lengths))

@@ -92,7 +92,11 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
         query = self.tokens.clip([request.query], request.truncation, field="query")[0]
         documents = self.tokens.clip(request.documents, request.truncation, field="documents")
         queries = [query] * len(documents)
-        lengths = await asyncio.to_thread(self.tokens.lengths, queries, documents)
-        used = self.tokens.check(lengths, request.truncation, field="documents", what="query+document pair")
-        scores = await self.batcher.submit(list(zip(queries, documents, strict=True)), used)
+        with self.batcher.reserve(len(queries)) as places:  # refused before tokenizing when full
+            lengths = await asyncio.to_thread(self.tokens.lengths, queries, documents)
+            used = self.tokens.check(
+                lengths, request.truncation, field="documents", what="query+document pair"
+            )
+            pairs = list(zip(queries, documents, strict=True))
+            scores = await self.batcher.submit(pairs, used, places=places)
         return RerankResult(results=ranked(scores, request), prompt_tokens=sum(used))

@@ -170,3 +170,59 @@ def test_config_from_options_validates():
     for bad in ({"max_queue": 0}, {"max_batch_tokens": "many"}, {"max_wait_ms": -1}):
         with pytest.raises(InvalidArgumentError):
             BatchingConfig.from_options(bad)
+
+
+async def test_reserved_places_count_against_the_queue_until_their_items_are_queued(executor):
+    seen: list[list[str]] = []
+    batcher = DynamicBatcher(upper_batch(seen), executor, BatchingConfig(max_queue=4), name="t")
+    with batcher.reserve(10) as oversized:  # an empty queue takes a request larger than itself
+        assert await batcher.submit(["a"] * 10, [1] * 10, places=oversized) == ["A"] * 10
+    first = batcher.reserve(3)
+    with pytest.raises(ResourceExhaustedError) as caught:
+        batcher.reserve(2)
+    assert caught.value.reason == "OVERLOADED"
+    # The last place is held; leaving the block without submitting (a tokenization error, a
+    # cancellation) gives it back.
+    with batcher.reserve(1), pytest.raises(ResourceExhaustedError):
+        await batcher.submit(["no room"], [1])
+    assert await batcher.submit(["room again"], [1]) == ["ROOM AGAIN"]
+    with first:
+        assert await batcher.submit(["x", "y", "z"], [1, 1, 1], places=first) == ["X", "Y", "Z"]
+        assert first.count == 0  # handed back when its items were queued
+    with batcher.reserve(4), batcher.reserve(0):  # all four places are free; none asked, none refused
+        pass
+    assert batcher.stats.rejected == 3
+    batcher.close()
+    with pytest.raises(UnavailableError):
+        batcher.reserve(1)
+
+
+async def test_a_burst_is_refused_before_its_inputs_are_prepared(executor):
+    # The engines' pattern: reserve, tokenize in a worker thread, submit with the places.
+    seen: list[list[str]] = []
+    batcher = DynamicBatcher(upper_batch(seen), executor, BatchingConfig(max_queue=8), name="t")
+    gate, prepared = threading.Event(), []
+
+    def prepare(text: str) -> str:
+        prepared.append(text)
+        gate.wait(10)
+        return text
+
+    async def embed(text: str) -> list[str]:
+        with batcher.reserve(1) as places:
+            item = await asyncio.to_thread(prepare, text)
+            return await batcher.submit([item], [1], places=places)
+
+    calls = [asyncio.ensure_future(embed(f"t{i}")) for i in range(50)]
+    for _ in range(500):  # refusals come back at once, while the admitted wait at the gate
+        if sum(call.done() for call in calls) >= 42:
+            break
+        await asyncio.sleep(0.01)
+    refused = [call for call in calls if call.done()]
+    assert len(refused) == 42
+    assert all(isinstance(call.exception(), ResourceExhaustedError) for call in refused)
+    assert len(prepared) <= 8
+    gate.set()
+    served = await asyncio.gather(*(call for call in calls if call not in refused))
+    assert len(served) == 8 and len(prepared) == 8
+    assert batcher.stats.rejected == 42

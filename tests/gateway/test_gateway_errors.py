@@ -141,6 +141,43 @@ def test_plain_resource_exhausted_is_429() -> None:
     assert http_status_for_grpc(S.RESOURCE_EXHAUSTED, details="queue full") == 429
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", CHAT),
+        ("/v1/chat/completions", {**CHAT, "stream": True}),
+        ("/v1/embeddings", {"model": "m", "input": "hello"}),
+    ],
+)
+async def test_overloaded_429_tells_when_to_retry(
+    client: httpx.AsyncClient, fake: FakeServer, path, body
+) -> None:
+    fake.inference.fail = RpcFailure(S.RESOURCE_EXHAUSTED, "queue full", "OVERLOADED")
+    response = await client.post(path, json=body)
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "1"
+    assert response.json()["error"]["code"] == "overloaded"
+
+
+@pytest.mark.parametrize(
+    ("failure", "status"),
+    [
+        (RpcFailure(S.RESOURCE_EXHAUSTED, "no memory to load", "INSUFFICIENT_MEMORY"), 429),
+        (RpcFailure(S.RESOURCE_EXHAUSTED, "too big", "MESSAGE_TOO_LARGE"), 413),
+        (RpcFailure(S.RESOURCE_EXHAUSTED, "queue full"), 429),  # no ErrorInfo: reason unknown
+        (RpcFailure(S.UNAVAILABLE, "shutting down", "UNAVAILABLE"), 503),
+    ],
+    ids=lambda value: value.message if isinstance(value, RpcFailure) else None,
+)
+async def test_other_errors_carry_no_retry_after(
+    client: httpx.AsyncClient, fake: FakeServer, failure, status
+) -> None:
+    fake.inference.fail = failure
+    response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == status
+    assert "retry-after" not in response.headers
+
+
 async def test_malformed_json_is_400(client: httpx.AsyncClient, fake: FakeServer) -> None:
     response = await client.post(
         "/v1/chat/completions",
