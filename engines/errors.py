@@ -7,7 +7,50 @@ The service layer turns them into statuses; the gateway turns those into HTTP st
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
+
+MAX_ECHO_CHARS = 256
+"""Longest client-supplied value (a model or detector name, a field value) echoed into an error.
+
+Error messages and ``ErrorInfo`` metadata travel in gRPC trailers, which clients cap (8 KiB by
+default): a 10 KB name echoed whole makes the client fail the call with RESOURCE_EXHAUSTED
+instead of showing the real error.
+"""
+
+_CLIPPED = re.compile(r"…\(\d+ chars\)\Z")
+
+
+def clip_text(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """Return ``text``, or its first ``limit`` characters and ``…(N chars)`` when it is longer.
+
+    Idempotent: a text it clipped comes back unchanged.
+
+    Args:
+        text: Any string; ``N`` in the marker is its full length in characters.
+        limit: The most characters kept (the marker comes on top).
+
+    """
+    if len(text) <= limit or (len(text) <= limit + 32 and _CLIPPED.search(text)):
+        return text  # short, or clipped already (the status layer clips again, to the same result)
+    return f"{text[:limit]}…({len(text)} chars)"
+
+
+def clip_utf8(text: str, max_bytes: int) -> str:
+    """Return ``text`` if its UTF-8 form fits ``max_bytes``, else its head and tail around a marker.
+
+    The middle goes, so that both the start of a message and its end (often the explanation
+    after an echoed value) survive. The result is at most ``max_bytes`` UTF-8 bytes (for
+    ``max_bytes`` of 64 or more); cut characters are dropped whole.
+    """
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    marker = f" …({len(text)} chars)… "
+    room = max(0, max_bytes - len(marker.encode("utf-8")))
+    head = data[: room * 3 // 4].decode("utf-8", "ignore")
+    tail = data[len(data) - room // 4 :].decode("utf-8", "ignore") if room // 4 else ""
+    return head + marker + tail
 
 
 class RuntimeServiceError(Exception):
@@ -21,6 +64,8 @@ class RuntimeServiceError(Exception):
         message: Human-readable text sent to the client; must not contain secrets or traces.
         reason: ``ErrorInfo.reason`` override; defaults to the class's reason.
         metadata: ``ErrorInfo.metadata``: the values mentioned in the message, as strings.
+            Each is clipped to :data:`MAX_ECHO_CHARS` (see :func:`clip_text`), and so is every
+            occurrence of a long one in ``message``: an error can always echo what the client sent.
 
     """
 
@@ -37,11 +82,15 @@ class RuntimeServiceError(Exception):
             cls.reason = reason
 
     def __init__(self, message: str, *, reason: str | None = None, **metadata: object) -> None:
+        values = {key: str(value) for key, value in metadata.items()}
+        for value in values.values():
+            if len(value) > MAX_ECHO_CHARS:
+                message = message.replace(value, clip_text(value))
         super().__init__(message)
         self.message = message
         if reason is not None:
             self.reason = reason
-        self.metadata = {key: str(value) for key, value in metadata.items()}
+        self.metadata = {key: clip_text(value) for key, value in values.items()}
 
 
 class InvalidArgumentError(RuntimeServiceError, status="INVALID_ARGUMENT", reason="INVALID_ARGUMENT"):

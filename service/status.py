@@ -2,6 +2,12 @@
 
 Clients read the detail from the ``grpc-status-details-bin`` trailer (``google.rpc.Status``),
 as described in https://google.aip.dev/193.
+
+The message travels twice (percent-encoded in ``grpc-message``, and inside the base64 detail),
+and a client refuses trailers over its metadata limit (8 KiB by default) with RESOURCE_EXHAUSTED,
+hiding the real error. So every status built here is bounded: the message to
+:data:`MAX_MESSAGE_BYTES`, each metadata value to ``MAX_ECHO_CHARS`` characters and all of them
+together to :data:`MAX_METADATA_BYTES`, which keeps the trailers under about 6.5 KiB.
 """
 
 from __future__ import annotations
@@ -11,17 +17,50 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from engines.errors import RuntimeServiceError
+from engines.errors import RuntimeServiceError, clip_text, clip_utf8
 
 ERROR_DOMAIN = "universal-runtime"
 GENERIC_INTERNAL_MESSAGE = "internal error; see the server log for request id {request_id}"
+
+MAX_MESSAGE_BYTES = 1024
+"""Longest status message, in UTF-8 bytes (up to 3 KiB once percent-encoded in ``grpc-message``)."""
+MAX_METADATA_BYTES = 1024
+"""Most UTF-8 bytes of ErrorInfo metadata keys and values together."""
+MAX_NAME_CHARS = 64
+"""Longest ErrorInfo reason or metadata key (both are set by the server, bounded all the same)."""
+
+
+def bounded_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    """Return ``metadata`` with each value clipped (``clip_text``) and at most :data:`MAX_METADATA_BYTES`.
+
+    Entries are kept in order while they fit; one that does not is left out (the message still
+    says what went wrong), and smaller ones after it may still fit.
+    """
+    out: dict[str, str] = {}
+    left = MAX_METADATA_BYTES
+    for key, value in metadata.items():
+        key, value = clip_text(key, MAX_NAME_CHARS), clip_text(value)
+        size = len(key.encode("utf-8")) + len(value.encode("utf-8"))
+        if size <= left:
+            out[key] = value
+            left -= size
+    return out
 
 
 def rich_status(
     code: grpc.StatusCode, message: str, reason: str, metadata: dict[str, str] | None = None
 ) -> grpc.Status:
-    """Build a ``grpc.Status`` whose trailers carry ``google.rpc.Status`` with one ErrorInfo."""
-    info = error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=metadata or {})
+    """Build a ``grpc.Status`` whose trailers carry ``google.rpc.Status`` with one ErrorInfo.
+
+    The message, reason and metadata are bounded (see the module docstring), so the trailers fit
+    any client's default metadata limit whatever the error echoes.
+    """
+    message = clip_utf8(message, MAX_MESSAGE_BYTES)
+    info = error_details_pb2.ErrorInfo(
+        reason=clip_text(reason, MAX_NAME_CHARS),
+        domain=ERROR_DOMAIN,
+        metadata=bounded_metadata(metadata or {}),
+    )
     detail = any_pb2.Any()
     detail.Pack(info)
     proto = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=[detail])

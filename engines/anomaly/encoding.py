@@ -47,9 +47,10 @@ def check_rows(
         One entry per schema field: a float64 array (numeric) or a list of strings (categorical).
 
     Raises:
-        InvalidArgumentError: no rows, a row of another width, a string in a numeric column or a
-            number in a categorical one, or a NaN/infinite number (no imputation is done: the
-            caller decides what a missing value means). The metadata names the row and column.
+        InvalidArgumentError: no rows, no columns (rows without values, with no schema to give them
+            a width), a row of another width, a string in a numeric column or a number in a
+            categorical one, or a NaN/infinite number (no imputation is done: the caller decides
+            what a missing value means). The metadata names the row and column.
 
     """
     width = len(schema)
@@ -57,6 +58,12 @@ def check_rows(
         return _check_matrix(rows, schema)
     if not rows:
         raise InvalidArgumentError("rows: must contain at least one row", field="rows")
+    if width == 0:  # the width came from an empty first row: there is nothing to score
+        raise InvalidArgumentError(
+            "rows[0].values: must contain at least one value (a row needs one column or more)",
+            field="rows[0].values",
+            row=0,
+        )
     for i, row in enumerate(rows):
         if len(row) != width:
             raise InvalidArgumentError(

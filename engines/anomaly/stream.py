@@ -21,6 +21,7 @@ from engines.anomaly.detector import MIN_FIT_ROWS, Detector, fit_detector
 from engines.anomaly.encoding import check_rows, default_schema
 from engines.anomaly.types import (
     Cell,
+    FeatureField,
     StreamConfig,
     StreamState,
     StreamStep,
@@ -73,20 +74,35 @@ class StreamDetector:
     def _fit(self, rows: list[Sequence[Cell]]) -> Detector:
         return fit_detector(rows, dataclasses.replace(self.config.fit, schema=self.schema))
 
-    async def add(self, rows: Sequence[Sequence[Cell]]) -> StreamStep:
-        """Add ``rows`` to the window and score them when a model is ready.
+    def check(self, rows: Sequence[Sequence[Cell]]) -> tuple[FeatureField, ...] | None:
+        """Validate ``rows`` against the stream's schema (blocking: run it on the executor).
+
+        Returns:
+            The schema to pass to :meth:`add` with them: the stream's, or for a stream without a
+            declared schema and no rows yet, all-numeric columns as wide as the first row.
 
         Raises:
-            InvalidArgumentError: rows that do not fit the schema (checked before they enter the window).
+            InvalidArgumentError: rows that do not fit the schema (see ``check_rows``).
 
+        """
+        if not rows:
+            return self.schema
+        schema = default_schema(len(rows[0])) if self.schema is None else self.schema
+        check_rows(rows, schema)
+        return schema
+
+    async def add(
+        self, rows: Sequence[Sequence[Cell]], schema: tuple[FeatureField, ...] | None
+    ) -> StreamStep:
+        """Add ``rows`` to the window and score them when a model is ready.
+
+        ``rows`` were validated by :meth:`check`, which gave ``schema``. Calls must not overlap:
+        each message's rows are checked and added before the next message's.
         """
         if self._refit is not None:  # swap in the model refitted since the last message
             self.detector, self._refit = await self._refit, None
             self.fit_count += 1
-        if rows:
-            if self.schema is None:
-                self.schema = default_schema(len(rows[0]))
-            check_rows(rows, self.schema)
+        self.schema = schema
         self.window.extend(rows)
         self.rows_since_fit += len(rows)
         if self.detector is None:

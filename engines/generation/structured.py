@@ -190,7 +190,7 @@ class ToolCallExtractor:
         text = text.removeprefix("<tool_call>").removesuffix("</tool_call>").strip()
         try:
             call = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # model text may nest brackets past the parser's limit
             return [], self._buffer
         if not isinstance(call, dict) or not isinstance(call.get("name"), str) or "arguments" not in call:
             return [], self._buffer

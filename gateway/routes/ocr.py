@@ -48,6 +48,8 @@ async def _from_json(request: Request) -> tuple[bytes, OcrJsonRequest]:
         body = OcrJsonRequest.model_validate(raw)
     except json.JSONDecodeError as exc:
         raise GatewayError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # json.loads gives up on thousands of nested levels
+        raise GatewayError(400, "Request body is nested too deeply to parse", code="invalid_json") from None
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
     data, mime = decode_file(body.file)

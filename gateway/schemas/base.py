@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 logger = logging.getLogger("gateway.schemas")
 
@@ -13,6 +13,40 @@ logger = logging.getLogger("gateway.schemas")
 # a ValueError (500) when the proto field is assigned.
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of objects and arrays accepted in a free-form JSON field (the server's limit too).
+
+Deeper values would make ``json.dumps`` (forwarding them) recurse past Python's limit, a 500.
+"""
+
+
+def json_depth(value: object, limit: int = MAX_JSON_DEPTH) -> int:
+    """Levels of nested dicts and lists in ``value`` (a scalar is 0, ``{}`` is 1).
+
+    Walks level by level without recursion and stops counting past ``limit``, so the result is
+    at most ``limit + 1``.
+    """
+    depth, level = 0, [value]
+    while depth <= limit:
+        containers = [item for item in level if isinstance(item, dict | list)]
+        if not containers:
+            break
+        depth += 1
+        level = [
+            child for item in containers for child in (item.values() if isinstance(item, dict) else item)
+        ]
+    return depth
+
+
+def _shallow_json(value: dict[str, Any]) -> dict[str, Any]:
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested too deep: at most {MAX_JSON_DEPTH} levels of objects and arrays")
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_shallow_json)]
+"""A free-form JSON object (a JSON Schema, tool arguments) nested at most :data:`MAX_JSON_DEPTH` levels."""
 
 
 class OpenAIRequestModel(BaseModel):

@@ -6,11 +6,11 @@ Source of the shapes: https://platform.openai.com/docs/api-reference/chat/create
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gateway.schemas.base import Int32, OpenAIRequestModel
+from gateway.schemas.base import Int32, JsonObject, OpenAIRequestModel
 from gateway.schemas.generation import SamplingRequest
 
 ChatRoleName = Literal["system", "developer", "user", "assistant", "tool"]
@@ -30,7 +30,7 @@ class FunctionCall(OpenAIRequestModel):
     """
 
     name: str
-    arguments: str | dict[str, Any] = ""
+    arguments: str | JsonObject = ""
 
     @property
     def arguments_json(self) -> str:
@@ -82,7 +82,7 @@ class FunctionDefinition(OpenAIRequestModel):
 
     name: str
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JsonObject | None = None
 
 
 class ToolParam(OpenAIRequestModel):
@@ -114,7 +114,7 @@ class JsonSchemaFormat(OpenAIRequestModel):
 
     name: str | None = None
     description: str | None = None
-    json_schema: dict[str, Any] = Field(alias="schema")
+    json_schema: JsonObject = Field(alias="schema")
     strict: bool | None = None
 
 

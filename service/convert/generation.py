@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 from universal_runtime.v1 import common_pb2, generation_pb2
 
-from engines.errors import InvalidArgumentError
 from engines.types import (
     ChatMessage,
     FinishReason,
@@ -22,7 +20,7 @@ from engines.types import (
     ToolSpec,
 )
 from service.convert.messages import enum_table, wire_values
-from service.convert.validation import check_range, require, validate_json_schema
+from service.convert.validation import check_range, parse_json, require, validate_json_schema
 from service.tasks.generation import ChoiceDelta, Completion, Timings
 
 ROLE_NAMES = {
@@ -113,17 +111,6 @@ def _sampling(
     return params
 
 
-def _json_field(text: str, field: str) -> object:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgumentError(
-            f"{field}: not valid JSON ({exc.msg} at position {exc.pos})",
-            reason="INVALID_JSON_SCHEMA",
-            field=field,
-        ) from None
-
-
 def _response_format(p: generation_pb2.GenerationParameters) -> ResponseFormat:
     kind = p.response_format.type
     if kind == generation_pb2.RESPONSE_FORMAT_TYPE_JSON_OBJECT:
@@ -131,7 +118,7 @@ def _response_format(p: generation_pb2.GenerationParameters) -> ResponseFormat:
     if kind == generation_pb2.RESPONSE_FORMAT_TYPE_JSON_SCHEMA:
         field = "parameters.response_format.json_schema"
         require(bool(p.response_format.json_schema), field, "must be set for type JSON_SCHEMA")
-        schema = validate_json_schema(_json_field(p.response_format.json_schema, field), field)
+        schema = validate_json_schema(parse_json(p.response_format.json_schema, field), field)
         return ResponseFormat(ResponseFormatKind.JSON_SCHEMA, schema)
     require(
         kind in (generation_pb2.RESPONSE_FORMAT_TYPE_UNSPECIFIED, generation_pb2.RESPONSE_FORMAT_TYPE_TEXT),
@@ -154,7 +141,7 @@ def _tools(p: generation_pb2.GenerationParameters) -> tuple[list[ToolSpec], Tool
         parameters: object = {"type": "object", "properties": {}}
         if tool.parameters_json_schema:
             parameters = validate_json_schema(
-                _json_field(tool.parameters_json_schema, f"{field}.parameters_json_schema"),
+                parse_json(tool.parameters_json_schema, f"{field}.parameters_json_schema"),
                 f"{field}.parameters_json_schema",
             )
         tools.append(ToolSpec(tool.name, tool.description, parameters))  # type: ignore[arg-type]

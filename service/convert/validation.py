@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
+
 from engines.errors import InvalidArgumentError
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted in client JSON (schemas): real schemas stay
+far below, while thousands of levels make ``json.loads``, the JSON Schema validator and the
+grammar compilers recurse past Python's limit (RecursionError, which would be INTERNAL)."""
+
+# A JSON string, matched possessively so the scan stays linear on any input: an unterminated
+# string (or one ending in a lone backslash) runs to the end of the text instead of failing
+# and being retried from every quote inside it.
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def require(condition: bool, field: str, message: str, **metadata: object) -> None:
@@ -30,6 +46,44 @@ def require_texts(values, field: str, max_inputs: int) -> list[str]:
     for i, text in enumerate(values):
         require(bool(text.strip()), f"{field}[{i}]", "must not be empty")
     return list(values)
+
+
+def json_nesting_depth(text: str) -> int:
+    """Deepest nesting of arrays and objects in JSON ``text``, found without parsing it.
+
+    Brackets inside strings do not count. Linear in ``len(text)`` and recursion-free, so it is
+    safe on any input; for invalid JSON the result is only an upper bound of what a parser sees.
+    """
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+
+
+def parse_json(text: str, field: str, *, reason: str = "INVALID_JSON_SCHEMA") -> object:
+    """Parse client JSON ``text`` that may nest at most :data:`MAX_JSON_DEPTH` levels.
+
+    The depth is checked before parsing, so that deep input cannot make the parser (or whatever
+    walks the result) recurse.
+
+    Raises:
+        InvalidArgumentError: nested too deep, or not valid JSON (``reason``; ``field`` in the
+            metadata).
+
+    """
+    depth = json_nesting_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidArgumentError(
+            f"{field}: JSON nested {depth} levels deep; at most {MAX_JSON_DEPTH} levels are allowed",
+            reason=reason,
+            field=field,
+            depth=depth,
+            max_depth=MAX_JSON_DEPTH,
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgumentError(
+            f"{field}: not valid JSON ({exc.msg} at position {exc.pos})", reason=reason, field=field
+        ) from None
 
 
 def validate_json_schema(schema: object, field: str) -> dict:

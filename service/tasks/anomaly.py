@@ -52,21 +52,28 @@ class AnomalyStream:
 
     def __init__(self, config: StreamConfig, cpu: DeviceExecutor) -> None:
         self._window = StreamDetector(config, cpu)
+        self._cpu = cpu
+
+    def _decode(self, decode: RowDecoder) -> tuple[list[list[Cell]], tuple[FeatureField, ...] | None]:
+        rows = decode(self._window.schema)
+        if isinstance(rows, np.ndarray):
+            rows = rows.tolist()  # the rolling window keeps plain rows
+        return rows, self._window.check(rows)
 
     async def add(self, decode: RowDecoder) -> StreamStep:
         """Add one message's rows; scores once the window holds ``min_samples`` rows.
 
-        Decodes on the event loop: a stream message is scored as it arrives, and its rows are
-        bounded by ``anomaly_max_rows`` like any request's.
+        The rows are decoded and checked on the CPU executor, like a unary request's: a message
+        may carry up to ``anomaly_max_rows`` rows (hundreds of ms of Python for 200,000), which
+        must not stall the event loop and every other call on it. A stream's messages are still
+        handled one at a time, in order, so the scores are the same.
 
         Raises:
-            InvalidArgumentError: rows that do not fit the stream's schema.
+            InvalidArgumentError: malformed rows, or rows that do not fit the stream's schema.
 
         """
-        rows = decode(self._window.schema)
-        if isinstance(rows, np.ndarray):
-            rows = rows.tolist()  # the rolling window keeps plain rows
-        return await self._window.add(rows)
+        rows, schema = await self._cpu.run(self._decode, decode)
+        return await self._window.add(rows, schema)
 
     async def close(self) -> None:
         """Stop a refit still under way (the call ended)."""

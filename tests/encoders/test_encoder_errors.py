@@ -173,3 +173,22 @@ async def test_a_full_queue_answers_overloaded(enc):
         assert error_info(error).reason == "OVERLOADED"
     # Once drained, the model serves again.
     assert len((await enc.Embed(e.EmbedRequest(model=TINY_QUEUE, inputs=["after"]))).embeddings) == 1
+
+
+async def test_ner_input_over_spacys_max_length_is_input_too_long(enc):
+    # spaCy refuses texts over nlp.max_length (1,000,000 characters) with E088 inside nlp.pipe,
+    # which used to surface as INTERNAL; the engine now checks first, naming the limit.
+    too_long = "Paris " * 166_667  # 1,000,002 characters
+    error, info = await fails(
+        enc.ExtractEntities(e.ExtractEntitiesRequest(model=SPACY, inputs=["Tim Cook", too_long])),
+        INVALID,
+        "INPUT_TOO_LONG",
+    )
+    assert info.metadata["field"] == "inputs[1]"
+    assert info.metadata["max_chars"] == "1000000"
+    assert info.metadata["input_chars"] == str(len(too_long))
+    assert "1000000" in error.details() and str(len(too_long)) in error.details()
+    # The model still answers normal texts.
+    text = "Tim Cook visited Paris on Monday for Apple"
+    response = await enc.ExtractEntities(e.ExtractEntitiesRequest(model=SPACY, inputs=[text]))
+    assert "Paris" in [x.text for x in response.results[0].entities]
