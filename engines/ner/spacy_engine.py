@@ -12,8 +12,8 @@ from typing import Any
 
 from engines.base import Engine
 from engines.encoder_types import Entity, EntityRequest, EntityResult
-from engines.errors import InputTooLongError, ModelLoadError
-from engines.ner.filtering import kept
+from engines.errors import ModelLoadError
+from engines.ner.filtering import check_input_characters, kept
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage, Task
@@ -98,24 +98,6 @@ class SpacyNerEngine(Engine):
             results.append(kept(found, request))
         return EntityResult(entities=results, prompt_tokens=tokens)
 
-    def _check_lengths(self, texts: list[str]) -> None:
-        """Refuse a text longer than the pipeline's ``max_length`` before any work starts.
-
-        spaCy raises a bare ValueError (E088) for it deep inside ``nlp.pipe``; its limit (1,000,000
-        characters by default) bounds the memory the pipeline's components need per text.
-        """
-        limit = int(self.nlp.max_length)
-        for index, text in enumerate(texts):
-            if len(text) > limit:
-                raise InputTooLongError(
-                    f"input {index} is {len(text)} characters; model {self.spec.name!r} takes at most "
-                    f"{limit} characters per text (split it)",
-                    field=f"inputs[{index}]",
-                    index=index,
-                    input_chars=len(text),
-                    max_chars=limit,
-                )
-
     async def extract_entities(self, request: EntityRequest) -> EntityResult:
         """Find entities in every input (one ``nlp.pipe`` run on the executor).
 
@@ -125,5 +107,7 @@ class SpacyNerEngine(Engine):
             InputTooLongError: a text over the pipeline's ``max_length`` characters (INVALID_ARGUMENT).
 
         """
-        self._check_lengths(request.inputs)
+        # spaCy raises a bare ValueError (E088) deep inside nlp.pipe past max_length (1,000,000
+        # characters by default), the bound of its components' memory per text.
+        check_input_characters(request.inputs, int(self.nlp.max_length), self.spec.name)
         return await self.executor.run(self._extract, request)

@@ -49,3 +49,21 @@ async def test_min_score_and_label_filters(ner_engine):
         EntityRequest(inputs=["Tim Cook visited Paris"], min_score=1.0)
     )
     assert all(x.score >= 1.0 for x in result.entities[0])
+
+
+async def test_a_text_over_max_input_chars_is_refused_before_any_work(ner_engine):
+    from engines.errors import InputTooLongError
+    from engines.ner.transformers_engine import MAX_INPUT_CHARS
+
+    with pytest.raises(InputTooLongError) as caught:
+        await ner_engine.extract_entities(EntityRequest(inputs=["ok", "x " * (MAX_INPUT_CHARS // 2 + 1)]))
+    assert caught.value.metadata["field"] == "inputs[1]"
+    assert caught.value.metadata["max_chars"] == str(MAX_INPUT_CHARS)
+
+
+async def test_entities_past_the_model_window_are_still_found(ner_engine):
+    # The pipeline reads long texts in overlapping windows: nothing is cut at the model's window.
+    filler = "the weather was mild and nothing else happened that day . " * 400  # 23,600 characters
+    text = filler + "Tim Cook visited Paris on Monday"
+    result = await ner_engine.extract_entities(EntityRequest(inputs=[text]))
+    assert ("Tim Cook", "PER") in [(x.text, x.label) for x in result.entities[0]]
