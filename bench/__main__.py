@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 
-from bench import anomaly, embeddings, generation, memory, ocr, overhead
+from bench import admission, anomaly, embeddings, generation, memory, ocr, overhead
 
 AREAS = {
     "overhead": overhead,
@@ -18,6 +18,7 @@ AREAS = {
     "memory": memory,
     "ocr": ocr,
     "anomaly": anomaly,
+    "admission": admission,
 }
 
 

