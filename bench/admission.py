@@ -59,8 +59,8 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the burst against each server; write its JSON, plot and README section."""
     cfg = parse_config("admission", argv, __doc__, reps={"full": 3, "quick": 2, "tiny": 1})
-    burst = cfg.pick(full=200, quick=200, tiny=20)
-    timeout_s = cfg.pick(full=30.0, quick=30.0, tiny=20.0)
+    burst = cfg.pick(full=200, quick=200, tiny=4)
+    timeout_s = cfg.pick(full=30.0, quick=30.0, tiny=60.0)
     params = {
         "concurrency": burst,
         "requests": burst,
@@ -92,15 +92,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
             ),
         ]
-        try:
-            python = report.peer_python(peers.llama_env())
-            llama = report.start_server(lambda: servers.start_llama_server(python, cfg.log_dir))
-            llama_args = ["--mode", "sse-chat", "--target", llama.http_base, "--model", CHAT_MODEL]
-            contenders.append(
-                report.add(client_contender("llama-server", "llama_cpp.server HTTP/SSE", "peer", llama_args))
-            )
-        except Exception as exc:
-            report.unavailable("llama-server", "llama_cpp.server HTTP/SSE", "peer", str(exc)[-300:])
+        contenders += report.start_peer(
+            "llama-server",
+            "llama_cpp.server HTTP/SSE",
+            peers.llama_env(),
+            servers.start_llama_server,
+            lambda llama: ["--mode", "sse-chat", "--target", llama.http_base, "--model", CHAT_MODEL],
+        )
         report.warm_up(contenders, {"concurrency": 1, "requests": 1, "warmup": 0, "max_tokens": 1})
         report.note(
             "ours admits max_sequences + max_waiting = 8 + 64 requests of the default catalog; the "

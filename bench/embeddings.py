@@ -59,16 +59,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         contenders.append(
             report.add(client_contender("ours-gateway", "ours gateway /v1/embeddings", "ours", http_args))
         )
-        try:
-            python = report.peer_python(peers.infinity_env())
-            infinity = report.start_server(lambda: servers.start_infinity(python, cfg.log_dir))
-            inf_args = ["--mode", "http-embed", "--target", infinity.http_base, "--path", "/embeddings"]
-            inf_args += ["--model", EMBED_MODEL]
-            contenders.append(
-                report.add(client_contender("infinity", "infinity /embeddings", "peer", inf_args))
-            )
-        except Exception as exc:
-            report.unavailable("infinity", "infinity /embeddings", "peer", str(exc)[-300:])
+        contenders += report.start_peer(
+            "infinity",
+            "infinity /embeddings",
+            peers.infinity_env(),
+            servers.start_infinity,
+            lambda infinity: [
+                *["--mode", "http-embed", "--target", infinity.http_base, "--path", "/embeddings"],
+                *["--model", EMBED_MODEL],
+            ],
+        )
         report.warm_up(contenders, {"concurrency": 1, "requests": 1, "warmup": 0, "batch": 32})
         report.note(
             "the in-process reference encodes one call after another with batch = sentences per "

@@ -124,16 +124,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         contenders.append(
             report.add(client_contender("ours-gateway", "ours gateway HTTP/SSE", "ours", gateway_args))
         )
-        try:
-            python = report.peer_python(peers.llama_env())
-            llama = report.start_server(lambda: servers.start_llama_server(python, cfg.log_dir))
-            llama_args = ["--mode", "sse-chat", "--target", llama.http_base, "--model", CHAT_MODEL]
-            llama_args += ["--extra", json.dumps({"repeat_penalty": 1.0})]
-            contenders.append(
-                report.add(client_contender("llama-server", "llama_cpp.server HTTP/SSE", "peer", llama_args))
-            )
-        except Exception as exc:
-            report.unavailable("llama-server", "llama_cpp.server HTTP/SSE", "peer", str(exc)[-300:])
+        contenders += report.start_peer(
+            "llama-server",
+            "llama_cpp.server HTTP/SSE",
+            peers.llama_env(),
+            servers.start_llama_server,
+            lambda llama: [
+                *["--mode", "sse-chat", "--target", llama.http_base, "--model", CHAT_MODEL],
+                *["--extra", json.dumps({"repeat_penalty": 1.0})],
+            ],
+        )
         tf_model = transformers_model(ours.grpc_target)
         tf: Contender | None = None
         if tf_model and cfg.mode == "tiny":

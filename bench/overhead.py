@@ -80,23 +80,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
             ),
         ]
-        try:
-            python = report.peer_python(peers.llama_env())
-            llama = report.start_server(lambda: servers.start_llama_server(python, cfg.log_dir))
-            listing.append(
-                report.add(
-                    client_contender(
-                        "llama-server-list",
-                        "llama_cpp.server GET /v1/models",
-                        "peer",
-                        ["--mode", "http-get", "--target", llama.http_base, "--path", "/v1/models"],
-                    )
-                )
-            )
-        except Exception as exc:
-            report.unavailable(
-                "llama-server-list", "llama_cpp.server GET /v1/models", "peer", str(exc)[-300:]
-            )
+        listing += report.start_peer(
+            "llama-server-list",
+            "llama_cpp.server GET /v1/models",
+            peers.llama_env(),
+            servers.start_llama_server,
+            lambda llama: ["--mode", "http-get", "--target", llama.http_base, "--path", "/v1/models"],
+        )
         report.compare("health check", params, health, "grpc-health", metrics)
         report.compare("list models", params, listing, "grpc-list", metrics)
         report.finish()

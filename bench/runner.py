@@ -289,6 +289,32 @@ class Report:
         self.progress(f"{server.name} ready in {server.ready_s:.1f}s")
         return server
 
+    def start_peer(
+        self,
+        name: str,
+        label: str,
+        env: Any,
+        start: Callable[[Path, Path], Server],
+        client_args: Callable[[Server], list[str]],
+    ) -> list[Contender]:
+        """Install a peer (``env``: a ``peers.PeerEnv``), start its server, measure it with the load client.
+
+        Args:
+            start: ``start(peer_python, log_dir)`` starts the peer's server.
+            client_args: the load client's mode, target and model for the started server.
+
+        Returns:
+            ``[contender]``, or ``[]`` when any step failed (registered as not measured, with why).
+
+        """
+        try:
+            python = self.peer_python(env)
+            server = self.start_server(lambda: start(python, self.cfg.log_dir))
+        except Exception as exc:
+            self.unavailable(name, label, "peer", str(exc)[-300:])
+            return []
+        return [self.add(client_contender(name, label, "peer", client_args(server)))]
+
     def start_reference(self, kind: str, name: str, label: str, op: str) -> list[Contender]:
         """Start the in-process reference worker ``kind``; ``[contender]``, or ``[]`` if it failed."""
         try:
