@@ -17,8 +17,10 @@ import psutil
 import pytest
 from universal_runtime.v1 import encoders_pb2, inference_service_pb2_grpc
 
+from gateway.app import create_app
 from service.server import RunningServer, start_server
 from tests.conftest import EMBED_MODEL, error_info
+from tests.gateway.gateway_fakes import asgi_client
 from tests.ocr.helpers import ocr, pdf_of, render_lines, requests
 
 PAGE_TIMEOUT_S = 4.0
@@ -125,3 +127,12 @@ async def test_cancelling_the_call_kills_the_renderer(stub, limited):
     assert gone, f"the renderer outlived the cancelled call by {time.monotonic() - cancelled:.1f} s"
     [response] = await ocr(stub, pdf_of([GOOD.image]), model="tesseract")
     assert "healthy" in response.text.lower()
+
+
+async def test_the_gateway_answers_413_page_too_complex(limited):
+    async with asgi_client(create_app(f"127.0.0.1:{limited.port}")) as client:
+        response = await client.post(
+            "/v1/ocr", files={"file": ("bomb.pdf", BOMB, "application/pdf")}, data={"model": "tesseract"}
+        )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "page_too_complex"
