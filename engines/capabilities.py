@@ -25,7 +25,7 @@ from engines.ocr.types import OcrLimits, OcrOptions, OcrPage
 from engines.types import EmbeddingRequest, EmbeddingResult, GenerationDelta, GenerationRequest, Task
 
 if TYPE_CHECKING:
-    from engines.ocr.documents import Document
+    from engines.ocr.documents import Document, PdfFile
 
 
 @runtime_checkable
@@ -94,7 +94,7 @@ class OcrReader(Protocol):
         """
         ...
 
-    async def open_document(self, data: bytes, mime_type: str, limits: OcrLimits) -> Document:
+    async def open_document(self, data: bytes, mime_type: str, limits: OcrLimits) -> Document | PdfFile:
         """Open ``data`` within ``limits`` (pixels, pages, bytes; see ``OcrLimits``).
 
         Raises:
@@ -103,11 +103,11 @@ class OcrReader(Protocol):
         """
         ...
 
-    async def read_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
+    async def read_page(self, document: Document | PdfFile, page_number: int, options: OcrOptions) -> OcrPage:
         """Read one page (1-based) of an open document."""
         ...
 
-    def close_document(self, document: Document) -> None:
+    def close_document(self, document: Document | PdfFile) -> None:
         """Queue the document's release on the engine's thread (safe after a cancelled call)."""
         ...
 

@@ -55,6 +55,11 @@ class Settings(BaseSettings):
         40_000_000, gt=0, description="Most pixels in one page image (decoded or rendered), width x height."
     )
     ocr_max_pages: int = Field(100, gt=0, description="Most pages one Ocr call may read.")
+    ocr_page_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Most seconds one PDF page may take to render; slower ones stop (PAGE_TOO_COMPLEX).",
+    )
     ocr_pdf_dpi: int = Field(
         200, ge=36, le=1200, description="Resolution PDF pages are rendered at by default."
     )

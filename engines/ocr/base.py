@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import abc
+from typing import Any
 
 from PIL import Image
 
 from engines.base import Engine
-from engines.ocr.documents import Document, open_document
-from engines.ocr.types import OcrLimits, OcrLine, OcrOptions, OcrPage
+from engines.ocr.documents import Document, PdfFile, check_file, open_document
+from engines.ocr.pdf_worker import PdfWorker
+from engines.ocr.types import PDF, OcrLimits, OcrLine, OcrOptions, OcrPage
 from engines.types import MemoryUsage, Task
 
 
@@ -16,8 +18,9 @@ class OcrEngine(Engine):
     """An OCR backend (the :class:`~engines.capabilities.OcrReader` capability).
 
     Subclasses implement :meth:`recognize` and :meth:`resolve_languages`. OCR engines run on the
-    CPU executor (``select_device`` returns ``"cpu"``): PDFium, which renders PDF pages, is not
-    thread-safe, so every document call (open, read, close) runs on that one executor's thread.
+    CPU executor (``select_device`` returns ``"cpu"``). PDF files are opened and rendered in a
+    child process (:attr:`pdf_worker`, see :mod:`engines.ocr.pdf_worker`) that a page over its
+    time limit or a cancelled call kills; images are decoded on the executor's thread.
     """
 
     tasks = frozenset({Task.OCR})
@@ -54,37 +57,42 @@ class OcrEngine(Engine):
 
         """
 
-    async def open_document(self, data: bytes, mime_type: str, limits: OcrLimits) -> Document:
-        """Open ``data`` on the engine's executor (see :func:`engines.ocr.documents.open_document`).
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pdf_worker = PdfWorker()
+
+    async def open_document(self, data: bytes, mime_type: str, limits: OcrLimits) -> Document | PdfFile:
+        """Open ``data``: images on the engine's executor, PDFs in :attr:`pdf_worker`'s child.
 
         Raises:
-            InvalidArgumentError, ResourceExhaustedError: unreadable, or over one of ``limits``.
+            InvalidArgumentError, ResourceExhaustedError: unreadable, or over one of ``limits``
+                (see :func:`engines.ocr.documents.open_document`), or PAGE_TOO_COMPLEX (a PDF
+                whose opening takes longer than ``limits.page_timeout_s``).
 
         """
+        mime_type = check_file(data, mime_type, limits)
+        if mime_type == PDF:
+            return PdfFile(data, limits, await self.pdf_worker.page_count(data, limits))
         return await self.executor.run(open_document, data, mime_type, limits)
 
-    async def read_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
-        """Read page ``page_number`` (1-based) of ``document`` as one executor job.
+    async def read_page(self, document: Document | PdfFile, page_number: int, options: OcrOptions) -> OcrPage:
+        """Read page ``page_number`` (1-based) of ``document``.
+
+        A PDF page is rendered (or its text layer read) in :attr:`pdf_worker`'s child, so the
+        executor is not held while PDFium works; recognition is then one executor job. An image
+        page is decoded and recognized in one executor job.
 
         Raises:
-            InvalidArgumentError, ResourceExhaustedError: see ``Document.render``.
+            InvalidArgumentError, ResourceExhaustedError: see ``Document.render`` and
+                :class:`~engines.ocr.pdf_worker.PdfWorker` (PAGE_TOO_COMPLEX).
 
         """
-        return await self.executor.run(self._read_page, document, page_number, options)
-
-    def close_document(self, document: Document) -> None:
-        """Queue ``document.close`` on the executor, not awaited, so it also runs after a cancel."""
-        self.executor.submit_detached(document.close)
-
-    def _read_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
-        """Read one page: its PDF text layer when asked for and present, else OCR (blocking).
-
-        Raises:
-            InvalidArgumentError, ResourceExhaustedError: see ``Document.render``.
-
-        """
+        if not isinstance(document, PdfFile):
+            return await self.executor.run(self._read_image_page, document, page_number, options)
         if options.use_pdf_text_layer:
-            layer = document.text_layer(page_number, options.pdf_dpi)
+            layer = await self.pdf_worker.text_layer(
+                document.data, document.limits, page_number, options.pdf_dpi
+            )
             if layer is not None:
                 return OcrPage(
                     page_number=page_number,
@@ -96,12 +104,32 @@ class OcrEngine(Engine):
                     engine="pdf_text_layer",
                     confidence=1.0,
                 )
+        image = await self.pdf_worker.render(document.data, document.limits, page_number, options.pdf_dpi)
+        return await self.executor.run(self._recognize_page, image, page_number, document.page_count, options)
+
+    def close_document(self, document: Document | PdfFile) -> None:
+        """Queue ``document.close`` on the executor, not awaited, so it also runs after a cancel."""
+        self.executor.submit_detached(document.close)
+
+    def _read_image_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
+        """Decode page ``page_number`` of an image file and recognize it (blocking).
+
+        Raises:
+            InvalidArgumentError, ResourceExhaustedError: see ``Document.render``.
+
+        """
         image = document.render(page_number, options.pdf_dpi)
+        return self._recognize_page(image, page_number, document.page_count, options)
+
+    def _recognize_page(
+        self, image: Image.Image, page_number: int, page_count: int, options: OcrOptions
+    ) -> OcrPage:
+        """OCR of one page image (RGB) with the options' languages (blocking)."""
         lines = self.recognize(image, self.resolve_languages(options.languages), words=options.return_boxes)
         confidence = sum(line.confidence for line in lines) / len(lines) if lines else 0.0
         return OcrPage(
             page_number=page_number,
-            page_count=document.page_count,
+            page_count=page_count,
             text="\n".join(line.text for line in lines),
             lines=lines,
             width=image.width,

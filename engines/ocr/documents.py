@@ -5,7 +5,7 @@ Limits are checked before anything large is decoded: an image's size comes from 
 (Pillow opens lazily) and a PDF page's from its media box, so a decompression bomb is refused
 before its pixels exist. PDF pages are rendered with pypdfium2; PDFium is not thread-safe, so
 every call on a :class:`PdfDocument` (closing included) must run on one thread: the engine's
-executor.
+PDF worker process (:mod:`engines.ocr.pdf_worker`), which also bounds a page's render time.
 
 Errors: an empty file, an unknown format, a truncated or corrupt file is INVALID_ARGUMENT
 (reasons EMPTY_FILE, UNSUPPORTED_FORMAT, CORRUPT_FILE); a page over the pixel limit or a
@@ -239,17 +239,34 @@ class PdfDocument(Document):
         self._pdf.close()
 
 
-def open_document(data: bytes, mime_type: str, limits: OcrLimits) -> Document:
-    """Open ``data`` as a document (blocking; on the engine's executor).
+@dataclass(frozen=True, slots=True)
+class PdfFile:
+    """A PDF checked and counted by the engine's PDF worker; its pages are rendered there.
+
+    Holds the file's bytes (sent to the worker with each page request) and no native object,
+    so it needs no thread of its own and closing it is a no-op.
+    """
+
+    data: bytes
+    limits: OcrLimits
+    page_count: int
+    mime_type: str = PDF
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def check_file(data: bytes, mime_type: str, limits: OcrLimits) -> str:
+    """The MIME type of ``data`` after the checks that need no decoding (cheap).
 
     Args:
         data: the whole file.
         mime_type: the client's declared type, or ``""`` to detect it from the bytes.
-        limits: byte, pixel and page limits.
+        limits: the byte limit applies here.
 
     Raises:
-        InvalidArgumentError: empty file, unsupported or mismatched format, corrupt file.
-        ResourceExhaustedError: over the byte limit or the first page over the pixel limit.
+        InvalidArgumentError: empty file, unsupported or mismatched format.
+        ResourceExhaustedError: over the byte limit (FILE_TOO_LARGE).
 
     """
     if not data:
@@ -278,6 +295,23 @@ def open_document(data: bytes, mime_type: str, limits: OcrLimits) -> Document:
             mime_type=mime_type,
             detected=sniffed,
         )
+    return sniffed
+
+
+def open_document(data: bytes, mime_type: str, limits: OcrLimits) -> Document:
+    """Open ``data`` as a document (blocking; PDFs only in the engine's PDF worker process).
+
+    Args:
+        data: the whole file.
+        mime_type: the client's declared type, or ``""`` to detect it from the bytes.
+        limits: byte, pixel and page limits.
+
+    Raises:
+        InvalidArgumentError: empty file, unsupported or mismatched format, corrupt file.
+        ResourceExhaustedError: over the byte limit or the first page over the pixel limit.
+
+    """
+    sniffed = check_file(data, mime_type, limits)
     if sniffed == PDF:
         return PdfDocument(data, limits)
     return ImageDocument(data, sniffed, limits)

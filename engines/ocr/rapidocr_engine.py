@@ -116,7 +116,8 @@ class RapidOcrEngine(OcrEngine):
         self.word_gap = float(self.option("word_gap", 0.0))
 
     def unload(self) -> None:
-        """Drop the sessions."""
+        """Drop the sessions and stop the PDF worker."""
+        self.pdf_worker.stop()
         self.ocr = None
 
     def resolve_languages(self, languages: tuple[str, ...]) -> tuple[str, ...]:

@@ -83,7 +83,8 @@ class TesseractEngine(OcrEngine):
         self.installed = frozenset(pytesseract.get_languages(config=extra)) - {"osd"}
 
     def unload(self) -> None:
-        """Nothing to drop (a process per page)."""
+        """Stop the PDF worker (Tesseract itself runs as a process per page)."""
+        self.pdf_worker.stop()
 
     def resolve_languages(self, languages: tuple[str, ...]) -> tuple[str, ...]:
         """ISO 639-1 (or Tesseract's own names) to installed traineddata names.

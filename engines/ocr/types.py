@@ -108,8 +108,13 @@ class OcrOptions:
 
 @dataclass(frozen=True, slots=True)
 class OcrLimits:
-    """Limits on one file: bytes, pixels per page (decoded or rendered), pages read."""
+    """Limits on one file: bytes, pixels per page (decoded or rendered), pages read.
+
+    ``page_timeout_s`` bounds the seconds one PDF page may take to open, render or read its
+    text layer (PDFium work, in a child process that is killed past it).
+    """
 
     max_bytes: int
     max_pixels: int
     max_pages: int
+    page_timeout_s: float = 30.0

@@ -18,8 +18,9 @@ from gateway.translate.ocr import decode_file, ocr_messages, ocr_result, to_ocr_
 
 router = APIRouter(tags=["ocr"])
 
-# RESOURCE_EXHAUSTED reasons that mean "this input is too big" (HTTP 413), not "server busy" (429).
-_TOO_LARGE_REASONS = {"FILE_TOO_LARGE", "IMAGE_TOO_LARGE", "TOO_MANY_PAGES"}
+# RESOURCE_EXHAUSTED reasons that mean "this input is too big" (HTTP 413), not "server busy" (429):
+# sending it again fails the same way (PAGE_TOO_COMPLEX: a PDF page over ocr_page_timeout_s).
+_TOO_LARGE_REASONS = {"FILE_TOO_LARGE", "IMAGE_TOO_LARGE", "TOO_MANY_PAGES", "PAGE_TOO_COMPLEX"}
 
 
 async def _from_form(request: Request) -> tuple[bytes, OcrJsonRequest]:
@@ -68,7 +69,7 @@ async def create_ocr(rpc: Rpc) -> dict[str, Any]:
 
     Raises:
         GatewayError: 400 for a missing or undecodable file; 413 when the server finds the file,
-            a page or the page count over its limits.
+            a page (its pixels or its render time) or the page count over its limits.
         grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
 
     """

@@ -59,6 +59,7 @@ def ocr_job(options: pb.OcrOptions, settings: Settings) -> OcrJob:
             max_bytes=settings.ocr_max_bytes,
             max_pixels=settings.ocr_max_pixels,
             max_pages=settings.ocr_max_pages,
+            page_timeout_s=settings.ocr_page_timeout_s,
         ),
     )
 
