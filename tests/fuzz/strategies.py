@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 FD = descriptor.FieldDescriptor
 
 # Examples per fuzzed operation: small and fixed in CI (`make test`), larger for `make fuzz`.
-EXAMPLES = int(os.environ.get("UR_FUZZ_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("UR_FUZZ_EXAMPLES", "12"))
 # Nested messages deeper than this are left empty: the contract nests at most three levels.
 MAX_DEPTH = 3
 # Repeated fields get at most this many items, so one request stays a few KiB.

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 from universal_runtime.v1 import encoders_pb2 as e
-from universal_runtime.v1 import inference_service_pb2, model_service_pb2
+from universal_runtime.v1 import inference_service_pb2, model_service_pb2, ocr_pb2
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.fuzz.strategies import EXAMPLES, messages
@@ -32,6 +32,13 @@ from tests.fuzz.strategies import EXAMPLES, messages
 log = logging.getLogger(__name__)
 DEADLINE_S = 10.0
 BAD_CODES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
+# grpc-python's aio client, not the server: when a server ends a client-streaming call while the
+# client is still writing, the failed write sets the call's status locally to INTERNAL with these
+# details and the server's own status is lost (measured: 22 of 600 Ocr calls the server answered
+# INVALID_ARGUMENT; explicit write() calls do not avoid it). The server's INTERNAL always carries
+# its own message (service/interceptors.py), so only this exact text is let through, and only on
+# client-streaming RPCs.
+CLIENT_WRITE_RACE = "Internal error from Core"
 PREFIX = "fuzz-"
 
 SERVICES = [
@@ -81,8 +88,8 @@ def _path(method) -> str:
     return f"/{method.containing_service.full_name}/{method.name}"
 
 
-async def _invoke(channel: grpc.aio.Channel, method, requests: list) -> grpc.StatusCode:
-    """Send ``requests`` (one unless client-streaming) and drain the reply; return the status."""
+async def _invoke(channel: grpc.aio.Channel, method, requests: list) -> tuple[grpc.StatusCode, str]:
+    """Send ``requests`` (one unless client-streaming), drain the reply; return status and details."""
     kwargs = {
         "request_serializer": lambda msg: msg.SerializeToString(),
         "response_deserializer": lambda raw: raw,
@@ -99,20 +106,21 @@ async def _invoke(channel: grpc.aio.Channel, method, requests: list) -> grpc.Sta
         else:
             await channel.unary_unary(path, **kwargs)(requests[0], timeout=DEADLINE_S)
     except grpc.aio.AioRpcError as err:
-        print("DBG", method.name, err.code().name, err.details()[:150]) if __import__("os").environ.get(
-            "UR_FUZZ_DEBUG"
-        ) else None
-        return err.code()
-    return grpc.StatusCode.OK
+        log.debug("%s: %s %s", method.name, err.code().name, err.details())
+        return err.code(), err.details() or ""
+    return grpc.StatusCode.OK, ""
 
 
 async def check_case(channel: grpc.aio.Channel, method, requests: list) -> None:
     """One fuzz case: no INTERNAL/UNKNOWN, and an answer within the deadline plus one second."""
     started = time.monotonic()
-    code = await _invoke(channel, method, requests)
+    code, details = await _invoke(channel, method, requests)
     elapsed = time.monotonic() - started
-    STATS[f"{method.name}:{code.name}"] += 1
-    assert code not in BAD_CODES, f"{method.name} answered {code.name} to {requests!r}"
+    if method.client_streaming and code is grpc.StatusCode.INTERNAL and details == CLIENT_WRITE_RACE:
+        STATS[f"{method.name}:client write race"] += 1
+    else:
+        STATS[f"{method.name}:{code.name}"] += 1
+        assert code not in BAD_CODES, f"{method.name} answered {code.name} ({details}) to {requests!r}"
     assert elapsed <= DEADLINE_S + 1, f"{method.name} took {elapsed:.1f} s for {requests!r}"
 
 
@@ -151,4 +159,17 @@ async def test_rpc_survives_generated_requests(channel, inference, method):
         asyncio.run_coroutine_threadsafe(check_case(channel, method, requests), loop).result()
 
     await asyncio.to_thread(fuzz)
+    await assert_healthy(inference)
+
+
+async def test_a_refused_ocr_upload_is_invalid_argument_or_the_client_write_race(channel, inference):
+    """Found by the fuzz run: a 2-message Ocr call the server refuses at once read INTERNAL now and
+    then. It is the client's write race, not the server: every other answer is the real status."""
+    method = inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"].methods_by_name["Ocr"]
+    first = ocr_pb2.OcrRequest(options=ocr_pb2.OcrOptions(mime_type="epjb i"), chunk=b"%PDF-1.4\n%%EOF")
+    second = ocr_pb2.OcrRequest(options=ocr_pb2.OcrOptions(mime_type="id"), chunk=_png())
+    answers = Counter([(await _invoke(channel, method, [first, second])) for _ in range(100)])
+    refused = {answer for answer in answers if answer[0] is grpc.StatusCode.INVALID_ARGUMENT}
+    assert refused and all("mime_type" in details for _, details in refused), answers
+    assert set(answers) - refused <= {(grpc.StatusCode.INTERNAL, CLIENT_WRITE_RACE)}, answers
     await assert_healthy(inference)
