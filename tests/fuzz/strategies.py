@@ -14,12 +14,23 @@ import os
 from collections.abc import Mapping
 
 from google.protobuf import descriptor, message, message_factory
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 FD = descriptor.FieldDescriptor
 
 # Examples per fuzzed operation: small and fixed in CI (`make test`), larger for `make fuzz`.
 EXAMPLES = int(os.environ.get("UR_FUZZ_EXAMPLES", "12"))
+# Derandomized, with no example database: CI sends the same inputs on every run, so a failure
+# there is reproducible and not a lucky draw. No per-example deadline: the tests time calls
+# themselves against the server's deadline, and a model load may make the first call slow.
+FUZZ_SETTINGS = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 # Nested messages deeper than this are left empty: the contract nests at most three levels.
 MAX_DEPTH = 3
 # Repeated fields get at most this many items, so one request stays a few KiB.

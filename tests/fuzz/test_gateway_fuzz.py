@@ -14,12 +14,12 @@ from collections import Counter
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from schemathesis.checks import not_a_server_error
 
 from gateway.app import create_app
 from tests.conftest import MAX_MESSAGE_BYTES
-from tests.fuzz.strategies import EXAMPLES
+from tests.fuzz.strategies import FUZZ_SETTINGS
 
 # Generation is capped by the schema-valid max_tokens the fuzzer picks; a chat call on the tiny
 # model answers in a few seconds at most, so 20 s only trips on a hang.
@@ -42,13 +42,7 @@ async def test_gateway_answers_generated_requests_without_server_errors(schema):
     failures: list[str] = []
 
     def fuzz_operation(operation) -> None:
-        @settings(
-            max_examples=EXAMPLES,
-            derandomize=True,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @FUZZ_SETTINGS
         @given(case=operation.as_strategy())
         def run(case):
             response = case.call()

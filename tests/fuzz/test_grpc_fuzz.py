@@ -20,14 +20,14 @@ from collections import Counter
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import inference_service_pb2, model_service_pb2, ocr_pb2
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
-from tests.fuzz.strategies import EXAMPLES, messages
+from tests.fuzz.strategies import FUZZ_SETTINGS, messages
 
 log = logging.getLogger(__name__)
 DEADLINE_S = 10.0
@@ -147,13 +147,7 @@ def report_stats():
 async def test_rpc_survives_generated_requests(channel, inference, method):
     loop = asyncio.get_running_loop()
 
-    @settings(
-        max_examples=EXAMPLES,
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @FUZZ_SETTINGS
     @given(requests=requests_for(method))
     def fuzz(requests):
         asyncio.run_coroutine_threadsafe(check_case(channel, method, requests), loop).result()
