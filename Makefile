@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 export DO_NOT_TRACK ?= 1
 
-.PHONY: install system-deps protos protos-check proto-breaking lint format serve gateway node-deps test test-fast clean
+.PHONY: install system-deps protos protos-check proto-breaking lint format serve gateway node-deps test test-fast fuzz clean
 
 install: system-deps $(STAMP)
 
@@ -85,6 +85,12 @@ $(NODE_EXAMPLE)/node_modules: $(NODE_EXAMPLE)/package-lock.json
 
 test: install node-deps
 	$(BIN)/pytest
+
+# The fuzz tests alone with a bigger budget than `make test` gives them (tests/fuzz; examples per
+# gRPC method and per gateway operation): `make fuzz UR_FUZZ_EXAMPLES=2000` for a longer hunt.
+UR_FUZZ_EXAMPLES ?= 500
+fuzz: install
+	UR_FUZZ_EXAMPLES=$(UR_FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz
 
 # Benchmarks against the peers, side by side (bench/README.md). The peers install themselves into
 # bench/.venv-peers-* on first use; results go to bench/results/ and the tables to bench/README.md.
