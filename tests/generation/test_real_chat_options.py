@@ -203,11 +203,14 @@ async def test_expired_deadline_ends_every_choice_cancelled(inference, server):
         unary([msg(g.CHAT_ROLE_USER, "Hi")], max_tokens=1)
     )  # loaded before the clock starts
     engine = server.manager.get(CHAT_MODEL).engine
-    # 1500 tokens take far longer than the 2 s deadline on any CPU.
+    # 1500 tokens take far longer than the 2 s deadline on any CPU, and the end-of-text tokens
+    # (<|endoftext|>, <|im_start|>, <|im_end|>: ids 0-2) are banned, so no choice can finish on its
+    # own first (on a quiet machine one sampled <|im_end|> after 96 tokens, within the deadline).
+    no_end = [g.LogitBias(token_id=token, bias=-100) for token in (0, 1, 2)]
     request = g.GenerateStreamRequest(
         model=CHAT_MODEL,
         prompt="Count to two thousand: one, two,",
-        parameters=g.GenerationParameters(max_tokens=1500, temperature=0.5, seed=3, n=2),
+        parameters=g.GenerationParameters(max_tokens=1500, temperature=0.5, seed=3, n=2, logit_bias=no_end),
     )
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         async for _ in inference.GenerateStream(
