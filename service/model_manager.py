@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import math
 import time
@@ -61,6 +62,15 @@ HUB_DEFAULT_BACKENDS: dict[Task, str] = {
 PREFLIGHT_REASONS = frozenset(
     {"UNKNOWN_BACKEND", "MODEL_SOURCE_MISSING", "MODEL_SOURCE_INVALID", "INVALID_MODEL_OPTION"}
 )
+
+
+@functools.cache
+def _provides(engine_type: type, capability: type) -> bool:
+    """Whether ``engine_type`` has the methods of ``capability``, computed once per class.
+
+    The protocols name methods only, which a class cannot lose, so a request's check is a lookup.
+    """
+    return issubclass(engine_type, capability)
 
 
 class ModelState(enum.Enum):
@@ -216,7 +226,7 @@ class ModelManager:
         override = parse_keep_alive(keep_alive) if keep_alive else None
         engine = await self._hold(managed)
         try:
-            if not isinstance(engine, capability):
+            if not _provides(type(engine), capability):
                 # A catalog entry listing a task its backend cannot do: the operator's mistake.
                 raise TaskNotSupportedError(
                     f"model {name!r} (backend {managed.spec.backend}) cannot do {task.value}",

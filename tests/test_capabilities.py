@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from engines.base import Engine, ModelSpec
+from engines.base import ModelSpec
 from engines.capabilities import CAPABILITY_TASKS, Embedder, Reranker
 from engines.errors import TaskNotSupportedError
 from engines.executor import ExecutorPool
 from engines.registry import registered_backends
-from engines.types import EmbeddingRequest, EmbeddingResult, MemoryUsage, Task
+from engines.types import EmbeddingRequest, EmbeddingResult, Task
 from service.model_manager import ModelManager
 from service.settings import Settings
+from tests.stand_in_engine import StandInEngine
 
 CAPABILITY_OF = {task: capability for capability, task in CAPABILITY_TASKS.items()}
 
@@ -28,24 +29,10 @@ def test_each_backend_provides_the_capabilities_of_its_tasks(backend):
         assert issubclass(cls, CAPABILITY_OF[task]), f"{backend} declares {task} without its capability"
 
 
-class _EmbedOnly(Engine):
+class _EmbedOnly(StandInEngine):
     """A stand-in engine (isolates the manager's checks from model loading)."""
 
     backend = "embed_only"
-    tasks = frozenset({Task.EMBED})
-
-    def load(self) -> None:
-        pass
-
-    def unload(self) -> None:
-        pass
-
-    def memory_usage(self) -> MemoryUsage:
-        return MemoryUsage()
-
-    @classmethod
-    def select_device(cls, preference: str) -> str:
-        return "cpu"
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
         raise NotImplementedError

@@ -14,16 +14,17 @@ from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
 from universal_runtime.v1 import model_service_pb2 as m
 
-from engines.base import Engine, ModelSpec
+from engines.base import ModelSpec
 from engines.errors import FailedPreconditionError, ModelLoadError
 from engines.executor import ExecutorPool
 from engines.registry import engine_class
-from engines.types import MemoryUsage, Task
+from engines.types import Task
 from service.catalog import load_catalog
 from service.model_manager import ModelManager, ModelState
 from service.server import start_server
 from service.settings import Settings
 from tests.conftest import GGUF_SOURCE, MINILM_SOURCE, error_info
+from tests.stand_in_engine import StandInEngine
 
 # name -> (catalog entry, reason a request gets, text the status and the error contain)
 BAD_ENTRIES = {
@@ -186,27 +187,16 @@ async def test_failed_load_leaves_error_status_and_load_model_retries(stubs, sou
     assert loaded.model.status_detail.startswith("Running: sentence_transformers on ")
 
 
-class _FlakyEngine(Engine):
+class _FlakyEngine(StandInEngine):
     """Fails its first load, then loads (a stand-in that isolates the manager from real models)."""
 
     backend = "flaky"
-    tasks = frozenset({Task.EMBED})
     loads = 0
 
     def load(self) -> None:
         type(self).loads += 1
         if type(self).loads == 1:
             raise OSError("disk hiccup")
-
-    def unload(self) -> None:
-        pass
-
-    def memory_usage(self) -> MemoryUsage:
-        return MemoryUsage()
-
-    @classmethod
-    def select_device(cls, preference: str) -> str:
-        return "cpu"
 
 
 class _MissingEngine(_FlakyEngine):

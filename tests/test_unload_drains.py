@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import asyncio
 
-from engines.base import Engine, ModelSpec
+from engines.base import ModelSpec
 from engines.executor import ExecutorPool
-from engines.types import MemoryUsage, Task
+from engines.types import Task
 from service.model_manager import ModelManager
 from service.settings import Settings
+from tests.stand_in_engine import StandInEngine
 
 
-class _BusyEngine(Engine):
+class _BusyEngine(StandInEngine):
     """An engine with work of its own that ends when the test says so."""
 
     backend = "busy"
-    tasks = frozenset({Task.EMBED})
     events: list[str]
     release: asyncio.Event
 
@@ -32,13 +32,6 @@ class _BusyEngine(Engine):
 
     def unload(self) -> None:
         self.events.append("unload")
-
-    def memory_usage(self) -> MemoryUsage:
-        return MemoryUsage()
-
-    @classmethod
-    def select_device(cls, preference: str) -> str:
-        return "cpu"
 
     async def drain(self) -> None:
         await self.release.wait()

@@ -17,12 +17,13 @@ from engines.executor import DeviceExecutor
 from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.scheduler import ContinuousBatchScheduler, StepResult
 from engines.generation.sequence import GenerationSequence
-from engines.types import ChatMessage, FinishReason, GenerationRequest, MemoryUsage, SamplingParams, Task
+from engines.types import ChatMessage, FinishReason, GenerationRequest, SamplingParams, Task
+from tests.stand_in_engine import StandInEngine
 
 EOS = 0
 
 
-class FakeEngine(GenerationEngine):
+class FakeEngine(GenerationEngine, StandInEngine):
     """Characters are tokens (``ord``); every step emits the next character of ``reply``."""
 
     backend = "fake-generation"
@@ -36,15 +37,6 @@ class FakeEngine(GenerationEngine):
         self.calls: list[tuple[str, list[str]]] = []
         self._set_chat_template(template)
         self.render_error: Exception | None = None
-
-    def load(self) -> None:
-        pass
-
-    def unload(self) -> None:
-        pass
-
-    def memory_usage(self) -> MemoryUsage:
-        return MemoryUsage()
 
     def is_end_of_generation(self, token_id: int) -> bool:
         return token_id == EOS
