@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 
-from bench import admission, anomaly, embeddings, generation, memory, ocr, overhead
+from bench import admission, anomaly, embeddings, generation, isolation, memory, ocr, overhead
 
 AREAS = {
     "overhead": overhead,
@@ -19,6 +19,7 @@ AREAS = {
     "ocr": ocr,
     "anomaly": anomaly,
     "admission": admission,
+    "isolation": isolation,
 }
 
 

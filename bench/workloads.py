@@ -147,6 +147,33 @@ def ocr_page_png() -> bytes:
     return buffer.getvalue()
 
 
+def bomb_pdf(repeats: int = 200_000) -> bytes:
+    """A few-KB PDF whose one US Letter page fills itself ``repeats`` times (Flate-compressed).
+
+    PDFium takes minutes to paint it at 200 dpi: the "PDF bomb" of issue 15. Built by hand
+    after PDF 1.7 section 7.5 (header, objects, xref table of 20-byte entries, trailer).
+    """
+    import zlib
+
+    content = zlib.compress(b"0 0 612 792 re f\n" * repeats, 9)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
 def anomaly_matrix(rows: int, seed: int) -> Any:
     """Seeded standard-normal data, float64 array of shape (``rows``, :data:`ANOMALY_COLUMNS`)."""
     import numpy as np

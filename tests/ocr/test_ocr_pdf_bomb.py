@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import zlib
 
 import grpc
 import psutil
 import pytest
 from universal_runtime.v1 import encoders_pb2, inference_service_pb2_grpc
 
+from bench.workloads import bomb_pdf
 from gateway.app import create_app
 from service.server import RunningServer, start_server
 from tests.conftest import EMBED_MODEL, error_info
@@ -25,30 +25,6 @@ from tests.ocr.helpers import ocr, pdf_of, render_lines, requests
 
 PAGE_TIMEOUT_S = 4.0
 GOOD = render_lines(["Still healthy"], "DejaVuSans", 36, width=600)
-
-
-def bomb_pdf(repeats: int = 200_000) -> bytes:
-    """One US Letter page whose /Contents fills the page ``repeats`` times, Flate-compressed.
-
-    Built by hand after PDF 1.7 §7.5 (header, objects, xref table of 20-byte entries, trailer).
-    """
-    content = zlib.compress(b"0 0 612 792 re f\n" * repeats, 9)
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
-        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream",
-    ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 BOMB = bomb_pdf()
