@@ -47,7 +47,7 @@ class Engine(abc.ABC):
 
     Subclasses set ``backend`` and ``tasks`` and implement :meth:`load`, :meth:`unload` and
     :meth:`memory_usage`. ``load``/``unload`` are blocking and are called on the engine's
-    device executor; task methods are ``async`` and submit their blocking parts to
+    lane (its executor); task methods are ``async`` and submit their blocking parts to
     ``self.executor``.
     """
 

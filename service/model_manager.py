@@ -135,7 +135,7 @@ class ModelManager:
     Args:
         catalog: model specs by name.
         settings: server settings (default keep-alive, hub policy, memory headroom).
-        executors: per-device executors engines run on.
+        executors: the lanes engines run on (one per loaded model).
         engine_factory: backend name → engine class (the registry; replaceable in tests).
 
     """
@@ -305,7 +305,7 @@ class ModelManager:
                 raise FailedPreconditionError(
                     str(exc), reason="DEVICE_UNAVAILABLE", model=spec.name
                 ) from None
-            executor = self._executors.get(device)
+            executor = self._executors.lane(device, spec.name)
             engine = cls(spec, device, executor)
             self._check_memory(engine)
             managed.state = ModelState.LOADING
@@ -342,15 +342,15 @@ class ModelManager:
             },
         )
 
-    @staticmethod
     async def _load_failed(
-        managed: ManagedModel, error: str, loading: tuple[str, DeviceExecutor] | None
+        self, managed: ManagedModel, error: str, loading: tuple[str, DeviceExecutor] | None
     ) -> None:
         managed.state, managed.error = ModelState.ERROR, error
         if loading is not None:
             # Free whatever the failed load allocated before reporting.
             device, executor = loading
             await executor.run(release_device_memory, device)
+            self._executors.retire(executor)
 
     def _preflight(self, spec: ModelSpec) -> type[Engine]:
         """The engine class of ``spec`` once its cheap checks pass (:meth:`Engine.check_spec`).
@@ -456,13 +456,15 @@ class ModelManager:
             await asyncio.wait_for(engine.drain(), DRAIN_TIMEOUT_S)
         except TimeoutError:
             log.warning("engine still busy; unloading anyway", extra={"model": managed.spec.name})
+        executor = engine.executor
         try:
-            await engine.executor.run(engine.unload)
+            await executor.run(engine.unload)
         except Exception:
             log.exception("engine unload raised; dropping it anyway", extra={"model": managed.spec.name})
         managed.engine = None
         del engine
-        await self._executors.get(managed.device).run(release_device_memory, managed.device)
+        await executor.run(release_device_memory, managed.device)
+        self._executors.retire(executor)
         managed.memory = MemoryUsage()
         managed.loaded_at = 0.0
         managed.state = ModelState.NOT_LOADED

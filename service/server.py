@@ -75,10 +75,9 @@ def inference_servicer(
     """The InferenceService and its tasks, each given its collaborators (the one place they are wired).
 
     Custom classifiers and anomaly detectors are saved under ``settings.data_dir``, each store
-    within its quota settings; their scikit-learn work runs on the CPU executor, queued fairly
-    with the CPU engines' jobs.
+    within its quota settings; the scikit-learn work of each runs on a CPU lane of its own, beside
+    the models' lanes (:mod:`engines.executor`).
     """
-    cpu = executors.get("cpu")
     detectors = DetectorStore(
         settings.data_dir / ANOMALY_DIR,
         keep_versions=settings.anomaly_keep_versions,
@@ -92,9 +91,11 @@ def inference_servicer(
         settings,
         generation=GenerationTask(manager),
         encoders=EncoderTask(manager),
-        classifiers=ClassifierTask(manager, classifiers, cpu),
+        classifiers=ClassifierTask(manager, classifiers, executors.lane("cpu", "classifiers")),
         ocr=OcrTask(manager),
-        anomaly=AnomalyTask(detectors, cpu, max_window=settings.anomaly_max_window),
+        anomaly=AnomalyTask(
+            detectors, executors.lane("cpu", "anomaly"), max_window=settings.anomaly_max_window
+        ),
     )
 
 

@@ -17,7 +17,7 @@ Safety:
   is flushed too (:func:`engines.storage.write_durable`), so a crash never leaves half a file;
 * the store is bounded by a :class:`~engines.storage.StoreQuota` (detectors and bytes).
 
-Methods are blocking; call them on the CPU executor (one thread), which also serializes them.
+Methods are blocking; call them on the anomaly task's CPU lane (one thread), which also serializes them.
 """
 
 from __future__ import annotations

@@ -166,13 +166,13 @@ class QueuePlaces:
 
 
 class DynamicBatcher(Generic[I, O]):
-    """Gathers items from concurrent callers into batches run on a device executor.
+    """Gathers items from concurrent callers into batches run on the model's lane (executor).
 
     Args:
         run_batch: blocking function run on the executor with a list of items (sorted longest
             first); returns one output per item, in the same order, where an exception instance
             fails that item's caller alone.
-        executor: the device executor of the engine.
+        executor: the engine's lane.
         config: the batch limits.
         name: the model name, for logs and error messages.
 

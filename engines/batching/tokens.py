@@ -3,7 +3,7 @@
 The batcher needs each input's token count (its cost) and over-long inputs must be refused or
 cut before they share a batch with other callers' inputs. Tokenizing is cheap CPU work on a
 Rust tokenizer that releases the GIL, so it runs in a worker thread (``asyncio.to_thread``),
-overlapping the model's forward passes on the device executor, the way text-embeddings-inference
+overlapping the model's forward passes on the model's lane, the way text-embeddings-inference
 runs tokenization in its own workers.
 
 Hugging Face fast tokenizers are not safe to call from two threads at once when their

@@ -63,7 +63,7 @@ class GenerationEngine(Engine):
     """An engine for :attr:`Task.GENERATE` with continuous batching.
 
     :meth:`stream` is the async entry point. The scheduler runs the blocking :meth:`prepare`,
-    :meth:`step` and :meth:`release` on the device executor; they do the shared checks and
+    :meth:`step` and :meth:`release` on the model's lane; they do the shared checks and
     call the hooks each backend implements:
 
     * :meth:`_render_chat` and :meth:`_tokenize`: the prompt's token ids;

@@ -47,7 +47,7 @@ class StepModel(Protocol):
 
     @property
     def executor(self) -> DeviceExecutor:
-        """The device executor that runs the blocking methods, one job at a time."""
+        """The model's lane (executor) that runs the blocking methods, one job at a time."""
 
     def prepare(self, request: GenerationRequest) -> GenerationSequence:
         """Build the sequence of ``request``.

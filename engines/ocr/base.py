@@ -18,7 +18,7 @@ class OcrEngine(Engine):
     """An OCR backend (the :class:`~engines.capabilities.OcrReader` capability).
 
     Subclasses implement :meth:`recognize` and :meth:`resolve_languages`. OCR engines run on the
-    CPU executor (``select_device`` returns ``"cpu"``). PDF files are opened and rendered in a
+    model's CPU lane (``select_device`` returns ``"cpu"``). PDF files are opened and rendered in a
     child process (:attr:`pdf_worker`, see :mod:`engines.ocr.pdf_worker`) that a page over its
     time limit or a cancelled call kills; images are decoded on the executor's thread.
     """

@@ -2,7 +2,7 @@
 
 PDFium cannot be interrupted: a page whose content stream decompresses to millions of
 operators (a 61 KB file can hold a 25 MB stream) keeps a renderer busy for minutes. Run on the
-CPU executor's thread, that stalls every other model on it, and a cancelled call cannot stop
+model's lane, that stalls every other call to the model, and a cancelled call cannot stop
 it. So PDF work (opening, rendering, the text layer) runs in one "spawn" child process per
 OCR engine, one request at a time, each under ``OcrLimits.page_timeout_s``; a request past its
 limit, or whose caller is cancelled (client cancel or deadline), kills the child, and the next
@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import threading
 from multiprocessing.connection import Connection
 from typing import Any
@@ -32,14 +33,22 @@ from engines.errors import ResourceExhaustedError, RuntimeServiceError
 from engines.ocr.documents import PdfDocument, TextLayer
 from engines.ocr.types import OcrLimits
 
+#: Added to the renderer's niceness (0-19 on Linux; higher yields the CPU to others first).
+RENDER_NICENESS = 10
+
 
 def _serve(conn: Connection) -> None:
     """The child's loop: answer ``(op, data, limits, page_number, dpi)`` requests until EOF.
+
+    The child runs at a lower CPU priority (nice +:data:`RENDER_NICENESS`): a page may render for
+    its whole time limit, and the models' lanes should have the cores first meanwhile.
 
     ``op`` is ``"open"`` (answer: page count), ``"render"`` (answer: ``(width, height, RGB
     bytes)``) or ``"text"`` (answer: :class:`TextLayer` or None). Each answer is ``("ok",
     value)`` or ``("error", class, message, reason, metadata)`` for a service error.
     """
+    with contextlib.suppress(OSError):  # not permitted: render at normal priority
+        os.nice(RENDER_NICENESS)
     while True:
         try:
             op, data, limits, page_number, dpi = conn.recv()

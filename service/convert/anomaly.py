@@ -1,7 +1,7 @@
 """Anomaly protos ↔ engine dataclasses (``engines.anomaly.types``), with request validation.
 
 Rows are not decoded here: :func:`rows_decoder` hands the anomaly task a decode step that it runs on
-the CPU executor, once it knows the schema the rows must meet.
+the anomaly task's CPU lane, once it knows the schema the rows must meet.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Anomaly detection: fit and save, score (saved or one-shot), stream windows, list and delete.
 
 Detectors are not catalog models: they live in a :class:`DetectorStore`, and fitting and
-scoring run on the CPU executor so that their work queues fairly with the CPU engines'. Rows
+scoring run on the task's own CPU lane, beside the models' lanes. Rows
 arrive as a *decode* function from the transport: decoding a large request (tens of ms for
 10,000 rows of cells) is a step of the executor job, not of the event loop, and it needs the
 detector's schema, which for a saved detector is known only once it is loaded.
@@ -63,7 +63,7 @@ class AnomalyStream:
     async def add(self, decode: RowDecoder) -> StreamStep:
         """Add one message's rows; scores once the window holds ``min_samples`` rows.
 
-        The rows are decoded and checked on the CPU executor, like a unary request's: a message
+        The rows are decoded and checked on the CPU lane, like a unary request's: a message
         may carry up to ``anomaly_max_rows`` rows (hundreds of ms of Python for 200,000), which
         must not stall the event loop and every other call on it. A stream's messages are still
         handled one at a time, in order, so the scores are the same.

@@ -1,4 +1,4 @@
-"""StreamDetectAnomaly decodes and checks each message's rows on the CPU executor, not the event loop."""
+"""StreamDetectAnomaly decodes and checks each message's rows on the anomaly CPU lane, not the event loop."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ async def _one(request: pb.StreamDetectAnomalyRequest):
     yield request
 
 
-async def test_stream_rows_are_decoded_and_checked_on_the_cpu_executor():
-    executor = DeviceExecutor("cpu")
+async def test_stream_rows_are_decoded_and_checked_on_the_cpu_lane():
+    executor = DeviceExecutor("cpu", "anomaly")
     threads: list[str] = []
 
     def decode(schema):
@@ -27,7 +27,7 @@ async def test_stream_rows_are_decoded_and_checked_on_the_cpu_executor():
     try:
         step = await stream.add(decode)
         assert step.window_row_count == 2
-        assert threads and threads[0].startswith("device-cpu")
+        assert threads and threads[0].startswith("cpu-anomaly")
         assert threads[0] != threading.current_thread().name
     finally:
         await stream.close()

@@ -1,0 +1,98 @@
+"""The isolation rule (``engines/executor.py``): each loaded model runs on a lane of its own, so a
+job that holds one model's lane never queues another model's call; a model's calls keep one
+thread, in order; unloading a model retires its lane."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from engines.base import ModelSpec
+from engines.capabilities import Embedder
+from engines.executor import ExecutorPool
+from engines.types import EmbeddingRequest, EmbeddingResult, Task
+from service.model_manager import ModelManager
+from service.settings import Settings
+from tests.stand_in_engine import StandInEngine
+
+#: The "slow" model's job waits on this gate (set by the test) once it has set ``BLOCKED``.
+GATE = threading.Event()
+BLOCKED = threading.Event()
+
+
+class _LaneReporter(StandInEngine):
+    """Embeds nothing; each call runs one job on the model's lane and records the thread's name.
+
+    The model named ``slow`` holds its lane until :data:`GATE` is set.
+    """
+
+    backend = "lane_reporter"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.threads: list[str] = []
+
+    def _job(self) -> str:
+        if self.spec.name == "slow":
+            BLOCKED.set()
+            GATE.wait(timeout=30)
+        return threading.current_thread().name
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        self.threads.append(await self.executor.run(self._job))
+        return EmbeddingResult(vectors=np.zeros((1, 1), np.float32), prompt_tokens=0)
+
+
+@pytest.fixture
+async def manager(tmp_path):
+    GATE.clear()
+    BLOCKED.clear()
+    catalog = {
+        name: ModelSpec(name=name, backend="lane_reporter", tasks=(Task.EMBED,), source="x")
+        for name in ("slow", "quick")
+    }
+    executors = ExecutorPool()
+    manager = ModelManager(
+        catalog, Settings(data_dir=tmp_path), executors, engine_factory=lambda _: _LaneReporter
+    )
+    yield manager
+    GATE.set()
+    await manager.close()
+    executors.shutdown(wait=True)
+
+
+async def embed(manager: ModelManager, model: str) -> str:
+    """The name of the thread that ran ``model``'s job."""
+    async with manager.acquire(model, Embedder) as embedder:
+        await embedder.embed(EmbeddingRequest(inputs=["x"]))
+        return embedder.threads[-1]
+
+
+async def test_a_model_holding_its_lane_does_not_queue_another_models_call(manager):
+    slow = asyncio.create_task(embed(manager, "slow"))
+    assert await asyncio.to_thread(BLOCKED.wait, 10), "the slow job never started"
+    quick_thread = await asyncio.wait_for(embed(manager, "quick"), timeout=10)
+    assert not slow.done(), "the slow model's job ended before the quick call: nothing was shown"
+    GATE.set()
+    slow_thread = await asyncio.wait_for(slow, timeout=10)
+    assert quick_thread != slow_thread
+    assert quick_thread.startswith("cpu-quick") and slow_thread.startswith("cpu-slow")
+
+
+async def test_one_models_calls_share_its_one_thread(manager):
+    await asyncio.gather(*(embed(manager, "quick") for _ in range(4)))
+    threads = manager.get("quick").engine.threads
+    assert len(threads) == 4 and len(set(threads)) == 1
+
+
+async def test_unloading_a_model_retires_its_lane(manager):
+    await embed(manager, "quick")
+    lane = manager.get("quick").engine.executor
+    await manager.unload("quick")
+    with pytest.raises(Exception, match="shut down"):
+        await lane.run(lambda: None)
+    await embed(manager, "quick")  # loads again, on a new lane
+    assert manager.get("quick").engine.executor is not lane
