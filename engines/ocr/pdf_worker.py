@@ -81,7 +81,11 @@ class PdfWorker:
     """
 
     def __init__(self) -> None:
-        self._context = multiprocessing.get_context("spawn")  # no fork of a threaded server
+        # Not a fork of the threaded server: children fork from the forkserver, a small process
+        # started once with only this module imported, so that a restart after a kill costs
+        # milliseconds of the server's cores, not a new interpreter's imports (half a second).
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload([__name__])
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._lock = asyncio.Lock()

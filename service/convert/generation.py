@@ -57,15 +57,16 @@ def _messages(request) -> list[ChatMessage]:
     for i, message in enumerate(request.messages):
         role = ROLE_NAMES.get(message.role)
         require(role is not None, f"messages[{i}].role", "must be set to a chat role")
+        content = message.content  # read once (see generation_request)
         require(
-            bool(message.content) or (role == "assistant" and len(message.tool_calls) > 0),
+            bool(content) or (role == "assistant" and len(message.tool_calls) > 0),
             f"messages[{i}].content",
             "must not be empty",
         )
         messages.append(
             ChatMessage(
                 role=role,
-                content=message.content,
+                content=content,
                 name=message.name or None,
                 tool_call_id=message.tool_call_id or None,
                 tool_calls=[
@@ -176,14 +177,16 @@ def generation_request(
 
     """
     require(bool(request.model), "model", "must be set")
-    has_prompt, has_messages = bool(request.prompt), len(request.messages) > 0
+    # Read once: each read of a protobuf string decodes it anew (30 ms for 50 MB, on the event loop).
+    prompt = request.prompt
+    has_prompt, has_messages = bool(prompt), len(request.messages) > 0
     require(has_prompt != has_messages, "messages", "exactly one of prompt and messages must be set")
     params = _sampling(request.parameters, max_tokens_limit, max_choices)
     tools, tool_choice, function = _tools(request.parameters)
     require(not tools or has_messages, "parameters.tools", "tools need chat messages, not a raw prompt")
     return GenerationRequest(
         request_id=request_id,
-        prompt=None if has_messages else request.prompt,
+        prompt=None if has_messages else prompt,
         messages=_messages(request) if has_messages else None,
         params=params,
         response_format=_response_format(request.parameters),

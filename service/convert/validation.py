@@ -43,9 +43,12 @@ def require_texts(values, field: str, max_inputs: int) -> list[str]:
     """
     require(len(values) > 0, field, "must contain at least one text")
     require(len(values) <= max_inputs, field, f"at most {max_inputs} texts per request, got {len(values)}")
-    for i, text in enumerate(values):
-        require(bool(text.strip()), f"{field}[{i}]", "must not be empty")
-    return list(values)
+    # Each read of a protobuf string field decodes it anew (15 ms for 20 MB, on the event loop):
+    # read once, and test blankness without copying (``isspace`` stops at the first letter).
+    texts = list(values)
+    for i, text in enumerate(texts):
+        require(bool(text) and not text.isspace(), f"{field}[{i}]", "must not be empty")
+    return texts
 
 
 def json_nesting_depth(text: str) -> int:
