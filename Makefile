@@ -104,5 +104,11 @@ bench: bench-deps
 bench-quick: bench-deps
 	$(BIN)/python -m bench --quick
 
+# Soak: 30 minutes of mixed load on every task, memory every 10 s (bench/soak.py; the README
+# reports its last run). SOAK_ARGS=--quick for 3 minutes.
+.PHONY: soak
+soak: bench-deps
+	$(BIN)/python -m bench.soak $(SOAK_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
