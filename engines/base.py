@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from engines.device import resolve_device
+from engines.device import cpu_threads, resolve_device, set_torch_threads
 from engines.errors import InvalidArgumentError
 from engines.executor import DeviceExecutor
 from engines.sources import resolve_source
@@ -55,6 +55,8 @@ class Engine(abc.ABC):
     tasks: ClassVar[frozenset[Task]]
     int_options: ClassVar[tuple[str, ...]] = ()
     """Catalog options that must be integers when set; :meth:`check_spec` checks them."""
+    runs_torch: ClassVar[bool] = False
+    """Whether the engine computes with torch on its lane (see :meth:`configure_lane`)."""
 
     def __init__(self, spec: ModelSpec, device: str, executor: DeviceExecutor) -> None:
         self.spec = spec
@@ -73,6 +75,19 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def unload(self) -> None:
         """Drop every reference to weights and caches (blocking); the manager then frees device memory."""
+
+    def configure_lane(self) -> None:
+        """Set up the lane's thread for this engine (blocking; called on the lane before :meth:`load`).
+
+        For a torch engine on the CPU, the lane's torch intra-op threads: the ``threads`` option,
+        else every core the process may use. One thread keeps a model's small calls quick beside
+        busy neighbours (a team of OpenMP threads spin-waits at its barriers, and a busy core
+        stalls the team) at the cost of throughput on large batches; ``bench/README.md``
+        (isolation) has the figures. Every torch lane sets its count, because the count that
+        ``torch.set_num_threads`` sets is also the default of threads that start torch later.
+        """
+        if self.runs_torch and self.device == "cpu":
+            set_torch_threads(int(self.option("threads", cpu_threads())))
 
     async def drain(self) -> None:
         """Return once no job of this engine is queued or running (called before :meth:`unload`).
@@ -111,7 +126,7 @@ class Engine(abc.ABC):
 
         """
         resolve_source(spec.source)
-        for key in cls.int_options:
+        for key in (*cls.int_options, *(("threads",) if cls.runs_torch else ())):
             value = spec.options.get(key)
             if value is None:
                 continue
@@ -123,6 +138,12 @@ class Engine(abc.ABC):
                     reason="INVALID_MODEL_OPTION",
                     option=key,
                 ) from None
+        if cls.runs_torch and int(spec.options.get("threads", 1)) < 1:
+            raise InvalidArgumentError(
+                f"option threads must be at least 1, got {spec.options['threads']!r}",
+                reason="INVALID_MODEL_OPTION",
+                option="threads",
+            )
 
     @classmethod
     def select_device(cls, preference: str) -> str:

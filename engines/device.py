@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -84,3 +85,19 @@ def torch_module_memory(module: torch.nn.Module) -> tuple[int, int]:
         else:
             vram += size
     return ram, vram
+
+
+def cpu_threads() -> int:
+    """Cores this process may run on (its CPU affinity), the default thread count of a lane."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def set_torch_threads(count: int) -> None:
+    """Give torch's intra-op work on the calling thread ``count`` threads.
+
+    Call it once per lane, not per job: changing the count rebuilds thread pools (milliseconds).
+    """
+    import torch
+
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)

@@ -313,6 +313,7 @@ class ModelManager:
             started = time.perf_counter()
             log.info("loading model", extra={"model": spec.name, "backend": spec.backend, "device": device})
             loading = device, executor
+            await executor.run(engine.configure_lane)
             await executor.run(engine.load)
         except RuntimeServiceError as exc:
             await self._load_failed(managed, exc.message, loading)

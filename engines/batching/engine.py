@@ -22,6 +22,7 @@ class BatchedEncoderEngine(Engine):
 
     model: Any = None
     batcher: DynamicBatcher | None = None
+    runs_torch = True
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:

@@ -38,6 +38,7 @@ class EmbeddingHeadClassificationEngine(Engine):
     * the encoder's options (``dtype``, ``max_seq_length``) and batching limits.
     """
 
+    runs_torch = True
     backend = "embedding_head"
     tasks = frozenset({Task.CLASSIFY})
 

@@ -84,6 +84,7 @@ class TransformersGenerationEngine(GenerationEngine):
 
     backend = "transformers"
     int_options = (*GenerationEngine.int_options, "max_context", "prefill_tokens")
+    runs_torch = True
 
     # -- loading -------------------------------------------------------------------------
 
