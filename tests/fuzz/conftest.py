@@ -6,6 +6,8 @@ import pytest
 from universal_runtime.v1 import anomaly_pb2 as a
 from universal_runtime.v1 import encoders_pb2 as e
 
+from tests.fuzz.calls import STATS
+
 
 async def _fitted(inference) -> tuple[set[str], set[str]]:
     classifiers = (await inference.ListClassifiers(e.ListClassifiersRequest())).classifiers
@@ -24,3 +26,12 @@ async def forget_fitted(inference):
         await inference.DeleteClassifier(e.DeleteClassifierRequest(name=name))
     for name in detectors - detectors_before:
         await inference.DeleteAnomalyDetector(a.DeleteAnomalyDetectorRequest(detector=name))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_stats(request):
+    """Print the module's gRPC cases by RPC and status (seen with ``pytest -s``)."""
+    STATS.clear()
+    yield
+    if STATS:
+        print(f"\n{request.module.__name__}: gRPC fuzz cases by RPC and status:", dict(sorted(STATS.items())))

@@ -182,3 +182,45 @@ def messages(
         return msg
 
     return st.tuples(st.fixed_dictionaries(plain), st.tuples(*choices).map(list)).map(build)
+
+
+def field_paths(desc: descriptor.Descriptor, depth: int = 0) -> list[tuple[descriptor.FieldDescriptor, ...]]:
+    """Every field of ``desc``, and of its singular nested messages up to :data:`MAX_DEPTH`, as paths."""
+    paths: list[tuple[descriptor.FieldDescriptor, ...]] = []
+    for field in desc.fields:
+        paths.append((field,))
+        if field.type == FD.TYPE_MESSAGE and not field.is_repeated and depth < MAX_DEPTH:
+            paths += [(field, *rest) for rest in field_paths(field.message_type, depth + 1)]
+    return paths
+
+
+def _mutate(seed: message.Message, path: tuple[descriptor.FieldDescriptor, ...], value) -> message.Message:
+    msg = type(seed)()
+    msg.CopyFrom(seed)
+    parent = msg
+    for field in path[:-1]:
+        parent = getattr(parent, field.name)
+    parent.ClearField(path[-1].name)
+    if value is not _ABSENT:
+        _assign(parent, path[-1], value)
+    return msg
+
+
+def mutations(
+    seed: message.Message, overrides: Mapping[str, st.SearchStrategy] | None = None
+) -> st.SearchStrategy[message.Message]:
+    """Copies of the valid request ``seed`` with one field (at any depth) cleared or given a new value.
+
+    Generated whole requests mostly stop at the first check; a valid request changed in one place
+    reaches the engines with that one odd value (the way a careless client's request looks).
+    """
+    overrides = overrides or {}
+    paths = field_paths(seed.DESCRIPTOR)
+
+    def changed(path: tuple[descriptor.FieldDescriptor, ...]) -> st.SearchStrategy[message.Message]:
+        value = st.one_of(st.just(_ABSENT), _values(path[-1], len(path), overrides))
+        return value.map(lambda drawn: _mutate(seed, path, drawn))
+
+    if not paths:  # a request with no fields (a List call): nothing to change
+        return st.just(seed)
+    return st.sampled_from(paths).flatmap(changed)

@@ -1,0 +1,165 @@
+"""Fuzz every RPC with valid requests changed in one field, on a server of its own.
+
+Requests generated whole (``test_grpc_fuzz.py``) mostly stop at the first validation check.
+Here each case starts from a request the server accepts (one seed per RPC) and clears or
+replaces one field at any depth (:func:`tests.fuzz.strategies.mutations`), so the odd value
+travels past validation into the tasks and engines. The server has the embedded default
+catalog and a data folder of its own, so LoadModel and UnloadModel may load and unload any of
+its models (with the session server they could only name models that do not exist).
+
+Pass condition as in ``test_grpc_fuzz.py``: no INTERNAL or UNKNOWN, an answer within the deadline
+plus one second, and the server healthy after each RPC's run. Budget: ``UR_FUZZ_EXAMPLES`` cases
+per RPC.
+"""
+
+from __future__ import annotations
+
+import io
+
+import grpc
+import pytest
+from hypothesis import strategies as st
+from PIL import Image, ImageDraw
+from universal_runtime.v1 import anomaly_pb2 as a
+from universal_runtime.v1 import encoders_pb2 as e
+from universal_runtime.v1 import generation_pb2 as g
+from universal_runtime.v1 import inference_service_pb2, inference_service_pb2_grpc, model_service_pb2, ocr_pb2
+from universal_runtime.v1 import model_service_pb2 as m
+
+from service.server import start_server
+from service.settings import Settings
+from tests.fuzz.calls import assert_healthy, fuzz_rpc, invoke
+from tests.fuzz.strategies import mutations
+
+CHAT = "smollm2-135m-instruct"
+EMBED = "all-minilm-l6-v2"
+DETECTOR = "fuzz-seed-detector"
+CLASSIFIER = "fuzz-seed-classifier"
+
+# Values that keep the cases cheap or the run's state its own; the rest is drawn freely.
+OVERRIDES = {
+    "max_tokens": st.integers(min_value=-2, max_value=8),
+    "n": st.integers(min_value=-1, max_value=3),
+    "universal_runtime.v1.LoadModelRequest.name": st.sampled_from([EMBED, "en-core-web-sm", "rapidocr", "x"]),
+    "universal_runtime.v1.UnloadModelRequest.name": st.sampled_from(
+        [EMBED, "en-core-web-sm", "rapidocr", "x"]
+    ),
+}
+
+
+def _page() -> bytes:
+    image = Image.new("L", (240, 60), color=255)
+    ImageDraw.Draw(image).text((10, 20), "Fuzz page", fill=0)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _rows(count: int) -> list[a.FeatureRow]:
+    return [
+        a.FeatureRow(values=[a.FeatureValue(number_value=i % 7), a.FeatureValue(number_value=i % 3 * 0.5)])
+        for i in range(count)
+    ]
+
+
+_CHAT_MESSAGES = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="Say hi.")]
+_PARAMETERS = g.GenerationParameters(max_tokens=4, temperature=0.0)
+
+#: One request per RPC that the server accepts (a list for client-streaming RPCs).
+SEEDS = {
+    "Generate": [g.GenerateRequest(model=CHAT, messages=_CHAT_MESSAGES, parameters=_PARAMETERS)],
+    "GenerateStream": [g.GenerateStreamRequest(model=CHAT, prompt="Hello", parameters=_PARAMETERS)],
+    "Embed": [e.EmbedRequest(model=EMBED, inputs=["a first text", "a second one"])],
+    "Classify": [
+        e.ClassifyRequest(model=EMBED, inputs=["I love it"], candidate_labels=["positive", "negative"])
+    ],
+    "ExtractEntities": [
+        e.ExtractEntitiesRequest(model="en-core-web-sm", inputs=["Ada Lovelace lived in London."])
+    ],
+    "Rerank": [
+        e.RerankRequest(model=EMBED, query="a cat", documents=["a dog", "a kitten", "a car"], top_n=2)
+    ],
+    "FitClassifier": [
+        e.FitClassifierRequest(
+            name=CLASSIFIER,
+            embedding_model=EMBED,
+            overwrite=True,
+            examples=[e.ClassifierExample(text=t, label=lab) for t, lab in [("good", "p"), ("bad", "n")] * 2],
+        )
+    ],
+    "ListClassifiers": [e.ListClassifiersRequest()],
+    "DeleteClassifier": [e.DeleteClassifierRequest(name=f"{CLASSIFIER}-other")],
+    "Ocr": [
+        ocr_pb2.OcrRequest(options=ocr_pb2.OcrOptions(model="rapidocr", mime_type="image/png"), chunk=_page())
+    ],
+    "FitAnomalyDetector": [a.FitAnomalyDetectorRequest(detector=DETECTOR, rows=_rows(32))],
+    "DetectAnomaly": [a.DetectAnomalyRequest(detector=DETECTOR, rows=_rows(4))],
+    "StreamDetectAnomaly": [
+        a.StreamDetectAnomalyRequest(
+            config=a.StreamDetectorConfig(window_size=32, min_samples=10), rows=_rows(8)
+        ),
+        a.StreamDetectAnomalyRequest(rows=_rows(8)),
+    ],
+    "ListAnomalyDetectors": [a.ListAnomalyDetectorsRequest()],
+    "DeleteAnomalyDetector": [a.DeleteAnomalyDetectorRequest(detector=f"{DETECTOR}-other")],
+    "ListModels": [m.ListModelsRequest()],
+    "GetModel": [m.GetModelRequest(name=EMBED)],
+    "LoadModel": [m.LoadModelRequest(name=EMBED, keep_alive="5m")],
+    "UnloadModel": [m.UnloadModelRequest(name="rapidocr")],
+}
+
+SERVICES = [
+    inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"],
+    model_service_pb2.DESCRIPTOR.services_by_name["ModelService"],
+]
+METHODS = [method for service in SERVICES for method in service.methods]
+
+
+def test_every_rpc_has_a_seed():
+    assert {method.name for method in METHODS} == set(SEEDS)
+
+
+@pytest.fixture(scope="module")
+async def own_channel(tmp_path_factory):
+    """A channel to a server of this module's own: default catalog, own data folder."""
+    settings = Settings(grpc_port=0, catalog_path=None, data_dir=tmp_path_factory.mktemp("mutations"))
+    server = await start_server(settings)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        yield channel
+    await server.stop(grace=1.0)
+
+
+@pytest.fixture(scope="module")
+async def seeded(own_channel):
+    """The seeds' state made, and every seed checked to be accepted."""
+    inference = inference_service_pb2_grpc.InferenceServiceStub(own_channel)
+    # What the seeds read and delete exists (a mutated delete then meets NOT_FOUND, a clear answer).
+    await inference.FitAnomalyDetector(SEEDS["FitAnomalyDetector"][0], timeout=60)
+    for fit, name_field, name in [
+        (SEEDS["FitAnomalyDetector"][0], "detector", f"{DETECTOR}-other"),
+        (SEEDS["FitClassifier"][0], "name", f"{CLASSIFIER}-other"),
+    ]:
+        request = type(fit)()
+        request.CopyFrom(fit)
+        setattr(request, name_field, name)
+        method = inference.FitAnomalyDetector if name_field == "detector" else inference.FitClassifier
+        await method(request, timeout=60)
+    for method in METHODS:
+        code, details = await invoke(own_channel, method, SEEDS[method.name])
+        assert code is grpc.StatusCode.OK, f"the {method.name} seed is refused: {code.name} {details}"
+    return own_channel
+
+
+def mutated(method) -> st.SearchStrategy[list]:
+    """The RPC's seed with one message changed in one field."""
+    seed = SEEDS[method.name]
+    index = st.integers(min_value=0, max_value=len(seed) - 1)
+    return index.flatmap(
+        lambda i: mutations(seed[i], OVERRIDES).map(lambda changed: [*seed[:i], changed, *seed[i + 1 :]])
+    )
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda method: method.name)
+async def test_rpc_survives_mutated_valid_requests(seeded, method):
+    await fuzz_rpc(seeded, method, mutated(method))
+    await assert_healthy(inference_service_pb2_grpc.InferenceServiceStub(seeded))
