@@ -56,6 +56,12 @@ DEADLINES = {
     "anomaly-fit": 60.0,
 }
 CHAT_STREAMS = 8
+#: Models of the catalog the neighbours use (the probe's embedder is always loaded).
+NEIGHBOUR_MODELS = {
+    EMBED_MODEL: ("embed-20mb",),
+    CHAT_MODEL: ("prompt-50mb", "chat-8"),
+    "rapidocr": ("pdf-bomb", "ocr-pages"),
+}
 REQUEST_ID_PREFIX = "neighbour-"
 MAX_MESSAGE = 64 * 2**20  # the server's default max_receive_message_bytes
 
@@ -280,9 +286,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with Report(cfg, title, HEADLINE, model, settings) as report:
         ours = report.start_server(lambda: servers.start_ours(cfg.log_dir, env={"UR_LOG_LEVEL": "INFO"}))
         log_path = ours.process.log_path
-        for name in (EMBED_MODEL, CHAT_MODEL, "rapidocr"):  # loaded for good before anything is timed
+        # The models the scenarios use, loaded for good before anything is timed.
+        needed = {
+            name for name, users in NEIGHBOUR_MODELS.items() if name == EMBED_MODEL or set(users) & set(kinds)
+        }
+        for name in needed:
             servers.load_model(ours.grpc_target, name)
-        _neighbour_call("ocr-pages", ours.grpc_target)("warm-up")  # RapidOCR's first page is slow
+        if "rapidocr" in needed:
+            _neighbour_call("ocr-pages", ours.grpc_target)("warm-up")  # RapidOCR's first page is slow
         report.note(
             "each scenario alternates the probe alone and the probe beside its neighbour; the ratio is "
             "the probe's p99 beside the neighbour over its p99 alone in the same repetition"
