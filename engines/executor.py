@@ -10,8 +10,8 @@ only shares the cores with it. Every job is bounded before it starts (one batch,
 decode step), so a lane's own callers wait at most one bounded job.
 
 Measured in ``bench/isolation.py`` ("noisy neighbour"): with one FIFO thread per device, a
-single-sentence embed waited 1.1 s (p50) behind a neighbour's OCR pages; on lanes it waits for
-no other model.
+single-sentence embed waited 1.1 s (p50) behind a neighbour's OCR pages; on lanes, 52 ms (it
+shares the cores, not a queue).
 
 A lane also keeps a llama.cpp context on the same thread for its whole life (hopping threads
 costs llama.cpp about a third of its throughput under OpenMP), and nothing blocking ever runs
@@ -95,8 +95,8 @@ class ExecutorPool:
     def lane(self, device: str, owner: str) -> DeviceExecutor:
         """The lane of ``owner`` on ``device``, created if needed.
 
-        ``owner`` is a model's catalog name or a task's name (``"anomaly"``); ``device`` is
-        ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
+        ``owner`` is a model's catalog name or a task's (``"task:anomaly"``: the colon keeps it
+        apart from model names); ``device`` is ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
         """
         with self._lock:
             executor = self._lanes.get((device, owner))

@@ -91,10 +91,10 @@ def inference_servicer(
         settings,
         generation=GenerationTask(manager),
         encoders=EncoderTask(manager),
-        classifiers=ClassifierTask(manager, classifiers, executors.lane("cpu", "classifiers")),
+        classifiers=ClassifierTask(manager, classifiers, executors.lane("cpu", "task:classifiers")),
         ocr=OcrTask(manager),
         anomaly=AnomalyTask(
-            detectors, executors.lane("cpu", "anomaly"), max_window=settings.anomaly_max_window
+            detectors, executors.lane("cpu", "task:anomaly"), max_window=settings.anomaly_max_window
         ),
     )
 
