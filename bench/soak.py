@@ -3,8 +3,8 @@
 One server (the embedded default catalog), and one client thread per load below, each calling
 again as soon as its call ends, until the duration is over:
 
-- ``generate`` x2: ``GenerateStream`` chat, 32 new tokens (llama.cpp), one in four cancelled
-  after its first token;
+- ``generate`` x2: ``GenerateStream`` chat, 32 new tokens (llama.cpp), one in four cancelled by
+  the client after its first token (counted OK: the client ended it, and the server must free it);
 - ``embed``: 4 sentences; ``rerank``: a query over 8 documents; ``classify``: the catalog's
   intent classifier; ``ner``: spaCy entities of 2 sentences;
 - ``ocr``: the bench's text page (RapidOCR);

@@ -88,7 +88,8 @@ async def read_upload(messages: AsyncIterable[pb.OcrRequest], settings: Settings
                 job = ocr_job(message.options, settings)
             except InvalidArgumentError as exc:
                 refused = exc
-        received += len(message.chunk)
+        chunk = message.chunk  # read once: each read copies the bytes
+        received += len(chunk)
         if received > limit:
             raise ResourceExhaustedError(
                 f"the file is over the limit of {limit} bytes",
@@ -96,7 +97,7 @@ async def read_upload(messages: AsyncIterable[pb.OcrRequest], settings: Settings
                 max_bytes=limit,
             )
         if refused is None:
-            data += message.chunk
+            data += chunk
     if refused is not None:
         raise refused
     if job is None:
