@@ -90,8 +90,13 @@ async def test_expired_deadline_is_deadline_exceeded_and_frees_the_slot(inferenc
 
 async def test_full_queue_is_resource_exhausted_overloaded(inference, server):
     # "tiny-queue-chat" runs one sequence and lets one wait: the third concurrent request is refused.
+    # The end-of-text tokens (ids 0-2) are banned so that neither stream can end on its own and free
+    # its place before the third arrives (in CI the first once did).
+    no_end = [g.LogitBias(token_id=token, bias=-100) for token in (0, 1, 2)]
     long = g.GenerateStreamRequest(
-        model="tiny-queue-chat", prompt="Count: one, two,", parameters=g.GenerationParameters(max_tokens=200)
+        model="tiny-queue-chat",
+        prompt="Count: one, two,",
+        parameters=g.GenerationParameters(max_tokens=200, logit_bias=no_end),
     )
     first = inference.GenerateStream(long)
     await first.read()
