@@ -18,15 +18,13 @@ call that runs past its deadline ends, on the server, within 1 s of it ("overrun
 duration in the server's log minus the deadline, for calls that ended DEADLINE_EXCEEDED or
 CANCELLED).
 
-Usage: ``python -m bench.isolation [--quick|--tiny] [--out DIR]``; ``BENCH_NEIGHBOURS=pdf-bomb,chat-8``
-runs only those scenarios.
+Usage: ``python -m bench.isolation [--quick|--tiny] [--out DIR] [--neighbours pdf-bomb,chat-8]``.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import sys
 import threading
 import time
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import servers
+from bench.procs import status_name
 from bench.runner import Contender, Report, parse_config
 from bench.stats import percentile
 from bench.workloads import CHAT_MODEL, EMBED_MODEL, SENTENCES, anomaly_matrix, bomb_pdf, ocr_page_png
@@ -164,8 +163,7 @@ def _neighbour_loop(kind: str, target: str, stop: Any, started: Any, out: Any) -
         try:
             call(f"{REQUEST_ID_PREFIX}{kind}-{calls}")
         except Exception as exc:
-            code = getattr(exc, "code", None)
-            name = code().name if callable(code) else type(exc).__name__
+            name = status_name(exc) or type(exc).__name__
             errors[name] = errors.get(name, 0) + 1
         calls += 1
     out.put({"calls": calls, "errors": errors})
@@ -269,9 +267,17 @@ def contenders(target: str, log_path: Path, kind: str, duration_s: float) -> lis
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run every neighbour scenario; write the JSON, plot and README section."""
-    cfg = parse_config("isolation", argv, __doc__, reps={"full": 3, "quick": 2, "tiny": 1})
+    cfg = parse_config(
+        "isolation",
+        argv,
+        __doc__,
+        reps={"full": 3, "quick": 2, "tiny": 1},
+        add_arguments=lambda parser: parser.add_argument(
+            "--neighbours", help=f"comma-separated scenarios to run (default: all of {', '.join(DEADLINES)})"
+        ),
+    )
     duration = cfg.pick(full=20.0, quick=8.0, tiny=2.0)
-    only = [k for k in os.environ.get("BENCH_NEIGHBOURS", "").split(",") if k]
+    only = [k for k in (cfg.args.neighbours or "").split(",") if k]
     kinds = only or cfg.pick(full=list(DEADLINES), quick=list(DEADLINES), tiny=["embed-20mb"])
     unknown = set(kinds) - set(DEADLINES)
     if unknown:

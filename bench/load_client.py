@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bench.procs import status_name
 from bench.workloads import ANOMALY_SCORE_SEED, MAX_NEW_TOKENS, anomaly_matrix, chat_messages, sentence_batch
 
 Record = dict[str, Any]
@@ -78,13 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _error(exc: BaseException) -> str:
-    code = getattr(exc, "code", None)
-    if callable(code):
-        try:
-            return f"{type(exc).__name__}: {code().name}"
-        except Exception:
-            pass
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return f"{type(exc).__name__}: {status_name(exc) or str(exc)[:200]}"
 
 
 async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awaitable[None]]]:

@@ -194,3 +194,14 @@ def grpc_serving(target: str, timeout_s: float = 2.0) -> bool:
             health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
         )
     return response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def status_name(exc: BaseException) -> str | None:
+    """The gRPC status name of a failed call's exception (``"DEADLINE_EXCEEDED"``), else None."""
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            return code().name
+        except Exception:
+            return None
+    return None

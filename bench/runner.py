@@ -49,6 +49,7 @@ class BenchConfig:
         readme: The Markdown file whose marked section is refreshed.
         reps: Interleaved repetitions of each comparison.
         git: The measured commit (:func:`bench.environment.git_state`): revision, dirty, dirty_paths.
+        args: Every parsed flag, including an area's own (see :func:`parse_config`).
 
     """
 
@@ -59,6 +60,7 @@ class BenchConfig:
     readme: Path
     reps: int
     git: dict[str, Any]
+    args: argparse.Namespace
 
     @property
     def log_dir(self) -> Path:
@@ -98,14 +100,19 @@ def parse_config(
     argv: list[str] | None = None,
     description: str | None = None,
     reps: dict[str, int] | None = None,
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> BenchConfig:
     """Parse the common flags into a :class:`BenchConfig` (``reps``: default repetitions per mode).
+
+    ``add_arguments`` adds an area's own flags; their values are in :attr:`BenchConfig.args`.
 
     Published results must come from committed code: writing into the default ``bench/results/``
     from a tree with uncommitted changes (outside the bench's own outputs) exits with status 2
     before anything runs, unless ``--allow-dirty``.
     """
     parser = build_parser(area, description)
+    if add_arguments is not None:
+        add_arguments(parser)
     args = parser.parse_args(argv)
     mode = args.mode or "full"
     out = args.out.resolve()
@@ -125,7 +132,7 @@ def parse_config(
             f"the tree has uncommitted changes ({shown}): commit them so the results name the code "
             "they measured, write elsewhere with --out, or pass --allow-dirty"
         )
-    return BenchConfig(area, mode, not args.no_peers, out, readme, max(1, count), git)
+    return BenchConfig(area, mode, not args.no_peers, out, readme, max(1, count), git, args)
 
 
 class Progress:

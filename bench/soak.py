@@ -18,13 +18,13 @@ so far. Pass: no unexpected error (a refusal ``bad`` expects, a cancel the clien
 expected; anything else, INTERNAL above all, is not), the server healthy at the end, and RSS
 growing less than :data:`RSS_SLOPE_LIMIT_MB_PER_MIN` over the second half (no leak).
 
-Usage: ``python -m bench.soak [--quick|--tiny] [--duration-s S] [--out DIR]``; ``make soak``
+Usage: ``python -m bench.soak [--quick|--tiny] [--duration-s S] [--out DIR]`` (the common bench
+flags; ``--no-peers`` and ``--reps`` do nothing here); ``make soak``
 runs 30 minutes. Writes ``soak.json``, ``soak.png`` and the README section.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import itertools
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import environment, results, servers
-from bench.procs import REPO_ROOT, grpc_serving
-from bench.runner import DEFAULT_README, DEFAULT_RESULTS
+from bench.procs import grpc_serving, status_name
+from bench.runner import parse_config
 from bench.workloads import CHAT_MODEL, EMBED_MODEL, SENTENCES, anomaly_matrix, ocr_page_png
 
 SAMPLE_EVERY_S = 10.0
@@ -181,13 +181,7 @@ def _fit_detector(target: str) -> None:
 
 
 def _code(exc: BaseException) -> str:
-    code = getattr(exc, "code", None)
-    if callable(code):
-        try:
-            return code().name
-        except Exception:
-            pass
-    return f"{type(exc).__name__}: {str(exc)[:80]}"
+    return status_name(exc) or f"{type(exc).__name__}: {str(exc)[:80]}"
 
 
 def _client(name: str, call: Callable[[int], None], end: float, tally: Tally) -> None:
@@ -291,36 +285,30 @@ def markdown(payload: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the soak; write its JSON, plot and README section; exit status 1 when it failed."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    cfg = parse_config(
+        "soak",
+        argv,
+        __doc__,
+        add_arguments=lambda parser: parser.add_argument(
+            "--duration-s", type=float, help="seconds of load (default: 1800 full, 180 quick, 20 tiny)"
+        ),
     )
-    parser.add_argument("--quick", dest="mode", action="store_const", const="quick", default="full")
-    parser.add_argument("--tiny", dest="mode", action="store_const", const="tiny")
-    parser.add_argument("--duration-s", type=float, default=None)
-    parser.add_argument("--out", type=Path, default=DEFAULT_RESULTS)
-    parser.add_argument("--allow-dirty", action="store_true")
-    args = parser.parse_args(argv)
-    duration = args.duration_s or DURATIONS[args.mode]
-    out = args.out.resolve()
-    readme = DEFAULT_README if out == DEFAULT_RESULTS.resolve() else out / "README.md"
-    git = environment.git_state(REPO_ROOT)
-    if git["dirty"] and out == DEFAULT_RESULTS.resolve() and not args.allow_dirty:
-        parser.error("the tree has uncommitted changes: commit them first (or --allow-dirty)")
-    log_dir = out / "logs" / "soak"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    duration = cfg.args.duration_s or DURATIONS[cfg.mode]
+    out, readme = cfg.out_dir, cfg.readme
+    cfg.log_dir.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
         "area": "soak",
         "title": "Soak — mixed load on every task, one client per load, memory every 10 s",
-        "mode": args.mode,
+        "mode": cfg.mode,
         "started": environment.utc_now(),
         "machine": environment.machine_info(),
-        "git_revision": git["revision"],
-        "git_dirty": git["dirty"],
+        "git_revision": cfg.git["revision"],
+        "git_dirty": cfg.git["dirty"],
         "duration_s": duration,
         "json_name": os.path.relpath(out / "soak.json", readme.parent),
         "png_name": os.path.relpath(out / "soak.png", readme.parent),
     }
-    server = servers.start_ours(log_dir)
+    server = servers.start_ours(cfg.log_dir)
     tally = Tally()
     samples: list[dict[str, float]] = []
     try:
