@@ -7,8 +7,10 @@ flight, back to back, each with a deadline:
 
 - ``pdf-bomb``: ``Ocr`` (RapidOCR) of a few-KB PDF whose page takes PDFium minutes to paint
   (:func:`bench.workloads.bomb_pdf`), deadline 5 s;
-- ``embed-20mb``: ``Embed`` of one 20 MB string to the probe's own model, deadline 10 s;
-- ``prompt-50mb``: ``Generate`` with a 50 MB prompt, deadline 10 s;
+- ``embed-20mb``: ``Embed`` of one 20 MB string to the probe's own model, deadline 10 s (over
+  the server's default 16 MiB message limit: gRPC core refuses it by its length);
+- ``embed-15mb``: the same with 15 MB, the largest the default limit lets the server parse;
+- ``prompt-50mb``: ``Generate`` with a 50 MB prompt, deadline 10 s (refused by the limit too);
 - ``chat-8``: 8 chat streams of 64 tokens at once, again and again (the generation model busy);
 - ``ocr-pages``: ``Ocr`` (RapidOCR) of the bench's text page, one page after another;
 - ``anomaly-fit``: ``FitAnomalyDetector`` (isolation forest) on 200,000 rows x 8 columns.
@@ -49,6 +51,7 @@ PROBE_TIMEOUT_S = 30.0
 DEADLINES = {
     "pdf-bomb": 5.0,
     "embed-20mb": 10.0,
+    "embed-15mb": 10.0,
     "prompt-50mb": 10.0,
     "chat-8": 60.0,
     "ocr-pages": 30.0,
@@ -57,12 +60,14 @@ DEADLINES = {
 CHAT_STREAMS = 8
 #: Models of the catalog the neighbours use (the probe's embedder is always loaded).
 NEIGHBOUR_MODELS = {
-    EMBED_MODEL: ("embed-20mb",),
+    EMBED_MODEL: ("embed-20mb", "embed-15mb"),
     CHAT_MODEL: ("prompt-50mb", "chat-8"),
     "rapidocr": ("pdf-bomb", "ocr-pages"),
 }
 REQUEST_ID_PREFIX = "neighbour-"
-MAX_MESSAGE = 64 * 2**20  # the server's default max_receive_message_bytes
+MAX_MESSAGE = 64 * 2**20  # what the neighbour's channel may send: more than the server takes
+#: Megabytes of text in each big-message neighbour's one string.
+BIG_MESSAGES_MB = {"embed-20mb": 20, "embed-15mb": 15, "prompt-50mb": 50}
 
 
 def _neighbour_call(kind: str, target: str) -> Callable[[str], None]:
@@ -79,8 +84,8 @@ def _neighbour_call(kind: str, target: str) -> Callable[[str], None]:
     channel = grpc.insecure_channel(
         target,
         options=[
-            ("grpc.max_send_message_length", 64 * 2**20),
-            ("grpc.max_receive_message_length", 64 * 2**20),
+            ("grpc.max_send_message_length", MAX_MESSAGE),
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
         ],
     )
     stub = inference_service_pb2_grpc.InferenceServiceStub(channel)
@@ -99,17 +104,18 @@ def _neighbour_call(kind: str, target: str) -> Callable[[str], None]:
                 pass
 
         return ocr
-    if kind in ("embed-20mb", "prompt-50mb"):
+    if kind in BIG_MESSAGES_MB:
         # Serialized once and sent as bytes: the neighbour's own serializing (70 ms a call for
         # 50 MB) would otherwise load this shared machine's two cores, not the server.
-        if kind == "embed-20mb":
+        text = "word " * (BIG_MESSAGES_MB[kind] * 2**20 // 5)
+        if kind.startswith("embed"):
             method = "Embed"
-            message = encoders_pb2.EmbedRequest(model=EMBED_MODEL, inputs=["word " * (4 * 2**20)])
+            message = encoders_pb2.EmbedRequest(model=EMBED_MODEL, inputs=[text])
         else:
             method = "Generate"
             message = generation_pb2.GenerateRequest(
                 model=CHAT_MODEL,
-                prompt="word " * (10 * 2**20),
+                prompt=text,
                 parameters=generation_pb2.GenerationParameters(max_tokens=8),
             )
         payload = message.SerializeToString()

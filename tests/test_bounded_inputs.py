@@ -81,3 +81,13 @@ async def test_a_huge_prompt_is_refused_before_tokenizing(inference, as_chat):
         timeout=60,
     )
     assert small.usage.completion_tokens >= 1
+
+
+async def test_a_message_over_the_receive_limit_is_refused_before_it_is_parsed(inference):
+    """gRPC core refuses it by its length prefix: RESOURCE_EXHAUSTED, and the server keeps serving."""
+    over = "word " * (MAX_MESSAGE_BYTES // 5 + 1024)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await embed(inference, over, e.TRUNCATION_POLICY_END)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "larger than max" in caught.value.details()
+    assert (await embed(inference, "still serving", e.TRUNCATION_POLICY_END)).usage.prompt_tokens > 0
