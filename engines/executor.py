@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from engines.errors import UnavailableError
+from engines.process_lane import ProcessLane
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -86,11 +87,27 @@ class DeviceExecutor:
 
 
 class ExecutorPool:
-    """The lanes of a server: one :class:`DeviceExecutor` per (device, owner), made on first use."""
+    """The lanes of a server, each made on first use.
+
+    One :class:`DeviceExecutor` per (device, owner), and one :class:`ProcessLane` per owner of work
+    that must not hold the server's GIL or must be killable.
+    """
 
     def __init__(self) -> None:
         self._lanes: dict[tuple[str, str], DeviceExecutor] = {}
+        self._process_lanes: dict[str, ProcessLane] = {}
         self._lock = threading.Lock()
+
+    def process_lane(self, owner: str, preload: tuple[str, ...] = ()) -> ProcessLane:
+        """The process lane of ``owner`` (``"task:anomaly-fit"``), created if needed.
+
+        ``preload`` names the modules its jobs' functions live in (see :class:`ProcessLane`).
+        """
+        with self._lock:
+            lane = self._process_lanes.get(owner)
+            if lane is None:
+                lane = self._process_lanes[owner] = ProcessLane(owner.replace(":", "-"), preload)
+            return lane
 
     def lane(self, device: str, owner: str) -> DeviceExecutor:
         """The lane of ``owner`` on ``device``, created if needed.
@@ -116,9 +133,13 @@ class ExecutorPool:
         executor.shutdown(wait=False)
 
     def shutdown(self, *, wait: bool = True) -> None:
-        """Shut every lane down."""
+        """Shut every lane down (process lanes' children are killed)."""
         with self._lock:
             executors = list(self._lanes.values())
+            process_lanes = list(self._process_lanes.values())
             self._lanes.clear()
+            self._process_lanes.clear()
         for executor in executors:
             executor.shutdown(wait=wait)
+        for lane in process_lanes:
+            lane.stop()

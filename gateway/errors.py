@@ -62,6 +62,8 @@ _HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
 # client must delete something before saving more, which is 507 Insufficient Storage (RFC 4918).
 _HTTP_STATUS_BY_REASON: dict[str, int] = {
     "STORAGE_QUOTA_EXCEEDED": 507,
+    # An anomaly fit over the server's time limit: the same rows fail the same way, so not 429.
+    "FIT_TOO_SLOW": 413,
 }
 
 _ERROR_TYPE_BY_HTTP_STATUS: dict[int, str] = {

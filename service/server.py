@@ -76,7 +76,8 @@ def inference_servicer(
 
     Custom classifiers and anomaly detectors are saved under ``settings.data_dir``, each store
     within its quota settings; the scikit-learn work of each runs on a CPU lane of its own, beside
-    the models' lanes (:mod:`engines.executor`).
+    the models' lanes (:mod:`engines.executor`), and anomaly fits in a process lane
+    (:mod:`engines.process_lane`).
     """
     detectors = DetectorStore(
         settings.data_dir / ANOMALY_DIR,
@@ -94,7 +95,11 @@ def inference_servicer(
         classifiers=ClassifierTask(manager, classifiers, executors.lane("cpu", "task:classifiers")),
         ocr=OcrTask(manager),
         anomaly=AnomalyTask(
-            detectors, executors.lane("cpu", "task:anomaly"), max_window=settings.anomaly_max_window
+            detectors,
+            executors.lane("cpu", "task:anomaly"),
+            executors.process_lane("task:anomaly-fit", preload=("engines.anomaly.detector",)),
+            max_window=settings.anomaly_max_window,
+            fit_timeout_s=settings.anomaly_fit_timeout_s,
         ),
     )
 

@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     )
     anomaly_max_rows: int = Field(200_000, gt=0, description="Most rows in one fit or detect request.")
     anomaly_max_features: int = Field(1024, gt=0, description="Most columns in an anomaly row.")
+    anomaly_fit_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="Most seconds one anomaly fit may run; a slower one is stopped (FIT_TOO_SLOW).",
+    )
     anomaly_keep_versions: int = Field(
         3, gt=0, description="Saved versions of each anomaly detector kept on disk (older ones are deleted)."
     )

@@ -273,3 +273,15 @@ def fit_detector(rows: Sequence[Sequence[Cell]], config: FitConfig) -> Detector:
             "model": model,
         }
     )
+
+
+def fit_and_score(
+    rows: Sequence[Sequence[Cell]], config: FitConfig, threshold: float | None, explain: bool
+) -> ScoreResult:
+    """Fit a detector on ``rows`` and score the same rows (one-shot detection; blocking).
+
+    Raises:
+        InvalidArgumentError: as :func:`fit_detector` and :meth:`Detector.score`.
+
+    """
+    return fit_detector(rows, config).score(rows, threshold=threshold, explain=explain)

@@ -1,20 +1,25 @@
 """Anomaly detection: fit and save, score (saved or one-shot), stream windows, list and delete.
 
-Detectors are not catalog models: they live in a :class:`DetectorStore`, and fitting and
-scoring run on the task's own CPU lane, beside the models' lanes. Rows
-arrive as a *decode* function from the transport: decoding a large request (tens of ms for
-10,000 rows of cells) is a step of the executor job, not of the event loop, and it needs the
-detector's schema, which for a saved detector is known only once it is loaded.
+Detectors are not catalog models: they live in a :class:`DetectorStore`. Rows arrive as a
+*decode* function from the transport: decoding a large request (tens of ms for 10,000 rows of
+cells) is a step of a job on the task's own CPU lane, not of the event loop, and it needs the
+detector's schema, which for a saved detector is known only once it is loaded. Scoring with a
+saved detector runs on that lane too. Fitting (a named fit, or one-shot detection) runs in the
+task's process lane (:class:`~engines.process_lane.ProcessLane`, at nice +10): scikit-learn holds
+the GIL for long stretches of a 200,000-row fit, which in a thread stalled every other call
+(the probe's p99 went 7x in ``bench/isolation.py``), and a process can be killed when the call
+is cancelled or its deadline passes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
-from engines.anomaly.detector import Detector, fit_detector
+from engines.anomaly.detector import fit_and_score, fit_detector
 from engines.anomaly.store import DetectorStore, validate_detector_name
 from engines.anomaly.stream import StreamDetector, check_stream_config
 from engines.anomaly.types import (
@@ -26,8 +31,11 @@ from engines.anomaly.types import (
     StreamConfig,
     StreamStep,
 )
+from engines.errors import ResourceExhaustedError
 from engines.executor import DeviceExecutor
+from engines.process_lane import ProcessLane
 
+T = TypeVar("T")
 Rows = list[list[Cell]] | np.ndarray
 #: Rows of a request for the columns ``schema`` (``None``: all numeric, any width); raises
 #: InvalidArgumentError for malformed or too many rows. Blocking for large requests.
@@ -85,50 +93,82 @@ class AnomalyTask:
 
     Args:
         store: saved detectors (versioned).
-        cpu: the executor fits and scores run on.
+        cpu: the thread lane rows are decoded and scored on, and detectors saved and loaded.
+        fits: the process lane fits run in.
         max_window: the largest rolling window a stream may ask for (rows).
+        fit_timeout_s: the most seconds a fit may run (the row limit alone does not bound a
+            one-class SVM, whose time grows with the square of the rows).
 
     """
 
-    def __init__(self, store: DetectorStore, cpu: DeviceExecutor, *, max_window: int) -> None:
+    def __init__(
+        self,
+        store: DetectorStore,
+        cpu: DeviceExecutor,
+        fits: ProcessLane,
+        *,
+        max_window: int,
+        fit_timeout_s: float,
+    ) -> None:
         self._store = store
         self._cpu = cpu
+        self._fits = fits
         self._max_window = max_window
+        self._fit_timeout_s = fit_timeout_s
+
+    async def _in_fit_lane(
+        self, function: Callable[..., T], rows: Rows, config: FitConfig, *args: object
+    ) -> T:
+        """``function(rows, config, *args)`` in the process lane, under the fit time limit.
+
+        Raises:
+            ResourceExhaustedError: over ``fit_timeout_s`` (reason FIT_TOO_SLOW; the fit was stopped).
+
+        """
+        try:
+            return await self._fits.run(function, rows, config, *args, timeout_s=self._fit_timeout_s)
+        except TimeoutError:
+            raise ResourceExhaustedError(
+                f"the fit on {len(rows)} rows took more than {self._fit_timeout_s:g} s and was stopped; "
+                "send fewer rows or use a faster backend (isolation forest, ECOD, HBOS)",
+                reason="FIT_TOO_SLOW",
+                rows=len(rows),
+                fit_timeout_s=self._fit_timeout_s,
+            ) from None
 
     async def fit(self, name: str, config: FitConfig, decode: RowDecoder) -> FittedDetector:
         """Fit on the decoded rows and save as the next version of ``name``.
 
         Raises:
             InvalidArgumentError: invalid name, too few or malformed rows.
-            ResourceExhaustedError: the detector store is full (reason STORAGE_QUOTA_EXCEEDED).
+            ResourceExhaustedError: the detector store is full (reason STORAGE_QUOTA_EXCEEDED), or
+                the fit ran past its time limit (FIT_TOO_SLOW).
 
         """
         name = validate_detector_name(name)
 
-        def fit() -> Detector:
+        def read() -> Rows:
             # A full store is refused before the fit's work, not after (the size check repeats at save).
             self._store.check_quota(name)
-            return fit_detector(decode(config.schema), config)
+            return decode(config.schema)
 
-        detector = await self._cpu.run(fit)
+        rows = await self._cpu.run(read)
+        detector = await self._in_fit_lane(fit_detector, rows, config)
         version = await self._cpu.run(self._store.save, name, detector)
         return FittedDetector(name, version, detector.row_count, detector.threshold)
 
     async def detect_once(
         self, config: FitConfig, decode: RowDecoder, *, threshold: float | None, explain: bool
     ) -> ScoreResult:
-        """Fit on the rows and score the same rows (one executor job; nothing is saved).
+        """Fit on the rows and score the same rows (in the process lane; nothing is saved).
 
         Raises:
             InvalidArgumentError: too few or malformed rows.
+            ResourceExhaustedError: the fit ran past its time limit (FIT_TOO_SLOW).
 
         """
-
-        def fit_and_score() -> ScoreResult:
-            rows = decode(config.schema)
-            return fit_detector(rows, config).score(rows, threshold=threshold, explain=explain)
-
-        return await self._cpu.run(fit_and_score)
+        rows = await self._cpu.run(decode, config.schema)
+        return await self._in_fit_lane(fit_and_score, rows, config, threshold, explain)
 
     async def detect(
         self, name: str, decode: RowDecoder, *, threshold: float | None, explain: bool

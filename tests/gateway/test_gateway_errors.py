@@ -164,6 +164,7 @@ async def test_overloaded_429_tells_when_to_retry(
     [
         (RpcFailure(S.RESOURCE_EXHAUSTED, "no memory to load", "INSUFFICIENT_MEMORY"), 429),
         (RpcFailure(S.RESOURCE_EXHAUSTED, "too big", "MESSAGE_TOO_LARGE"), 413),
+        (RpcFailure(S.RESOURCE_EXHAUSTED, "fit stopped", "FIT_TOO_SLOW"), 413),
         (RpcFailure(S.RESOURCE_EXHAUSTED, "queue full"), 429),  # no ErrorInfo: reason unknown
         (RpcFailure(S.UNAVAILABLE, "shutting down", "UNAVAILABLE"), 503),
     ],

@@ -1,0 +1,167 @@
+"""A process lane: blocking work in a child process that can be killed, at a lower CPU priority.
+
+A thread lane (:mod:`engines.executor`) shares the server's GIL and cannot be interrupted. Work
+that holds the GIL for long stretches (scikit-learn fitting a 200,000-row isolation forest) or
+that cannot be stopped (PDFium painting a page whose content stream decompresses to millions
+of operators) runs here instead: one child process per lane, one job at a time, started from
+the forkserver (a small process started once with only the lanes' modules imported, so that a
+restart after a kill costs milliseconds, not a new interpreter's imports). The child runs at
+nice +:data:`DEFAULT_NICENESS`, so the models' lanes get the cores first.
+
+A job that overruns its time limit, or whose caller is cancelled (client cancel, deadline),
+kills the child; the next job starts a new one. A job is a module-level function and picklable
+arguments; its result comes back pickled. Errors: a :class:`~engines.errors.RuntimeServiceError`
+raised in the child reaches the caller as it was raised; any other exception is INTERNAL
+(a :class:`RuntimeError` naming its type; the child keeps serving); a child that dies by itself
+is INTERNAL too (:class:`ChildProcessError`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, ParamSpec, TypeVar
+
+from engines.errors import RuntimeServiceError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: Added to a lane child's niceness (0-19 on Linux; higher yields the CPU to others first).
+DEFAULT_NICENESS = 10
+
+# Modules every lane child needs, imported once by the forkserver when it starts (a lane made
+# after the forkserver started imports its module in the child, once per child).
+_PRELOAD: set[str] = {__name__}
+_PRELOAD_LOCK = threading.Lock()
+
+
+def _serve(conn: Connection, niceness: int) -> None:
+    """The child's loop: answer ``(function, args)`` jobs until EOF.
+
+    Each answer is ``("ok", value)``, ``("error", class, message, reason, metadata)`` for a
+    service error, or ``("crash", type name, message)`` for any other exception.
+    """
+    with contextlib.suppress(OSError):  # not permitted: run at normal priority
+        os.nice(niceness)
+    while True:
+        try:
+            function, args = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send(("ok", function(*args)))
+        except RuntimeServiceError as exc:
+            conn.send(("error", type(exc), exc.message, exc.reason, exc.metadata))
+        except Exception as exc:  # reported to the caller; the child keeps serving
+            conn.send(("crash", type(exc).__name__, str(exc)[:500]))
+
+
+class ProcessLane:
+    """One child process that runs jobs one at a time, killed when a job overruns or is cancelled.
+
+    Use from one event loop; jobs queue on an asyncio lock in the order they were awaited.
+
+    Args:
+        name: the child's process name (``ps``, logs).
+        preload: modules the jobs' functions live in, imported by the forkserver if it has not
+            started yet.
+        niceness: added to the child's niceness.
+
+    """
+
+    def __init__(self, name: str, preload: tuple[str, ...] = (), niceness: int = DEFAULT_NICENESS) -> None:
+        self.name = name
+        self._niceness = niceness
+        self._context = multiprocessing.get_context("forkserver")
+        with _PRELOAD_LOCK:
+            _PRELOAD.update(preload)
+            self._context.set_forkserver_preload(sorted(_PRELOAD))
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._lock = asyncio.Lock()
+        self._start_lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id, or None when none is running (for tests and logs)."""
+        process = self._process
+        return process.pid if process is not None and process.is_alive() else None
+
+    async def run(self, function: Callable[P, T], *args: Any, timeout_s: float | None = None) -> T:
+        """Run ``function(*args)`` in the child and return its result.
+
+        Args:
+            function: a module-level function (pickled by reference).
+            args: its arguments (pickled: numpy arrays travel as buffers).
+            timeout_s: seconds the job may run (None: until it ends or the caller is cancelled).
+
+        Raises:
+            TimeoutError: past ``timeout_s``; the child was killed.
+            asyncio.CancelledError: the caller was cancelled; the child was killed.
+            RuntimeServiceError: what the job raised.
+            RuntimeError: the job raised another exception (its type and message).
+            ChildProcessError: the child died by itself (killed by the OS, a crash in C code).
+
+        """
+        async with self._lock:
+            conn = self._connection()
+            try:
+                exchange = asyncio.to_thread(_exchange, conn, (function, args))
+                answer = await asyncio.wait_for(exchange, timeout_s)
+            except TimeoutError:  # before OSError, its base class
+                self.stop()
+                raise
+            except (EOFError, OSError) as exc:
+                self.stop()
+                raise ChildProcessError(f"the {self.name} process ended during a job") from exc
+            except BaseException:  # cancelled (client cancel, deadline)
+                self.stop()
+                raise
+        if answer[0] == "error":
+            _, cls, message, reason, metadata = answer
+            raise cls(message, reason=reason, **metadata)
+        if answer[0] == "crash":
+            raise RuntimeError(f"{answer[1]} in the {self.name} process: {answer[2]}")
+        return answer[1]
+
+    def stop(self) -> None:
+        """Kill the child if one runs (blocking for at most a second)."""
+        with self._start_lock:
+            process, self._process, self._conn = self._process, None, None
+        if process is not None:
+            process.kill()
+            process.join(1.0)
+
+    def _connection(self) -> Connection:
+        with self._start_lock:
+            if self._process is None or not self._process.is_alive():
+                parent, child = self._context.Pipe()
+                process = self._context.Process(
+                    target=_serve, args=(child, self._niceness), name=self.name, daemon=True
+                )
+                process.start()
+                child.close()  # so that the parent's recv sees EOF when the child dies
+                self._process, self._conn = process, parent
+            assert self._conn is not None
+            return self._conn
+
+
+def _exchange(conn: Connection, request: tuple) -> tuple:
+    """Send ``request`` and wait for the answer (blocking; in a helper thread).
+
+    After a kill the pipe breaks (EOFError, OSError): the connection is closed here, by the one
+    thread that uses it, and the error goes to a caller that no longer waits for it.
+    """
+    try:
+        conn.send(request)
+        return conn.recv()
+    except (EOFError, OSError):
+        with contextlib.suppress(OSError):
+            conn.close()
+        raise
