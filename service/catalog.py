@@ -15,6 +15,7 @@ File format (see ``default_catalog.yaml``)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -50,22 +51,46 @@ class CatalogEntry(BaseModel):
 
 
 class CatalogFile(BaseModel):
-    """The whole catalog file."""
+    """The whole catalog file; entries are checked one by one (:func:`load_catalog`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    models: dict[str, CatalogEntry]
+    models: dict[str, Any]
 
 
 class CatalogError(ValueError):
-    """The catalog file is missing or invalid; raised at start-up."""
+    """The catalog file is unreadable or not a catalog at all; raised at start-up."""
 
 
-def load_catalog(path: Path | None = None) -> dict[str, ModelSpec]:
-    """Read a catalog file (or the embedded default when ``path`` is None) into specs by name.
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """A read catalog.
+
+    Attributes:
+        specs: the well-formed entries by name.
+        invalid: the malformed entries by name, each with why (unknown keys, a bad task name,
+            a missing field, an invalid model name); the server lists them as ``Error: <why>``.
+
+    """
+
+    specs: dict[str, ModelSpec]
+    invalid: dict[str, str] = field(default_factory=dict)
+
+
+def _validation_summary(exc: ValidationError) -> str:
+    """One line for an entry's errors: ``tasks.0: Input should be ...; source: Field required``."""
+    return "; ".join(
+        f"{'.'.join(map(str, error['loc'])) or 'entry'}: {error['msg']}" for error in exc.errors()
+    )
+
+
+def load_catalog(path: Path | None = None) -> Catalog:
+    """Read a catalog file (or the embedded default when ``path`` is None).
+
+    A malformed entry does not stop the others: it is returned in :attr:`Catalog.invalid`.
 
     Raises:
-        CatalogError: unreadable YAML, unknown keys, bad task names or invalid model names.
+        CatalogError: unreadable file, invalid YAML, or not a mapping with a ``models`` mapping.
 
     """
     if path is None:
@@ -81,14 +106,19 @@ def load_catalog(path: Path | None = None) -> dict[str, ModelSpec]:
         parsed = CatalogFile.model_validate(yaml.safe_load(text) or {"models": {}})
     except (yaml.YAMLError, ValidationError) as exc:
         raise CatalogError(f"invalid catalog {origin}: {exc}") from exc
-    specs: dict[str, ModelSpec] = {}
-    for name, entry in parsed.models.items():
+    catalog = Catalog(specs={})
+    for name, raw in parsed.models.items():
+        name = str(name)
         try:
             validate_model_name(name)
+            entry = CatalogEntry.model_validate(raw)
+        except ValidationError as exc:
+            catalog.invalid[name] = f"invalid catalog entry in {origin}: {_validation_summary(exc)}"
         except ValueError as exc:
-            raise CatalogError(f"invalid model name {name!r} in {origin}: {exc}") from exc
-        specs[name] = spec_from_entry(name, entry)
-    return specs
+            catalog.invalid[name] = f"invalid model name in {origin}: {exc}"
+        else:
+            catalog.specs[name] = spec_from_entry(name, entry)
+    return catalog
 
 
 def spec_from_entry(name: str, entry: CatalogEntry) -> ModelSpec:

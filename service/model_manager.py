@@ -60,7 +60,13 @@ HUB_DEFAULT_BACKENDS: dict[Task, str] = {
 
 # Reasons of failed catalog checks passed on to clients as they are (see ModelManager._preflight).
 PREFLIGHT_REASONS = frozenset(
-    {"UNKNOWN_BACKEND", "MODEL_SOURCE_MISSING", "MODEL_SOURCE_INVALID", "INVALID_MODEL_OPTION"}
+    {
+        "INVALID_CATALOG_ENTRY",
+        "UNKNOWN_BACKEND",
+        "MODEL_SOURCE_MISSING",
+        "MODEL_SOURCE_INVALID",
+        "INVALID_MODEL_OPTION",
+    }
 )
 
 
@@ -146,12 +152,17 @@ class ModelManager:
         settings: Settings,
         executors: ExecutorPool,
         engine_factory: EngineFactory = engine_class,
+        invalid: dict[str, str] | None = None,
     ) -> None:
         self._settings = settings
         self._executors = executors
         self._engine_factory = engine_factory
         self._default_keep_alive_s = parse_keep_alive(settings.default_keep_alive)
         self._models: dict[str, ManagedModel] = {name: self._managed(spec) for name, spec in catalog.items()}
+        # Malformed catalog entries (service.catalog.Catalog.invalid): listed, never loadable.
+        self._invalid = dict(invalid or {})
+        for name in self._invalid:
+            self._models[name] = self._managed(ModelSpec(name=name, backend="", tasks=(), source=""))
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -218,6 +229,7 @@ class ModelManager:
         """
         task = CAPABILITY_TASKS[capability]
         managed = self.get(name, task)
+        self._refuse_malformed(managed.spec)
         if task not in managed.spec.tasks:
             served = ", ".join(t.value for t in managed.spec.tasks)
             raise TaskNotSupportedError(
@@ -353,15 +365,23 @@ class ModelManager:
             await executor.run(release_device_memory, device)
             self._executors.retire(executor)
 
+    def _refuse_malformed(self, spec: ModelSpec) -> None:
+        """Raise FailedPreconditionError (INVALID_CATALOG_ENTRY, with why) for a malformed entry."""
+        why = self._invalid.get(spec.name)
+        if why is not None:
+            raise FailedPreconditionError(why, reason="INVALID_CATALOG_ENTRY", model=spec.name)
+
     def _preflight(self, spec: ModelSpec) -> type[Engine]:
         """The engine class of ``spec`` once its cheap checks pass (:meth:`Engine.check_spec`).
 
         Raises:
-            FailedPreconditionError: an unknown backend or a bad entry, with the check's message;
-                reason UNKNOWN_BACKEND, MODEL_SOURCE_MISSING, MODEL_SOURCE_INVALID,
-                INVALID_MODEL_OPTION (any invalid option) or MODEL_UNAVAILABLE (anything else).
+            FailedPreconditionError: a malformed entry (INVALID_CATALOG_ENTRY), an unknown backend
+                or a bad entry, with the check's message; reason UNKNOWN_BACKEND,
+                MODEL_SOURCE_MISSING, MODEL_SOURCE_INVALID, INVALID_MODEL_OPTION (any invalid
+                option) or MODEL_UNAVAILABLE (anything else).
 
         """
+        self._refuse_malformed(spec)
         try:
             cls = self._engine_factory(spec.backend)
             cls.check_spec(spec)

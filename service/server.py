@@ -20,7 +20,12 @@ from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
 from engines.storage import StoreQuota
 from service.catalog import load_catalog
-from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
+from service.interceptors import (
+    AuthInterceptor,
+    ErrorMappingInterceptor,
+    RequestContextInterceptor,
+    RequestSizeInterceptor,
+)
 from service.model_manager import ModelManager
 from service.servicers.inference import InferenceServicer
 from service.servicers.models import ModelServicer
@@ -40,6 +45,19 @@ ANOMALY_DIR = "anomaly"
 SERVICE_NAMES = (
     inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
+)
+#: RPCs whose requests are texts, held to ``max_text_request_bytes`` (see RequestSizeInterceptor).
+TEXT_METHODS = tuple(
+    f"/{SERVICE_NAMES[0]}/{name}"
+    for name in (
+        "Generate",
+        "GenerateStream",
+        "Embed",
+        "Classify",
+        "ExtractEntities",
+        "Rerank",
+        "FitClassifier",
+    )
 )
 
 
@@ -97,7 +115,7 @@ def inference_servicer(
         anomaly=AnomalyTask(
             detectors,
             executors.lane("cpu", "task:anomaly"),
-            executors.process_lane("task:anomaly-fit", preload=("engines.anomaly.detector",)),
+            executors.process_lane("task:anomaly-fit", preload=("engines.anomaly.store",)),
             max_window=settings.anomaly_max_window,
             fit_timeout_s=settings.anomaly_fit_timeout_s,
         ),
@@ -111,18 +129,21 @@ async def start_server(settings: Settings) -> RunningServer:
     work (unknown backend, missing source, bad option) is logged and reported as ``Error: ...``.
 
     Raises:
-        service.catalog.CatalogError: the catalog file is unreadable or malformed.
+        service.catalog.CatalogError: the catalog file is unreadable or not a catalog (a malformed
+            entry is only marked ``Error``).
         RuntimeError: the port could not be bound.
 
     """
     executors = ExecutorPool()
-    manager = ModelManager(load_catalog(settings.catalog_path), settings, executors)
+    catalog = load_catalog(settings.catalog_path)
+    manager = ModelManager(catalog.specs, settings, executors, invalid=catalog.invalid)
     # Bad entries are logged and marked ERROR; the server still serves the others.
     manager.check_catalog()
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
     if settings.api_key:
         interceptors.append(AuthInterceptor(settings.api_key))
     interceptors.append(ErrorMappingInterceptor())
+    interceptors.append(RequestSizeInterceptor(dict.fromkeys(TEXT_METHODS, settings.max_text_request_bytes)))
     server = grpc.aio.server(
         interceptors=interceptors,
         options=[

@@ -16,6 +16,7 @@ from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import model_service_pb2 as m
 
 from engines.errors import MAX_ECHO_CHARS, InvalidArgumentError, clip_text, clip_utf8
+from service.request_context import MAX_REQUEST_ID_CHARS
 from service.status import MAX_MESSAGE_BYTES, MAX_METADATA_BYTES, status_for_error
 from tests.conftest import CHAT_MODEL, error_info
 from tests.test_bad_input import assert_healthy
@@ -164,3 +165,20 @@ async def test_ordinary_errors_are_unchanged(inference):
     assert error_info(err).metadata["model"] == "no-such-model"
     assert err.details() == "model 'no-such-model' is not in the catalog"
     await assert_healthy(inference)
+
+
+async def test_the_rpc_log_line_clips_the_model_name_and_the_request_id(inference, caplog):
+    """The per-RPC log line (and the echoed id) hold at most a few hundred characters of client text."""
+    long_id = "r" * 5_000
+    with caplog.at_level("INFO", logger="universal_runtime.rpc"):
+        call = inference.Embed(e.EmbedRequest(model=HUGE, inputs=["x"]), metadata=[("x-request-id", long_id)])
+        error = await rpc_error(call)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    echoed = dict(await call.initial_metadata())["x-request-id"]
+    assert echoed == long_id[:MAX_REQUEST_ID_CHARS]
+    lines = [
+        r for r in caplog.records if r.getMessage() == "rpc" and getattr(r, "method", "").endswith("/Embed")
+    ]
+    assert lines, "no rpc log line"
+    assert lines[-1].model == CLIPPED
+    assert lines[-1].request_id == echoed

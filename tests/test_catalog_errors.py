@@ -63,6 +63,22 @@ BAD_ENTRIES = {
         "INVALID_MODEL_OPTION",
         "option max_batch_size must be a positive integer",
     ),
+    # Malformed entries: the rest of the catalog still serves (they used to stop start-up).
+    "bad-task-name": (
+        {"tasks": ["embedd"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
+        "INVALID_CATALOG_ENTRY",
+        "tasks.0: Input should be",
+    ),
+    "unknown-key": (
+        {"tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE, "sauce": 1},
+        "INVALID_CATALOG_ENTRY",
+        "sauce: Extra inputs are not permitted",
+    ),
+    "no-source": (
+        {"tasks": ["embed"], "backend": "sentence_transformers"},
+        "INVALID_CATALOG_ENTRY",
+        "source: Field required",
+    ),
 }
 GOOD = "minilm-good"
 LATE = "minilm-late"  # its source appears after start-up
@@ -249,6 +265,7 @@ def test_check_spec_passes_hub_ids_and_the_system_tesseract():
 async def test_default_and_test_catalogs_pass_the_checks(tmp_path, executors, catalog_path):
     # The checks must not flag entries that load: every shipped and test entry is sound here.
     for catalog in (load_catalog(), load_catalog(catalog_path)):
-        manager = ModelManager(catalog, Settings(data_dir=tmp_path), executors)
+        assert catalog.invalid == {}
+        manager = ModelManager(catalog.specs, Settings(data_dir=tmp_path), executors)
         assert [bad.spec.name for bad in manager.check_catalog()] == []
         await manager.close()

@@ -14,7 +14,7 @@ from universal_runtime.v1 import generation_pb2 as g
 
 from engines.errors import InvalidArgumentError
 from service.convert.generation import generation_request
-from service.convert.validation import MAX_JSON_DEPTH, json_nesting_depth, parse_json
+from service.convert.validation import MAX_JSON_CHARS, MAX_JSON_DEPTH, json_nesting_depth, parse_json
 from tests.conftest import CHAT_MODEL, error_info
 from tests.test_bad_input import assert_healthy
 
@@ -63,6 +63,25 @@ async def test_deep_schemas_are_invalid_argument(inference, depth, build, field)
     assert info.metadata["max_depth"] == str(MAX_JSON_DEPTH)
     assert f"at most {MAX_JSON_DEPTH} levels" in err.details()
     await assert_healthy(inference)
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (schema_request, "parameters.response_format.json_schema"),
+        (tool_request, "parameters.tools[0].parameters_json_schema"),
+    ],
+)
+async def test_overlong_schemas_are_refused_by_length_before_any_scan(inference, build, field):
+    schema = '{"type":"object","description":"' + "x" * MAX_JSON_CHARS + '"}'
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await inference.Generate(build(schema))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info = error_info(caught.value)
+    assert info.reason == "INPUT_TOO_LONG"
+    assert info.metadata["field"] == field
+    assert info.metadata["characters"] == str(len(schema))
+    assert info.metadata["max_characters"] == str(MAX_JSON_CHARS)
 
 
 def test_json_loads_itself_fails_on_5000_levels():

@@ -13,6 +13,12 @@ MAX_JSON_DEPTH = 64
 far below, while thousands of levels make ``json.loads``, the JSON Schema validator and the
 grammar compilers recurse past Python's limit (RecursionError, which would be INTERNAL)."""
 
+MAX_JSON_CHARS = 256 * 1024
+"""Longest client JSON text accepted (schemas), in characters. Converters run on the event loop
+(about 6 ms per MB for the depth scan alone, more to parse and validate), so the text is
+refused by its length first; OpenAI caps a structured-output schema's names and enum values at
+120,000 characters in all, and real tool schemas are a few KB."""
+
 # A JSON string, matched possessively so the scan stays linear on any input: an unterminated
 # string (or one ending in a lone backslash) runs to the end of the text instead of failing
 # and being retried from every quote inside it.
@@ -64,14 +70,23 @@ def json_nesting_depth(text: str) -> int:
 def parse_json(text: str, field: str, *, reason: str = "INVALID_JSON_SCHEMA") -> object:
     """Parse client JSON ``text`` that may nest at most :data:`MAX_JSON_DEPTH` levels.
 
-    The depth is checked before parsing, so that deep input cannot make the parser (or whatever
+    The length (at most :data:`MAX_JSON_CHARS`) and then the depth are checked before parsing, so
+    that long input cannot hold the event loop and deep input cannot make the parser (or whatever
     walks the result) recurse.
 
     Raises:
-        InvalidArgumentError: nested too deep, or not valid JSON (``reason``; ``field`` in the
-            metadata).
+        InvalidArgumentError: longer than :data:`MAX_JSON_CHARS` (reason INPUT_TOO_LONG), nested too
+            deep, or not valid JSON (``reason``; ``field`` in the metadata).
 
     """
+    if len(text) > MAX_JSON_CHARS:
+        raise InvalidArgumentError(
+            f"{field}: {len(text)} characters of JSON; at most {MAX_JSON_CHARS} are allowed",
+            reason="INPUT_TOO_LONG",
+            field=field,
+            characters=len(text),
+            max_characters=MAX_JSON_CHARS,
+        )
     depth = json_nesting_depth(text)
     if depth > MAX_JSON_DEPTH:
         raise InvalidArgumentError(

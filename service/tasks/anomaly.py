@@ -19,8 +19,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from engines.anomaly.detector import fit_and_score, fit_detector
-from engines.anomaly.store import DetectorStore, validate_detector_name
+from engines.anomaly.detector import fit_and_score
+from engines.anomaly.store import DetectorStore, fit_for_store, validate_detector_name
 from engines.anomaly.stream import StreamDetector, check_stream_config
 from engines.anomaly.types import (
     Cell,
@@ -153,8 +153,9 @@ class AnomalyTask:
             return decode(config.schema)
 
         rows = await self._cpu.run(read)
-        detector = await self._in_fit_lane(fit_detector, rows, config)
-        version = await self._cpu.run(self._store.save, name, detector)
+        # Serialized in the child too: skops takes seconds of Python for a large forest.
+        detector, data = await self._in_fit_lane(fit_for_store, rows, config)
+        version = await self._cpu.run(self._store.save, name, detector, data)
         return FittedDetector(name, version, detector.row_count, detector.threshold)
 
     async def detect_once(

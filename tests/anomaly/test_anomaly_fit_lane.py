@@ -68,7 +68,7 @@ async def test_a_fit_over_the_time_limit_is_refused_as_too_slow(tmp_path):
     task = AnomalyTask(
         store,
         executors.lane("cpu", "task:anomaly"),
-        executors.process_lane(FIT_LANE, preload=("engines.anomaly.detector",)),
+        executors.process_lane(FIT_LANE, preload=("engines.anomaly.store",)),
         max_window=1000,
         fit_timeout_s=0.5,
     )

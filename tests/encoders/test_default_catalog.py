@@ -11,7 +11,7 @@ ENCODER_TASKS = {Task.EMBED, Task.RERANK, Task.CLASSIFY, Task.EXTRACT_ENTITIES}
 
 
 def test_encoder_entries_resolve_and_their_backends_serve_their_tasks():
-    catalog = load_catalog()
+    catalog = load_catalog().specs
     encoders = {name: spec for name, spec in catalog.items() if set(spec.tasks) & ENCODER_TASKS}
     assert {"all-minilm-l6-v2", "intent-clinc150", "en-core-web-sm"} <= set(encoders)
     assert set(catalog["all-minilm-l6-v2"].tasks) == {Task.EMBED, Task.RERANK, Task.CLASSIFY}
