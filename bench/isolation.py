@@ -8,9 +8,10 @@ flight, back to back, each with a deadline:
 - ``pdf-bomb``: ``Ocr`` (RapidOCR) of a few-KB PDF whose page takes PDFium minutes to paint
   (:func:`bench.workloads.bomb_pdf`), deadline 5 s;
 - ``embed-20mb``: ``Embed`` of one 20 MB string to the probe's own model, deadline 10 s (over
-  the server's default 16 MiB message limit: gRPC core refuses it by its length);
-- ``embed-15mb``: the same with 15 MB, the largest the default limit lets the server parse;
-- ``prompt-50mb``: ``Generate`` with a 50 MB prompt, deadline 10 s (refused by the limit too);
+  the server's default limits: gRPC core refuses it by its length prefix);
+- ``embed-4mb``: the same with 3.9 MB, just under the text RPCs' default 4 MiB limit: the
+  largest embed the server parses;
+- ``prompt-50mb``: ``Generate`` with a 50 MB prompt, deadline 10 s (refused by the limits too);
 - ``chat-8``: 8 chat streams of 64 tokens at once, again and again (the generation model busy);
 - ``ocr-pages``: ``Ocr`` (RapidOCR) of the bench's text page, one page after another;
 - ``anomaly-fit``: ``FitAnomalyDetector`` (isolation forest) on 200,000 rows x 8 columns.
@@ -51,7 +52,7 @@ PROBE_TIMEOUT_S = 30.0
 DEADLINES = {
     "pdf-bomb": 5.0,
     "embed-20mb": 10.0,
-    "embed-15mb": 10.0,
+    "embed-4mb": 10.0,
     "prompt-50mb": 10.0,
     "chat-8": 60.0,
     "ocr-pages": 30.0,
@@ -60,14 +61,14 @@ DEADLINES = {
 CHAT_STREAMS = 8
 #: Models of the catalog the neighbours use (the probe's embedder is always loaded).
 NEIGHBOUR_MODELS = {
-    EMBED_MODEL: ("embed-20mb", "embed-15mb"),
+    EMBED_MODEL: ("embed-20mb", "embed-4mb"),
     CHAT_MODEL: ("prompt-50mb", "chat-8"),
     "rapidocr": ("pdf-bomb", "ocr-pages"),
 }
 REQUEST_ID_PREFIX = "neighbour-"
 MAX_MESSAGE = 64 * 2**20  # what the neighbour's channel may send: more than the server takes
 #: Megabytes of text in each big-message neighbour's one string.
-BIG_MESSAGES_MB = {"embed-20mb": 20, "embed-15mb": 15, "prompt-50mb": 50}
+BIG_MESSAGES_MB = {"embed-20mb": 20, "embed-4mb": 3.9, "prompt-50mb": 50}
 
 
 def _neighbour_call(kind: str, target: str) -> Callable[[str], None]:
@@ -107,7 +108,7 @@ def _neighbour_call(kind: str, target: str) -> Callable[[str], None]:
     if kind in BIG_MESSAGES_MB:
         # Serialized once and sent as bytes: the neighbour's own serializing (70 ms a call for
         # 50 MB) would otherwise load this shared machine's two cores, not the server.
-        text = "word " * (BIG_MESSAGES_MB[kind] * 2**20 // 5)
+        text = "word " * int(BIG_MESSAGES_MB[kind] * 2**20 / 5)
         if kind.startswith("embed"):
             method = "Embed"
             message = encoders_pb2.EmbedRequest(model=EMBED_MODEL, inputs=[text])

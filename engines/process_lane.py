@@ -110,7 +110,9 @@ class ProcessLane:
 
         """
         async with self._lock:
-            conn = self._connection()
+            # In a thread: the first start waits for the forkserver to import the lanes' modules
+            # (about a second), and every start for its fork; neither may hold the event loop.
+            conn = await asyncio.to_thread(self._connection)
             try:
                 exchange = asyncio.to_thread(_exchange, conn, (function, args))
                 answer = await asyncio.wait_for(exchange, timeout_s)
