@@ -14,7 +14,10 @@ flight, back to back, each with a deadline:
 - ``prompt-50mb``: ``Generate`` with a 50 MB prompt, deadline 10 s (refused by the limits too);
 - ``chat-8``: 8 chat streams of 64 tokens at once, again and again (the generation model busy);
 - ``ocr-pages``: ``Ocr`` (RapidOCR) of the bench's text page, one page after another;
-- ``anomaly-fit``: ``FitAnomalyDetector`` (isolation forest) on 200,000 rows x 8 columns.
+- ``anomaly-fit``: ``FitAnomalyDetector`` (isolation forest) on 200,000 rows x 8 columns;
+- ``cpu-hog``: no call at all, a process spinning on one core at nice +10: the floor of this
+  machine for any neighbour that keeps one core busy at that priority (as the PDF renderer,
+  anomaly fits and OCR lanes do), since the probe's model shares the same two cores.
 
 Goal (issue 15): the probe's p99 with a neighbour at most 2x its quiet p99, and every neighbour
 call that runs past its deadline ends, on the server, within 1 s of it ("overrun": the RPC's
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
 import threading
 import time
@@ -57,7 +61,10 @@ DEADLINES = {
     "chat-8": 60.0,
     "ocr-pages": 30.0,
     "anomaly-fit": 60.0,
+    "cpu-hog": 1.0,
 }
+#: Nice value of the cpu-hog neighbour (the server's process lanes and OCR lanes use 10).
+HOG_NICENESS = 10
 CHAT_STREAMS = 8
 #: Models of the catalog the neighbours use (the probe's embedder is always loaded).
 NEIGHBOUR_MODELS = {
@@ -158,12 +165,22 @@ def _neighbour_call(kind: str, target: str) -> Callable[[str], None]:
         return lambda request_id: stub.FitAnomalyDetector(
             request, timeout=deadline, metadata=metadata(request_id)
         )
+    if kind == "cpu-hog":
+
+        def spin(request_id: str) -> None:
+            end = time.perf_counter() + DEADLINES[kind]
+            while time.perf_counter() < end:
+                pass
+
+        return spin
     raise ValueError(f"unknown neighbour {kind!r}")
 
 
 def _neighbour_loop(kind: str, target: str, stop: Any, started: Any, out: Any) -> None:
     """Child process: run ``kind`` calls back to back until ``stop`` is set; put a summary on ``out``."""
     call = _neighbour_call(kind, target)
+    if kind == "cpu-hog":
+        os.nice(HOG_NICENESS)
     calls, errors = 0, {}
     started.set()
     while not stop.is_set():

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from engines.device import cpu_threads, resolve_device, set_torch_threads
+from engines.device import cpu_threads, lower_thread_priority, resolve_device, set_torch_threads
 from engines.errors import InvalidArgumentError
 from engines.executor import DeviceExecutor
 from engines.sources import resolve_source
@@ -57,6 +57,9 @@ class Engine(abc.ABC):
     """Catalog options that must be integers when set; :meth:`check_spec` checks them."""
     runs_torch: ClassVar[bool] = False
     """Whether the engine computes with torch on its lane (see :meth:`configure_lane`)."""
+    default_niceness: ClassVar[int] = 0
+    """Nice value of the lane's threads unless the catalog option ``niceness`` sets one: 0 for
+    models that answer interactive calls; batch work (OCR pages) yields the cores to them."""
 
     def __init__(self, spec: ModelSpec, device: str, executor: DeviceExecutor) -> None:
         self.spec = spec
@@ -79,6 +82,8 @@ class Engine(abc.ABC):
     def configure_lane(self) -> None:
         """Set up the lane's thread for this engine (blocking; called on the lane before :meth:`load`).
 
+        The lane's nice value: the ``niceness`` option (0-19), else :attr:`default_niceness`.
+
         For a torch engine on the CPU, the lane's torch intra-op threads: the ``threads`` option,
         else every core the process may use. One thread keeps a model's small calls quick beside
         busy neighbours (a team of OpenMP threads spin-waits at its barriers, and a busy core
@@ -88,6 +93,7 @@ class Engine(abc.ABC):
         """
         if self.runs_torch and self.device == "cpu":
             set_torch_threads(int(self.option("threads", cpu_threads())))
+        lower_thread_priority(int(self.option("niceness", self.default_niceness)))
 
     async def drain(self) -> None:
         """Return once no job of this engine is queued or running (called before :meth:`unload`).
@@ -126,7 +132,7 @@ class Engine(abc.ABC):
 
         """
         resolve_source(spec.source)
-        for key in (*cls.int_options, *(("threads",) if cls.runs_torch else ())):
+        for key in (*cls.int_options, "niceness", *(("threads",) if cls.runs_torch else ())):
             value = spec.options.get(key)
             if value is None:
                 continue
@@ -138,6 +144,12 @@ class Engine(abc.ABC):
                     reason="INVALID_MODEL_OPTION",
                     option=key,
                 ) from None
+        if not 0 <= int(spec.options.get("niceness", 0)) <= 19:
+            raise InvalidArgumentError(
+                f"option niceness must be from 0 to 19, got {spec.options['niceness']!r}",
+                reason="INVALID_MODEL_OPTION",
+                option="niceness",
+            )
         if cls.runs_torch and int(spec.options.get("threads", 1)) < 1:
             raise InvalidArgumentError(
                 f"option threads must be at least 1, got {spec.options['threads']!r}",

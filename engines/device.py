@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -101,3 +103,17 @@ def set_torch_threads(count: int) -> None:
 
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
+
+
+def lower_thread_priority(niceness: int) -> None:
+    """Run the calling thread, and the threads it starts from now on, at nice ``niceness`` (0-19).
+
+    Linux keeps a nice value per thread (``setpriority(PRIO_PROCESS, tid)``), and a thread
+    inherits its creator's: a lane set this way before its model loads carries its runtime's
+    worker threads along (ONNX Runtime makes its pool when the session is created). Only ever
+    lowers the priority (raising it needs privileges); a no-op where not supported.
+    """
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError, AttributeError):
+        if niceness > os.getpriority(os.PRIO_PROCESS, tid):
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)

@@ -5,7 +5,9 @@ thread, in order; unloading a model retires its lane."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,3 +150,69 @@ def test_a_bad_threads_option_is_refused_before_loading(value):
     with pytest.raises(InvalidArgumentError) as caught:
         SentenceTransformersEmbeddingEngine.check_spec(spec)
     assert caught.value.reason == "INVALID_MODEL_OPTION"
+
+
+def thread_niceness(tid: int) -> int:
+    """A thread's nice value, from /proc (field 19 of its stat line)."""
+    stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])
+
+
+def lane_threads_niceness(name_prefix: str) -> list[int]:
+    return [thread_niceness(t.native_id) for t in threading.enumerate() if t.name.startswith(name_prefix)]
+
+
+async def test_ocr_lanes_and_the_threads_they_start_run_at_lower_priority(tmp_path):
+    """OCR pages are batch work: the lane (and ONNX Runtime's pool, made by the lane at load) run
+    at nice 10, so the cores go to interactive models' lanes first; other lanes stay at 0."""
+    catalog = {
+        "rapidocr": ModelSpec(
+            name="rapidocr", backend="rapidocr", tasks=(Task.OCR,), source="pkg://rapidocr_onnxruntime/models"
+        ),
+        "quick": ModelSpec(name="quick", backend="lane_reporter", tasks=(Task.EMBED,), source="x"),
+        "nice-option": ModelSpec(
+            name="nice-option",
+            backend="lane_reporter",
+            tasks=(Task.EMBED,),
+            source="x",
+            options={"niceness": 5},
+        ),
+    }
+    from engines.registry import engine_class
+
+    executors = ExecutorPool()
+    manager = ModelManager(
+        catalog,
+        Settings(data_dir=tmp_path),
+        executors,
+        engine_factory=lambda backend: _LaneReporter if backend == "lane_reporter" else engine_class(backend),
+    )
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    before = {t.native_id for t in threading.enumerate()}
+    try:
+        await manager.load("rapidocr")
+        await embed(manager, "quick")
+        await embed(manager, "nice-option")
+        assert lane_threads_niceness("cpu-rapidocr") == [max(own, 10)]
+        assert lane_threads_niceness("cpu-quick") == [own]
+        assert lane_threads_niceness("cpu-nice-option") == [max(own, 5)]
+        started = [t for t in os.listdir("/proc/self/task") if int(t) not in before]
+        assert sum(thread_niceness(int(t)) == max(own, 10) for t in started) >= 1
+    finally:
+        await manager.close()
+        executors.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("value", [-1, 20, "low"])
+def test_a_bad_niceness_option_is_refused_before_loading(value):
+    from engines.errors import InvalidArgumentError
+    from engines.ocr.rapidocr_engine import RapidOcrEngine
+
+    spec = ModelSpec(
+        name="bad", backend="rapidocr", tasks=(Task.OCR,),
+        source="pkg://rapidocr_onnxruntime/models", options={"niceness": value},
+    )  # fmt: skip
+    with pytest.raises(InvalidArgumentError) as caught:
+        RapidOcrEngine.check_spec(spec)
+    assert caught.value.reason == "INVALID_MODEL_OPTION"
+    assert caught.value.metadata["option"] == "niceness"

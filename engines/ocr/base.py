@@ -24,6 +24,9 @@ class OcrEngine(Engine):
     """
 
     tasks = frozenset({Task.OCR})
+    # A page is seconds of batch work: it yields the cores to interactive models' lanes
+    # (bench/isolation.py, "ocr-pages"); an idle machine still gives it everything.
+    default_niceness = 10
 
     @classmethod
     def select_device(cls, preference: str) -> str:
