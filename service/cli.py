@@ -9,6 +9,7 @@ import os
 import signal
 from pathlib import Path
 
+from engines.process_lane import preload_modules
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
         if key not in ("no_gateway", "log_level") and value is not None
     }
     settings = Settings(**overrides)
+    # Process-lane children re-run the launcher, which imports this module: warm in the forkserver.
+    preload_modules(__name__)
     asyncio.run(serve(settings, with_gateway=not args.no_gateway))
 
 
