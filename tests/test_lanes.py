@@ -170,12 +170,18 @@ async def test_ocr_lanes_and_the_threads_they_start_run_at_lower_priority(tmp_pa
     """OCR pages are batch work: the lane (and ONNX Runtime's pool, made by the lane at load) run
     at nice 10, so the cores go to interactive models' lanes first; other lanes stay at 0."""
     catalog = {
-        "rapidocr": ModelSpec(
-            name="rapidocr", backend="rapidocr", tasks=(Task.OCR,), source="pkg://rapidocr_onnxruntime/models"
+        # A name of its own: the session server's "rapidocr" lane may be alive in this process.
+        "lanes-ocr": ModelSpec(
+            name="lanes-ocr",
+            backend="rapidocr",
+            tasks=(Task.OCR,),
+            source="pkg://rapidocr_onnxruntime/models",
         ),
-        "quick": ModelSpec(name="quick", backend="lane_reporter", tasks=(Task.EMBED,), source="x"),
-        "nice-option": ModelSpec(
-            name="nice-option",
+        "lanes-plain": ModelSpec(
+            name="lanes-plain", backend="lane_reporter", tasks=(Task.EMBED,), source="x"
+        ),
+        "lanes-nice5": ModelSpec(
+            name="lanes-nice5",
             backend="lane_reporter",
             tasks=(Task.EMBED,),
             source="x",
@@ -194,12 +200,12 @@ async def test_ocr_lanes_and_the_threads_they_start_run_at_lower_priority(tmp_pa
     own = os.getpriority(os.PRIO_PROCESS, 0)
     before = {t.native_id for t in threading.enumerate()}
     try:
-        await manager.load("rapidocr")
-        await embed(manager, "quick")
-        await embed(manager, "nice-option")
-        assert lane_threads_niceness("cpu-rapidocr") == [max(own, 10)]
-        assert lane_threads_niceness("cpu-quick") == [own]
-        assert lane_threads_niceness("cpu-nice-option") == [max(own, 5)]
+        await manager.load("lanes-ocr")
+        await embed(manager, "lanes-plain")
+        await embed(manager, "lanes-nice5")
+        assert lane_threads_niceness("cpu-lanes-ocr") == [max(own, 10)]
+        assert lane_threads_niceness("cpu-lanes-plain") == [own]
+        assert lane_threads_niceness("cpu-lanes-nice5") == [max(own, 5)]
         started = [t for t in os.listdir("/proc/self/task") if int(t) not in before]
         assert sum(thread_niceness(int(t)) == max(own, 10) for t in started) >= 1
     finally:
