@@ -22,6 +22,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grpc-port", type=int)
     parser.add_argument("--gateway-host")
     parser.add_argument("--gateway-port", type=int)
+    parser.add_argument("--metrics-port", type=int, help="gRPC server's own /metrics port; 0 = off")
     parser.add_argument("--no-gateway", action="store_true", help="serve gRPC only")
     parser.add_argument("--catalog", dest="catalog_path", type=Path, help="model catalog YAML")
     parser.add_argument("--device", help="auto, cpu, cuda[:N] or mps")

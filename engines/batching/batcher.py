@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from engines.executor import DeviceExecutor
+from engines.metrics import observe_encoder_batch
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,11 @@ class DynamicBatcher(Generic[I, O]):
         self._collector: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+
+    @property
+    def queue_depth(self) -> int:
+        """Inputs queued or held by requests still preparing them (read at metrics scrapes)."""
+        return len(self._queue) + self._reserved
 
     def reserve(self, count: int) -> QueuePlaces:
         """Take ``count`` queue places for a request before its inputs are tokenized.
@@ -356,8 +362,13 @@ class DynamicBatcher(Generic[I, O]):
         self.stats.batches += 1
         self.stats.items += len(batch)
         self.stats.batch_sizes.append(len(batch))
+        assert self._loop is not None
+        started = self._loop.time()
         try:
             outputs = await self._executor.run(self._run_batch, [entry.item for entry in batch])
+            observe_encoder_batch(
+                self.name, [started - entry.enqueued_at for entry in batch], self._loop.time() - started
+            )
             if len(outputs) != len(batch):
                 raise RuntimeError(f"run_batch returned {len(outputs)} outputs for {len(batch)} items")
         except asyncio.CancelledError:

@@ -107,6 +107,11 @@ class ContinuousBatchScheduler:
         return len(self._active)
 
     @property
+    def waiting_count(self) -> int:
+        """Admitted requests not in the running batch yet (being prepared or queued for a slot)."""
+        return max(0, self._admitted - len(self._active))
+
+    @property
     def admitted_count(self) -> int:
         """Requests holding a place: preparing, waiting or running (at most max_sequences + max_waiting)."""
         return self._admitted
