@@ -38,6 +38,7 @@ from service.tasks.classifiers import ClassifierTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
+from service.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,8 @@ async def start_server(settings: Settings) -> RunningServer:
     metrics.register_model_state(manager)
     # Bad entries are logged and marked ERROR; the server still serves the others.
     manager.check_catalog()
+    # Before the server is made: the grpc instrumentation patches grpc.aio.server.
+    configure_tracing(settings.otlp_endpoint)
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
     if settings.api_key:
         interceptors.append(AuthInterceptor(settings.api_key))
