@@ -9,10 +9,11 @@ import sys
 import time
 import traceback
 
-from bench import admission, anomaly, embeddings, generation, isolation, memory, ocr, overhead
+from bench import admission, anomaly, embeddings, generation, isolation, memory, metrics_cost, ocr, overhead
 
 AREAS = {
     "overhead": overhead,
+    "metrics_cost": metrics_cost,
     "embeddings": embeddings,
     "generation": generation,
     "memory": memory,

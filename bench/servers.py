@@ -88,7 +88,9 @@ def start_ours(log_dir: Path, name: str = "ours", env: dict[str, str] | None = N
         grpc_port, gateway_port = free_port(), free_port()
         data_dir = tempfile.mkdtemp(prefix="ur-bench-")
         argv = [*our_server_argv(), "--grpc-port", str(grpc_port), "--gateway-port", str(gateway_port)]
+        # No fixed metrics port: several of our servers may run at once (metrics still record).
         settings = {"UR_DATA_DIR": data_dir, "UR_LOG_LEVEL": "WARNING", "UR_GRPC_HOST": LOOPBACK}
+        settings["UR_METRICS_PORT"] = "0"
         settings.update({"UR_GATEWAY_HOST": LOOPBACK, **(env or {})})
         process = ManagedProcess(name, argv, log_dir, base_env(**settings))
         target, base = f"{LOOPBACK}:{grpc_port}", f"http://{LOOPBACK}:{gateway_port}"

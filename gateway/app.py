@@ -12,7 +12,19 @@ from gateway.dependencies import require_api_key
 from gateway.errors import install_error_handlers
 from gateway.grpc_clients import GrpcClients
 from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
-from gateway.routes import anomaly, chat, classify, completions, embeddings, health, models, ner, ocr, rerank
+from gateway.routes import (
+    anomaly,
+    chat,
+    classify,
+    completions,
+    embeddings,
+    health,
+    metrics,
+    models,
+    ner,
+    ocr,
+    rerank,
+)
 from gateway.schemas.errors import ERROR_RESPONSES, HEALTH_ERROR_RESPONSES
 from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SHUTDOWN_GRACE_S, GatewayConfig
 
@@ -84,6 +96,7 @@ def create_app(
     app.add_middleware(RequestIdMiddleware)
 
     app.include_router(health.router, responses=HEALTH_ERROR_RESPONSES)
+    app.include_router(metrics.router)
     authenticated = [Depends(require_api_key)]
     for module in (chat, completions, embeddings, models, ocr, anomaly, rerank, classify, ner):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)

@@ -13,6 +13,7 @@ from engines.process_lane import preload_modules
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
+from service.tracing import instrument_gateway
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -22,6 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grpc-port", type=int)
     parser.add_argument("--gateway-host")
     parser.add_argument("--gateway-port", type=int)
+    parser.add_argument("--metrics-port", type=int, help="gRPC server's own /metrics port; 0 = off")
     parser.add_argument("--no-gateway", action="store_true", help="serve gRPC only")
     parser.add_argument("--catalog", dest="catalog_path", type=Path, help="model catalog YAML")
     parser.add_argument("--device", help="auto, cpu, cuda[:N] or mps")
@@ -61,6 +63,7 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
             max_message_bytes=settings.max_receive_message_bytes,
             shutdown_grace_s=settings.shutdown_grace_s,
         )
+        instrument_gateway(app)  # route spans, when tracing is on
         config = uvicorn.Config(
             app,
             host=settings.gateway_host,

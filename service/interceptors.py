@@ -19,6 +19,7 @@ import grpc
 from grpc_interceptor import AsyncServerInterceptor
 
 from engines.errors import ResourceExhaustedError, RuntimeServiceError
+from service import metrics
 from service.request_context import REQUEST_ID_METADATA_KEY, client_request_id, model_var, request_id_var
 from service.status import internal_status, rich_status, status_for_error
 
@@ -34,6 +35,11 @@ async def _call(method: Callable, request: Any, context: grpc.aio.ServicerContex
     if hasattr(result, "__aiter__"):
         return result
     return await result
+
+
+def _short(method_name: str) -> str:
+    """``Embed`` for ``/universal_runtime.v1.InferenceService/Embed`` (the metrics' method label)."""
+    return method_name.rpartition("/")[2]
 
 
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -55,6 +61,7 @@ class RequestContextInterceptor(AsyncServerInterceptor):
         request_id_var.set(request_id)
         model_var.set("")
         started = time.perf_counter()
+        metrics.rpc_started(_short(method_name))
         # Metadata already sent or call gone: the request id is still in the log.
         with contextlib.suppress(Exception):
             await context.send_initial_metadata(((REQUEST_ID_METADATA_KEY, request_id_var.get()),))
@@ -90,13 +97,15 @@ class RequestContextInterceptor(AsyncServerInterceptor):
             code_name = (
                 code.name if isinstance(code, grpc.StatusCode) else ("OK" if error is None else "UNKNOWN")
             )
+        seconds = time.perf_counter() - started
+        metrics.rpc_finished(_short(method_name), code_name, seconds)
         log.info(
             "rpc",
             extra={
                 "request_id": request_id_var.get(),
                 "method": method_name,
                 "code": code_name,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                "duration_ms": round(seconds * 1000, 2),
                 "model": model_var.get(),
             },
         )
@@ -164,6 +173,8 @@ class ErrorMappingInterceptor(AsyncServerInterceptor):
             return
         if isinstance(exc, RuntimeServiceError):
             status = status_for_error(exc)
+            if status.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+                metrics.rpc_rejected(_short(method_name), exc.reason)
             if status.code is grpc.StatusCode.INTERNAL:
                 log.error(
                     "rpc failed: %s",

@@ -42,6 +42,7 @@ from engines.errors import (
 from engines.executor import DeviceExecutor, ExecutorPool
 from engines.registry import engine_class
 from engines.types import MemoryUsage, Task
+from service import metrics
 from service.keep_alive import format_keep_alive, parse_keep_alive
 from service.model_names import validate_model_name
 from service.settings import Settings
@@ -345,11 +346,13 @@ class ModelManager:
             parse_keep_alive(spec.keep_alive) if spec.keep_alive else self._default_keep_alive_s
         )
         managed.state = ModelState.READY
+        seconds = time.perf_counter() - started
+        metrics.model_loaded(spec.name, seconds)
         log.info(
             "model ready",
             extra={
                 "model": spec.name,
-                "seconds": round(time.perf_counter() - started, 3),
+                "seconds": round(seconds, 3),
                 "ram_bytes": managed.memory.ram_bytes,
                 "vram_bytes": managed.memory.vram_bytes,
             },
@@ -458,19 +461,21 @@ class ModelManager:
             )
         async with managed.lock:
             await managed.idle.wait()
-            await self._unload_locked(managed)
+            await self._unload_locked(managed, "explicit")
         return managed
 
     async def _unload_if_idle(self, managed: ManagedModel, idle_for_s: float) -> None:
         async with managed.lock:
             idle = time.monotonic() - managed.last_used
             if managed.state is ModelState.READY and managed.active == 0 and idle >= idle_for_s:
-                await self._unload_locked(managed)
+                await self._unload_locked(managed, "idle")
 
-    async def _unload_locked(self, managed: ManagedModel) -> None:
+    async def _unload_locked(self, managed: ManagedModel, reason: str) -> None:
+        """Unload a READY model (``reason``: idle, explicit or shutdown, for the metrics)."""
         engine = managed.engine
         if engine is None or managed.state is not ModelState.READY:
             return
+        metrics.model_unloaded(managed.spec.name, reason)
         managed.state = ModelState.UNLOADING
         log.info("unloading model", extra={"model": managed.spec.name})
         try:
@@ -529,7 +534,7 @@ class ModelManager:
             await asyncio.gather(*self._background, return_exceptions=True)
         for managed in self._models.values():
             async with managed.lock:
-                await self._unload_locked(managed)
+                await self._unload_locked(managed, "shutdown")
 
     def describe_keep_alive(self, managed: ManagedModel) -> str:
         """The model's keep-alive as a Go duration string ("5m0s"), "0s" or "-1"."""

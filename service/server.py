@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -18,7 +19,9 @@ from universal_runtime.v1 import (
 from engines.anomaly.store import DetectorStore
 from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
+from engines.metrics import set_enabled as set_metrics_enabled
 from engines.storage import StoreQuota
+from service import metrics
 from service.catalog import load_catalog
 from service.interceptors import (
     AuthInterceptor,
@@ -35,6 +38,7 @@ from service.tasks.classifiers import ClassifierTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
+from service.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,12 @@ class RunningServer:
     health: health.aio.HealthServicer
     executors: ExecutorPool
     settings: Settings
+    metrics_server: WSGIServer | None = None
+
+    @property
+    def metrics_port(self) -> int | None:
+        """Port of the server's own ``/metrics`` (None when ``metrics_port`` is 0)."""
+        return None if self.metrics_server is None else int(self.metrics_server.server_port)
 
     async def stop(self, grace: float | None = None) -> None:
         """Shut down gracefully.
@@ -84,6 +94,10 @@ class RunningServer:
         await self.server.stop(grace)
         await self.manager.close()
         self.executors.shutdown(wait=True)
+        metrics.unregister_model_state(self.manager)
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
         log.info("stopped")
 
 
@@ -137,8 +151,12 @@ async def start_server(settings: Settings) -> RunningServer:
     executors = ExecutorPool()
     catalog = load_catalog(settings.catalog_path)
     manager = ModelManager(catalog.specs, settings, executors, invalid=catalog.invalid)
+    set_metrics_enabled(settings.metrics_enabled)
+    metrics.register_model_state(manager)
     # Bad entries are logged and marked ERROR; the server still serves the others.
     manager.check_catalog()
+    # Before the server is made: the grpc instrumentation patches grpc.aio.server.
+    configure_tracing(settings.otlp_endpoint)
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
     if settings.api_key:
         interceptors.append(AuthInterceptor(settings.api_key))
@@ -163,9 +181,15 @@ async def start_server(settings: Settings) -> RunningServer:
     port = server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
     if port == 0:
         raise RuntimeError(f"could not bind {settings.grpc_host}:{settings.grpc_port}")
+    metrics_server = None
+    if settings.metrics_port:
+        metrics_server = metrics.start_metrics_server(settings.grpc_host, settings.metrics_port)
     await server.start()
     manager.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("grpc server listening", extra={"address": f"{settings.grpc_host}:{port}"})
-    return RunningServer(server, port, manager, health_servicer, executors, settings)
+    running = RunningServer(server, port, manager, health_servicer, executors, settings, metrics_server)
+    if metrics_server is not None:
+        log.info("metrics listening", extra={"address": f"{settings.grpc_host}:{running.metrics_port}"})
+    return running

@@ -48,6 +48,13 @@ class Settings(BaseSettings):
         "ExtractEntities, Rerank, FitClassifier), refused before it is parsed.",
     )
     max_send_message_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Largest response sent.")
+    metrics_enabled: bool = Field(True, description="Record Prometheus metrics (false: values stay at zero).")
+    otlp_endpoint: str | None = Field(
+        None, description="OTLP/gRPC collector for traces (http://host:4317); unset = tracing off."
+    )
+    metrics_port: int = Field(
+        9090, ge=0, le=65535, description="Port of the gRPC server's own /metrics (on grpc_host); 0 = off."
+    )
     shutdown_grace_s: float = Field(10.0, ge=0, description="Time in-flight RPCs get on shutdown.")
     allow_hub_models: bool = Field(
         False, description="Let clients name Hugging Face hub ids that are not in the catalog."

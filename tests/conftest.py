@@ -13,6 +13,8 @@ from google.rpc import error_details_pb2, status_pb2
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# Servers started by tests (in process or as children) open no fixed metrics port: several run at once.
+os.environ.setdefault("UR_METRICS_PORT", "0")
 
 from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
 

@@ -34,14 +34,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from engines import tracing
 from engines.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 from engines.executor import DeviceExecutor
+from engines.metrics import observe_encoder_batch
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,10 @@ class _Entry(Generic[I]):
     cost: int
     future: asyncio.Future
     enqueued_at: float
+    # Epoch ns of the entry's queueing and of its batch's start and end (spans, when tracing).
+    enqueued_ns: int = 0
+    started_ns: int = 0
+    finished_ns: int = 0
 
 
 class QueuePlaces:
@@ -198,6 +205,11 @@ class DynamicBatcher(Generic[I, O]):
         self._collector: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+
+    @property
+    def queue_depth(self) -> int:
+        """Inputs queued or held by requests still preparing them (read at metrics scrapes)."""
+        return len(self._queue) + self._reserved
 
     def reserve(self, count: int) -> QueuePlaces:
         """Take ``count`` queue places for a request before its inputs are tokenized.
@@ -273,21 +285,33 @@ class DynamicBatcher(Generic[I, O]):
         else:
             places.release()  # from here on its items are counted in the queue itself
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        now, now_ns = loop.time(), time.time_ns()
         futures = [loop.create_future() for _ in items]
-        self._queue.extend(
-            _Entry(item, max(1, int(cost)), future, now)
+        entries = [
+            _Entry(item, max(1, int(cost)), future, now, now_ns)
             for item, cost, future in zip(items, costs, futures, strict=True)
-        )
+        ]
+        self._queue.extend(entries)
         assert self._wakeup is not None
         self._wakeup.set()
         try:
-            return [await future for future in futures]
+            outputs = [await future for future in futures]
+            self._record_spans(entries)
+            return outputs
         except BaseException:
             # Cancelled or one item failed: the request is over, drop what has not run yet.
             for future in futures:
                 future.cancel()
             raise
+
+    def _record_spans(self, entries: list[_Entry[I]]) -> None:
+        """A request's wait in the queue and its batches' run, as child spans of the caller's span."""
+        if not tracing.enabled():
+            return
+        started = min(entry.started_ns for entry in entries)
+        finished = max(entry.finished_ns for entry in entries)
+        tracing.record_span("ur.encoder.queue", entries[0].enqueued_ns, started, model=self.name)
+        tracing.record_span("ur.encoder.batch", started, finished, model=self.name, inputs=len(entries))
 
     def _start(self) -> None:
         if self._collector is None or self._collector.done():
@@ -356,8 +380,16 @@ class DynamicBatcher(Generic[I, O]):
         self.stats.batches += 1
         self.stats.items += len(batch)
         self.stats.batch_sizes.append(len(batch))
+        assert self._loop is not None
+        started, started_ns = self._loop.time(), time.time_ns()
         try:
             outputs = await self._executor.run(self._run_batch, [entry.item for entry in batch])
+            observe_encoder_batch(
+                self.name, [started - entry.enqueued_at for entry in batch], self._loop.time() - started
+            )
+            finished_ns = time.time_ns()
+            for entry in batch:
+                entry.started_ns, entry.finished_ns = started_ns, finished_ns
             if len(outputs) != len(batch):
                 raise RuntimeError(f"run_batch returned {len(outputs)} outputs for {len(batch)} items")
         except asyncio.CancelledError:

@@ -104,6 +104,14 @@ class GenerationEngine(Engine):
         """Catalog name of the model."""
         return self.spec.name
 
+    def kv_cells(self) -> tuple[int, int] | None:
+        """``(used, total)`` KV cache cells (tokens) of the loaded model, or None when unknown.
+
+        Read at metrics scrapes from another thread: backends answer from their own bookkeeping,
+        never by calling into the runtime that the lane may be using.
+        """
+        return None
+
     @property
     def max_sequences(self) -> int:
         """Sequences decoded together in one step."""

@@ -186,6 +186,8 @@ class LlamaCppGenerationEngine(GenerationEngine):
         self.context_length = min(per_sequence, int(llama_cpp.llama_n_ctx_seq(self.ctx.ctx)))
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
         self._prompt_cache = PromptCache(self.max_sequences, enabled=bool(self.option("prompt_cache", True)))
+        self._kv_total = int(llama_cpp.llama_n_ctx(self.ctx.ctx))
+        self._slot_states: dict[int, _SlotState] = {}  # slots of running sequences (kv_cells)
         self._metadata = metadata
         template = self.option("chat_template") or self._metadata.get("tokenizer.chat_template")
         self._bos_text = self._piece_text(self.model.token_bos(), special=True)
@@ -196,6 +198,18 @@ class LlamaCppGenerationEngine(GenerationEngine):
             if template
             else None
         )
+
+    def kv_cells(self) -> tuple[int, int] | None:
+        """Cells in use and the context's cells (see :meth:`GenerationEngine.kv_cells`).
+
+        In use: running sequences' positions so far, plus the prompts free slots keep cached.
+        """
+        if getattr(self, "ctx", None) is None:
+            return None
+        running = sum(state.n_past for state in list(self._slot_states.values()))
+        cache = self._prompt_cache
+        cached = sum(len(cache.tokens.get(slot, ())) for slot in list(cache.free))
+        return running + cached, self._kv_total
 
     def unload(self) -> None:
         """Free the context, batch and model (context first: it points into the model)."""
@@ -405,6 +419,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         llama_cpp.llama_memory_seq_rm(self.ctx.memory, plan.slot, plan.reused, -1)
         state.seq_id = plan.slot
         state.n_past = plan.reused
+        self._slot_states[plan.slot] = state
         sequence.cached_prompt_tokens = plan.reused
         self.reused_prompt_tokens += plan.reused
 
@@ -423,5 +438,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 prefilled = sequence.prompt_tokens[: min(state.n_past, len(sequence.prompt_tokens))]
                 kept = self._prompt_cache.release(state.seq_id, prefilled)
                 llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, kept, -1)
+                self._slot_states.pop(state.seq_id, None)
                 state.seq_id = None
             state.sampler.close()

@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engines import tracing
 from engines.errors import ResourceExhaustedError
 from engines.executor import DeviceExecutor
 from engines.generation.sequence import GenerationSequence
@@ -77,6 +79,7 @@ class _Entry:
     sequence: GenerationSequence
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     postprocess: Callable[[GenerationDelta], GenerationDelta] | None = None
+    scheduled_ns: int = 0  # when it joined the running batch (epoch ns, for its spans)
 
 
 class ContinuousBatchScheduler:
@@ -107,6 +110,11 @@ class ContinuousBatchScheduler:
         return len(self._active)
 
     @property
+    def waiting_count(self) -> int:
+        """Admitted requests not in the running batch yet (being prepared or queued for a slot)."""
+        return max(0, self._admitted - len(self._active))
+
+    @property
     def admitted_count(self) -> int:
         """Requests holding a place: preparing, waiting or running (at most max_sequences + max_waiting)."""
         return self._admitted
@@ -135,6 +143,8 @@ class ContinuousBatchScheduler:
             )
         # Taken before the first await: no other request can pass the check meanwhile.
         self._admitted += 1
+        admitted_ns = time.time_ns()
+        first_ns = 0
         try:
             sequence = await self._model.executor.run(self._model.prepare, request)
             entry = _Entry(sequence, postprocess=postprocess)
@@ -145,6 +155,9 @@ class ContinuousBatchScheduler:
                     item = await entry.queue.get()
                     if isinstance(item, BaseException):
                         raise item
+                    first_ns = first_ns or time.time_ns()
+                    if item.finish_reason is not None:
+                        self._record_spans(entry, admitted_ns, first_ns)
                     yield item
                     if item.finish_reason is not None:
                         return
@@ -157,6 +170,24 @@ class ContinuousBatchScheduler:
                         self._model.record_finished(sequence)
         finally:
             self._admitted -= 1
+
+    def _record_spans(self, entry: _Entry, admitted_ns: int, first_ns: int) -> None:
+        """Record a finished request's phases as child spans of the caller's span.
+
+        Queue wait (admitted to running, tokenizing included), prefill (to the first token) and
+        decode (to the last).
+        """
+        if not tracing.enabled():
+            return
+        model, end_ns = self._model.model_name, time.time_ns()
+        scheduled_ns = entry.scheduled_ns or admitted_ns
+        tokens = len(entry.sequence.completion_tokens)
+        tracing.record_span("ur.generation.queue", admitted_ns, scheduled_ns, model=model)
+        prompt = len(entry.sequence.prompt_tokens)
+        tracing.record_span(
+            "ur.generation.prefill", scheduled_ns, first_ns, model=model, prompt_tokens=prompt
+        )
+        tracing.record_span("ur.generation.decode", first_ns, end_ns, model=model, completion_tokens=tokens)
 
     async def drained(self) -> None:
         """Return once the batch loop has stopped: no sequence running, waiting or unreleased.
@@ -175,7 +206,9 @@ class ContinuousBatchScheduler:
     async def _loop(self) -> None:
         while self._active or self._waiting:
             while self._waiting and len(self._active) < self._max_sequences:
-                self._active.append(self._waiting.popleft())
+                entry = self._waiting.popleft()
+                entry.scheduled_ns = time.time_ns()
+                self._active.append(entry)
             leaving = [e for e in self._active if e.sequence.finish_reason is not None]
             for entry in leaving:
                 self._active.remove(entry)

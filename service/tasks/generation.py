@@ -20,6 +20,7 @@ from engines.types import (
     TokenLogprobs,
     ToolCall,
 )
+from service import metrics
 from service.model_manager import ModelManager
 
 
@@ -170,10 +171,18 @@ class GenerationTask:
         usage = GenerationUsage()
         open_choices = len(requests)
         first_token: float | None = None
+        last_token: dict[int, float] = {}  # per choice, for the inter-token latency
         async with self._manager.acquire(model, TextGenerator, keep_alive) as generator:
             async for index, delta in _merge_choices(generator, requests):
-                if first_token is None and delta.token_ids:
-                    first_token = time.perf_counter()
+                if delta.token_ids:
+                    now = time.perf_counter()
+                    previous = last_token.get(index)
+                    metrics.generation_token(
+                        model, None if previous is None else now - previous, now - started
+                    )
+                    last_token[index] = now
+                    if first_token is None:
+                        first_token = now
                 event = ChoiceDelta(completion_id, index, delta)
                 if delta.finish_reason is not None:
                     assert delta.usage is not None
@@ -185,9 +194,15 @@ class GenerationTask:
                     usage.completion_tokens += delta.usage.completion_tokens
                     open_choices -= 1
                     if open_choices == 0:
+                        finished = time.perf_counter()
                         event.usage = usage
-                        event.timings = _timings(
-                            started, first_token, time.perf_counter(), usage.completion_tokens
+                        event.timings = _timings(started, first_token, finished, usage.completion_tokens)
+                        metrics.generation_finished(
+                            model,
+                            finished - started,
+                            usage.prompt_tokens,
+                            usage.completion_tokens,
+                            usage.cached_prompt_tokens,
                         )
                 yield event
 

@@ -1,0 +1,30 @@
+"""``GET /metrics``: Prometheus text exposition of this process's metrics.
+
+When the gateway runs beside the gRPC server (``universal-runtime``), this is the server's whole
+registry (RPCs, generation, encoders, models; the README's "Metrics" table). A standalone gateway
+has no server metrics of its own to show. With ``PROMETHEUS_MULTIPROC_DIR`` set (several gateway
+worker processes), every process's files are merged through prometheus_client's
+``MultiProcessCollector``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics() -> Response:
+    """The metrics in Prometheus' text format (``text/plain; version=0.0.4``). Never requires the API key."""
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

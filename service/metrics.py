@@ -1,0 +1,255 @@
+"""Prometheus metrics of the server: per RPC, generation, model lifecycle, and state read at scrape time.
+
+All metrics live on prometheus_client's default registry (one per process), with the ``ur_``
+prefix, base units in their names (``_seconds``, ``_bytes``, ``_total``) and the labels
+``method`` (RPC name), ``code`` (gRPC status name), ``model`` and ``reason``. The names map the
+peers' to ours: vLLM's ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``
+(formerly ``time_per_output_token``), ``vllm:e2e_request_latency_seconds``,
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:num_requests_running`` /
+``_waiting`` and ``vllm:kv_cache_usage_perc``; TEI's ``te_request_count`` and
+``te_request_duration``. The README ("Operate", "Metrics") lists every metric.
+
+State that a scrape can read (models loaded, memory per model, sequences running and waiting,
+KV cells, encoder queue depth) is not recorded on the request path: :class:`ModelStateCollector`
+reads it from the model manager (:func:`register_model_state`) when Prometheus scrapes, so it
+costs nothing between scrapes.
+
+Exposition: the gateway's ``GET /metrics`` (:mod:`gateway.metrics`, in the same process when
+the gateway runs beside the server) and :func:`start_metrics_server` (``UR_METRICS_PORT`` of the
+gRPC server, for deployments without the gateway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from prometheus_client import (
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from engines.metrics import LATENCY_BUCKETS, enabled
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+
+class ModelManager(Protocol):
+    """What the scrape-time gauges read of :class:`service.model_manager.ModelManager`."""
+
+    def models(self) -> list[Any]:
+        """Managed models, each with ``spec.name`` and ``engine`` (None when not loaded)."""
+        ...
+
+
+#: Seconds, for whole requests (a long generation runs minutes).
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+#: Seconds between two tokens of one stream.
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+
+
+def _per_model_histogram(name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(name, documentation, ["model"], buckets=buckets)
+
+
+REQUESTS = Counter("ur_requests", "RPCs finished, by method and gRPC status code.", ["method", "code"])
+REQUEST_DURATION = Histogram(
+    "ur_request_duration_seconds",
+    "Time from an RPC's start to its last message (streams: to their end).",
+    ["method"],
+    buckets=REQUEST_BUCKETS,
+)
+REQUESTS_IN_FLIGHT = Gauge("ur_requests_in_flight", "RPCs started and not finished.", ["method"])
+REJECTIONS = Counter(
+    "ur_rejected_requests",
+    "RPCs refused with RESOURCE_EXHAUSTED, by reason: queue_full (OVERLOADED), no_memory "
+    "(INSUFFICIENT_MEMORY), message_too_large, storage_quota_exceeded, ...",
+    ["method", "reason"],
+)
+TIME_TO_FIRST_TOKEN = _per_model_histogram(
+    "ur_time_to_first_token_seconds",
+    "Time from a generation request's start to its first token.",
+    LATENCY_BUCKETS,
+)
+INTER_TOKEN_LATENCY = _per_model_histogram(
+    "ur_inter_token_latency_seconds",
+    "Time between two consecutive tokens of one generation stream.",
+    TOKEN_BUCKETS,
+)
+E2E_LATENCY = _per_model_histogram(
+    "ur_e2e_request_latency_seconds",
+    "Time from a generation request's start to its last token (all choices).",
+    REQUEST_BUCKETS,
+)
+PROMPT_TOKENS = Counter("ur_prompt_tokens", "Prompt tokens of finished generation requests.", ["model"])
+GENERATION_TOKENS = Counter("ur_generation_tokens", "Tokens generated (all choices).", ["model"])
+CACHED_PROMPT_TOKENS = Counter(
+    "ur_prompt_tokens_cached", "Prompt tokens served from the prompt (KV) cache.", ["model"]
+)
+LOAD_DURATION = _per_model_histogram(
+    "ur_model_load_duration_seconds",
+    "Time to load a model (weights read and placed, lane set up).",
+    REQUEST_BUCKETS,
+)
+UNLOADS = Counter(
+    "ur_model_unloads",
+    "Models unloaded, by reason: idle (keep-alive expired), explicit (UnloadModel), shutdown.",
+    ["model", "reason"],
+)
+
+_REJECTION_REASONS = {"OVERLOADED": "queue_full", "INSUFFICIENT_MEMORY": "no_memory"}
+
+
+def rpc_started(method: str) -> None:
+    """Count an RPC in flight (``method``: its short name, ``Embed``)."""
+    if enabled():
+        REQUESTS_IN_FLIGHT.labels(method).inc()
+
+
+def rpc_finished(method: str, code: str, seconds: float) -> None:
+    """Record a finished RPC: its status code name and duration in seconds."""
+    if enabled():
+        REQUESTS_IN_FLIGHT.labels(method).dec()
+        REQUESTS.labels(method, code).inc()
+        REQUEST_DURATION.labels(method).observe(seconds)
+
+
+def rpc_rejected(method: str, reason: str) -> None:
+    """Record an RPC refused with RESOURCE_EXHAUSTED and its ErrorInfo ``reason``."""
+    if enabled():
+        REJECTIONS.labels(method, _REJECTION_REASONS.get(reason, reason.lower() or "unknown")).inc()
+
+
+def generation_token(model: str, since_previous_s: float | None, since_start_s: float) -> None:
+    """Record a generated token's timing: the first one's TTFT, later ones' gap to the previous."""
+    if not enabled():
+        return
+    if since_previous_s is None:
+        TIME_TO_FIRST_TOKEN.labels(model).observe(since_start_s)
+    else:
+        INTER_TOKEN_LATENCY.labels(model).observe(since_previous_s)
+
+
+def generation_finished(model: str, seconds: float, prompt: int, completion: int, cached: int) -> None:
+    """Record a finished generation request: end-to-end seconds and its token counts."""
+    if not enabled():
+        return
+    E2E_LATENCY.labels(model).observe(seconds)
+    PROMPT_TOKENS.labels(model).inc(prompt)
+    GENERATION_TOKENS.labels(model).inc(completion)
+    CACHED_PROMPT_TOKENS.labels(model).inc(cached)
+
+
+def model_loaded(model: str, seconds: float) -> None:
+    """Record a model load that succeeded and how long it took."""
+    if enabled():
+        LOAD_DURATION.labels(model).observe(seconds)
+
+
+def model_unloaded(model: str, reason: str) -> None:
+    """Record an unload (``reason``: idle, explicit or shutdown)."""
+    if enabled():
+        UNLOADS.labels(model, reason).inc()
+
+
+_managers: list[ModelManager] = []
+
+
+class ModelStateCollector(Collector):
+    """Gauges read from the model manager at each scrape.
+
+    ``ur_models_loaded``; per loaded model ``ur_model_memory_bytes{model,memory="ram"|"vram"}``;
+    per generation model ``ur_generation_sequences_running`` / ``_waiting`` and
+    ``ur_kv_cache_cells_used`` / ``_total`` (llama.cpp); per encoder model
+    ``ur_encoder_queue_depth``. Reads Python-level state only (never calls into a runtime that a
+    lane may be using), so a scrape never waits for a model.
+    """
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the gauges (called by prometheus_client on each scrape)."""
+        if not _managers:
+            return
+
+        def family(name: str, text: str, labels: tuple[str, ...] = ("model",)) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=list(labels))
+
+        loaded = family("ur_models_loaded", "Models loaded now.", ())
+        memory = family(
+            "ur_model_memory_bytes",
+            "Host (ram) and accelerator (vram) bytes a loaded model holds.",
+            ("model", "memory"),
+        )
+        running = family("ur_generation_sequences_running", "Sequences in a generation model's batch.")
+        waiting = family(
+            "ur_generation_sequences_waiting",
+            "Generation requests admitted and not running yet (being prepared or queued).",
+        )
+        kv_used = family("ur_kv_cache_cells_used", "KV cells held by sequences and cached prompts.")
+        kv_total = family("ur_kv_cache_cells_total", "KV cache cells of the context.")
+        queue = family("ur_encoder_queue_depth", "Inputs queued or being prepared for batches.")
+        count = 0
+        for managed in _managers[-1].models():
+            engine = managed.engine
+            if engine is None:
+                continue
+            count += 1
+            name = managed.spec.name
+            usage = engine.memory_usage()
+            memory.add_metric([name, "ram"], usage.ram_bytes)
+            memory.add_metric([name, "vram"], usage.vram_bytes)
+            scheduler = getattr(engine, "scheduler", None)
+            if scheduler is not None:
+                running.add_metric([name], scheduler.active_count)
+                waiting.add_metric([name], scheduler.waiting_count)
+                cells = engine.kv_cells()
+                if cells is not None:
+                    kv_used.add_metric([name], cells[0])
+                    kv_total.add_metric([name], cells[1])
+            batcher = getattr(engine, "batcher", None)
+            if batcher is not None:
+                queue.add_metric([name], batcher.queue_depth)
+        loaded.add_metric([], count)
+        yield from (loaded, memory, running, waiting, kv_used, kv_total, queue)
+
+
+def register_model_state(manager: ModelManager) -> None:
+    """Report ``manager``'s models in the scrape-time gauges.
+
+    The latest registered manager still running is reported (tests start several servers in one
+    process).
+    """
+    if not _managers:
+        REGISTRY.register(_COLLECTOR)
+    _managers.append(manager)
+
+
+def unregister_model_state(manager: ModelManager) -> None:
+    """Stop reporting ``manager``'s models (its server stopped)."""
+    if manager in _managers:
+        _managers.remove(manager)
+        if not _managers:
+            REGISTRY.unregister(_COLLECTOR)
+
+
+_COLLECTOR = ModelStateCollector()
+
+
+def start_metrics_server(host: str, port: int) -> WSGIServer:
+    """Serve ``/metrics`` on ``host:port`` from a background thread (prometheus_client's server).
+
+    Returns:
+        The server: ``server_port`` is the bound port (``port`` 0 picks a free one); stop it
+        with ``shutdown()`` and ``server_close()``.
+
+    Raises:
+        OSError: the port cannot be bound.
+
+    """
+    server, _thread = start_http_server(port, addr=host)
+    return server

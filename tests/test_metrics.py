@@ -1,0 +1,169 @@
+"""Prometheus metrics (issue 16): scraped over HTTP after real calls on real models, parsed with
+``prometheus_client.parser``, and checked to have moved by what was sent.
+
+The registry is the process's, shared with the session server: every check is a difference
+between two scrapes around the calls.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import grpc
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from universal_runtime.v1 import encoders_pb2 as e
+from universal_runtime.v1 import generation_pb2 as g
+from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
+from universal_runtime.v1 import model_service_pb2 as m
+
+from engines.metrics import set_enabled
+from gateway.app import create_app
+from service.server import start_server
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def parse(text: str) -> Samples:
+    """Every sample by (name, sorted labels)."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture(scope="module")
+async def scraped(settings):
+    """A server with its own /metrics port, its stubs, and a scrape function."""
+    port = free_port()
+    running = await start_server(settings.model_copy(update={"grpc_port": 0, "metrics_port": port}))
+    assert running.metrics_port == port
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel, httpx.AsyncClient() as http:
+
+        async def scrape() -> Samples:
+            response = await http.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+            assert response.status_code == 200
+            return parse(response.text)
+
+        yield (
+            inference_service_pb2_grpc.InferenceServiceStub(channel),
+            model_service_pb2_grpc.ModelServiceStub(channel),
+            scrape,
+        )
+    await running.stop(grace=1.0)
+
+
+async def test_rpc_counts_durations_and_rejections_move_by_what_was_sent(scraped):
+    inference, _, scrape = scraped
+    before = await scrape()
+    for text in ("one", "two", "three"):
+        await inference.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=[text]), timeout=60)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await inference.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=[]), timeout=60)
+    after = await scrape()
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("ur_requests_total", method="Embed", code="OK") == 3
+    assert moved("ur_requests_total", method="Embed", code="INVALID_ARGUMENT") == 1
+    assert moved("ur_request_duration_seconds_count", method="Embed") == 4
+    assert moved("ur_request_duration_seconds_sum", method="Embed") > 0
+    assert value(after, "ur_requests_in_flight", method="Embed") == 0
+    # The three single-input calls ran as batches of one input each (sent one after another).
+    assert moved("ur_encoder_batch_size_sum", model=EMBED_MODEL) == 3
+    assert moved("ur_encoder_queue_time_seconds_count", model=EMBED_MODEL) == 3
+    assert moved("ur_encoder_compute_time_seconds_count", model=EMBED_MODEL) == 3
+    assert value(after, "ur_encoder_queue_depth", model=EMBED_MODEL) == 0
+    assert value(after, "ur_model_memory_bytes", model=EMBED_MODEL, memory="ram") > 10_000_000
+
+
+async def test_generation_metrics_count_the_tokens_the_response_reports(scraped):
+    inference, _, scrape = scraped
+    before = await scrape()
+    request = g.GenerateRequest(
+        model=CHAT_MODEL,
+        prompt="Count to ten:",
+        # Ban end-of-text so that exactly max_tokens tokens come out.
+        parameters=g.GenerationParameters(
+            max_tokens=12, temperature=0.0, logit_bias=[g.LogitBias(token_id=t, bias=-100) for t in (0, 1, 2)]
+        ),
+    )
+    response = await inference.Generate(request, timeout=120)
+    after = await scrape()
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    usage = response.usage
+    assert usage.completion_tokens == 12
+    assert moved("ur_generation_tokens_total", model=CHAT_MODEL) == usage.completion_tokens
+    assert moved("ur_prompt_tokens_total", model=CHAT_MODEL) == usage.prompt_tokens
+    assert moved("ur_prompt_tokens_cached_total", model=CHAT_MODEL) == usage.cached_prompt_tokens
+    assert moved("ur_time_to_first_token_seconds_count", model=CHAT_MODEL) == 1
+    # One gap per token after the first.
+    assert moved("ur_inter_token_latency_seconds_count", model=CHAT_MODEL) == usage.completion_tokens - 1
+    assert moved("ur_e2e_request_latency_seconds_count", model=CHAT_MODEL) == 1
+    assert value(after, "ur_generation_sequences_running", model=CHAT_MODEL) == 0
+    assert value(after, "ur_generation_sequences_waiting", model=CHAT_MODEL) == 0
+    total = value(after, "ur_kv_cache_cells_total", model=CHAT_MODEL)
+    used = value(after, "ur_kv_cache_cells_used", model=CHAT_MODEL)
+    assert total >= 2048 and 0 < used <= total  # the slot keeps its prompt's cells cached
+
+
+async def test_lifecycle_metrics_follow_loads_and_unloads(scraped):
+    inference, models, scrape = scraped
+    await inference.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=["loaded"]), timeout=60)
+    before = await scrape()
+    await models.UnloadModel(m.UnloadModelRequest(name=EMBED_MODEL), timeout=60)
+    unloaded = await scrape()
+    await models.LoadModel(m.LoadModelRequest(name=EMBED_MODEL), timeout=120)
+    after = await scrape()
+    assert value(unloaded, "ur_model_unloads_total", model=EMBED_MODEL, reason="explicit") == (
+        value(before, "ur_model_unloads_total", model=EMBED_MODEL, reason="explicit") + 1
+    )
+    assert value(unloaded, "ur_models_loaded") == value(before, "ur_models_loaded") - 1
+    assert value(after, "ur_models_loaded") == value(before, "ur_models_loaded")
+    loads = "ur_model_load_duration_seconds_count"
+    assert value(after, loads, model=EMBED_MODEL) == value(before, loads, model=EMBED_MODEL) + 1
+
+
+async def test_the_gateway_serves_the_same_registry(server):
+    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+            response = await http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = parse(response.text)
+    assert any(name == "ur_requests_total" for name, _ in samples)
+
+
+async def test_metrics_can_be_switched_off(settings):
+    running = await start_server(settings.model_copy(update={"grpc_port": 0, "metrics_enabled": False}))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            from prometheus_client import REGISTRY
+
+            before = REGISTRY.get_sample_value("ur_requests_total", {"method": "Embed", "code": "OK"}) or 0
+            stub = inference_service_pb2_grpc.InferenceServiceStub(channel)
+            await stub.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=["off"]), timeout=60)
+            after = REGISTRY.get_sample_value("ur_requests_total", {"method": "Embed", "code": "OK"}) or 0
+        assert after == before
+    finally:
+        await running.stop(grace=1.0)
+        set_enabled(True)

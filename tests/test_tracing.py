@@ -1,0 +1,102 @@
+"""OpenTelemetry traces (issue 16): one trace from a gateway request down to the engines' spans.
+
+The spans go to an in-memory exporter; the gateway app is driven in process, its gRPC channel
+and the server instrumented by the official grpc instrumentations, so the trace context crosses
+the wire as ``traceparent`` metadata exactly as between two machines.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
+
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from engines import tracing as engine_tracing
+from gateway.app import create_app
+from service.server import start_server
+from service.tracing import configure_tracing, instrument_gateway, shutdown_tracing
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES
+
+
+def test_tracing_is_off_unless_configured():
+    assert configure_tracing(None) is False
+    assert engine_tracing.enabled() is False
+    # (First in the module: the fixture below turns tracing on until the module ends.)
+
+
+@pytest.fixture(scope="module")
+async def traced(settings):
+    exporter = InMemorySpanExporter()
+    configure_tracing(None, span_processor=SimpleSpanProcessor(exporter))
+    running = await start_server(settings.model_copy(update={"grpc_port": 0}))
+    app = create_app(f"127.0.0.1:{running.port}", max_message_bytes=MAX_MESSAGE_BYTES)
+    instrument_gateway(app)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+                yield http, exporter
+    finally:
+        await running.stop(grace=1.0)
+        shutdown_tracing()
+
+
+def one_trace(exporter: InMemorySpanExporter, route: str, rpc: str, engine_prefix: str) -> dict:
+    """The spans of the trace that holds the route's server span, by name; checks its shape."""
+    spans = exporter.get_finished_spans()
+    routes = [s for s in spans if s.name == route and s.kind.name == "SERVER"]
+    assert routes, f"no span {route!r} among {sorted({s.name for s in spans})}"
+    trace_id = routes[-1].context.trace_id
+    in_trace = [s for s in spans if s.context.trace_id == trace_id]
+    by_name: dict = {}
+    for span in in_trace:
+        by_name.setdefault(span.name, []).append(span)
+    server_rpcs = [s for s in by_name.get(rpc, []) if s.kind.name == "SERVER"]
+    client_rpcs = [s for s in by_name.get(rpc, []) if s.kind.name == "CLIENT"]
+    assert server_rpcs and client_rpcs, f"the RPC {rpc} is not in the route's trace: {sorted(by_name)}"
+    # The server's RPC span is the child of the gateway's call, across the wire.
+    assert server_rpcs[0].parent.span_id == client_rpcs[0].context.span_id
+    engine_spans = [s for s in in_trace if s.name.startswith(engine_prefix)]
+    assert engine_spans, f"no {engine_prefix}* span in the trace: {sorted(by_name)}"
+    for span in engine_spans:
+        assert span.parent.span_id == server_rpcs[0].context.span_id, span.name
+        assert span.end_time >= span.start_time
+    return by_name
+
+
+async def test_a_chat_request_is_one_trace_from_the_route_to_prefill_and_decode(traced):
+    http, exporter = traced
+    response = await http.post(
+        "/v1/chat/completions",
+        json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+    )
+    assert response.status_code == 200
+    spans = one_trace(
+        exporter,
+        "POST /v1/chat/completions",
+        "/universal_runtime.v1.InferenceService/Generate",
+        "ur.generation.",
+    )
+    phases = {name for name in spans if name.startswith("ur.generation.")}
+    assert phases == {"ur.generation.queue", "ur.generation.prefill", "ur.generation.decode"}
+    decode = spans["ur.generation.decode"][0]
+    assert decode.attributes["model"] == CHAT_MODEL
+    assert decode.attributes["completion_tokens"] == response.json()["usage"]["completion_tokens"]
+    prefill = spans["ur.generation.prefill"][0]
+    assert prefill.end_time <= decode.start_time
+
+
+async def test_an_embedding_request_carries_its_queue_and_batch_spans(traced):
+    http, exporter = traced
+    response = await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": ["a", "b"]})
+    assert response.status_code == 200
+    spans = one_trace(
+        exporter, "POST /v1/embeddings", "/universal_runtime.v1.InferenceService/Embed", "ur.encoder."
+    )
+    batch = spans["ur.encoder.batch"][0]
+    assert batch.attributes["model"] == EMBED_MODEL and batch.attributes["inputs"] == 2
+    assert spans["ur.encoder.queue"][0].end_time <= batch.end_time
