@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 from engines.process_lane import preload_modules
+from gateway.api_keys import load_api_keys
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
@@ -55,11 +56,15 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
             if settings.grpc_host in ("0.0.0.0", "::")
             else (f"{settings.grpc_host}:{running.port}")
         )
+        from gateway.cors import parse_cors_origins
+
         app = create_app(
             target,
-            api_key=settings.api_key,
             max_message_bytes=settings.max_receive_message_bytes,
             shutdown_grace_s=settings.shutdown_grace_s,
+            api_keys=load_api_keys(settings.api_key, settings.api_keys_file),  # read by start_server too
+            auth_public_health=settings.auth_public_health,
+            cors_origins=parse_cors_origins(settings.gateway_cors_origins),
         )
         config = uvicorn.Config(
             app,
@@ -80,6 +85,23 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     await asyncio.gather(*draining)
 
 
+def check_startup_settings(settings: Settings, *, with_gateway: bool) -> None:
+    """Read the keys file and CORS origins before anything starts, so a mistake stops start-up.
+
+    Raises:
+        SystemExit: The keys file or an origin is malformed; the message names it (never a key).
+
+    """
+    try:
+        load_api_keys(settings.api_key, settings.api_keys_file)
+        if with_gateway:
+            from gateway.cors import parse_cors_origins
+
+            parse_cors_origins(settings.gateway_cors_origins)
+    except ValueError as err:  # ApiKeyError is one
+        raise SystemExit(f"universal-runtime: {err}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``universal-runtime`` console script."""
     args = parse_args(argv)
@@ -90,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         if key not in ("no_gateway", "log_level") and value is not None
     }
     settings = Settings(**overrides)
+    check_startup_settings(settings, with_gateway=not args.no_gateway)
     # Process-lane children re-run the launcher, which imports this module: warm in the forkserver.
     preload_modules(__name__)
     asyncio.run(serve(settings, with_gateway=not args.no_gateway))
