@@ -5,6 +5,18 @@ The gateway holds no model code: every route translates an OpenAI-shaped HTTP re
 :func:`gateway.app.create_app`; run one from the command line with ``universal-runtime-gateway``.
 """
 
-from gateway.app import create_app
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy (PEP 562): the server imports gateway.api_keys (the keys file format both faces read)
+    # without paying for FastAPI (about 0.5 s) when it runs without the gateway.
+    if name == "create_app":
+        from gateway.app import create_app
+
+        return create_app
+    raise AttributeError(f"module 'gateway' has no attribute {name!r}")

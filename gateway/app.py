@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import Depends, FastAPI
 
+from gateway.api_keys import ApiKeys, load_api_keys
+from gateway.cors import install_cors
 from gateway.dependencies import require_api_key
 from gateway.errors import install_error_handlers
 from gateway.grpc_clients import GrpcClients
@@ -37,6 +40,10 @@ def create_app(
     api_key: str | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
+    api_keys_file: Path | str | None = None,
+    api_keys: ApiKeys | None = None,
+    auth_public_health: bool = True,
+    cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
 
@@ -58,9 +65,16 @@ def create_app(
         max_message_bytes: Largest HTTP request body (413 above it) and gRPC message, in bytes.
         shutdown_grace_s: Seconds SSE streams may go on once the server shuts down; a stream still
             running then ends with an error event (never a silent cut).
+        api_keys_file: A keys file (:mod:`gateway.api_keys`): its keys are accepted too, and the
+            client's own token is forwarded, so the server can name the key in its log.
+        api_keys: Keys already loaded (by the server beside it), used instead of ``api_key`` and
+            ``api_keys_file``.
+        auth_public_health: ``/health`` needs no key (default); ``False`` guards it like ``/v1``.
+        cors_origins: Origins allowed cross-origin calls (:mod:`gateway.cors`); empty: CORS off.
 
     Raises:
-        ValueError: ``max_message_bytes`` is not positive.
+        ValueError: ``max_message_bytes`` is not positive, or a CORS origin is malformed.
+        gateway.api_keys.ApiKeyError: The keys file is unreadable or malformed (a ``ValueError``).
 
     """
     if max_message_bytes <= 0:
@@ -70,6 +84,8 @@ def create_app(
         api_key=api_key,
         max_message_bytes=max_message_bytes,
         shutdown_grace_s=shutdown_grace_s,
+        api_keys=api_keys if api_keys is not None else load_api_keys(api_key, api_keys_file),
+        auth_public_health=auth_public_health,
     )
 
     @asynccontextmanager
@@ -94,10 +110,13 @@ def create_app(
     # Added last = outermost: the request id is set first, so even a 413 carries it.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_message_bytes)
     app.add_middleware(RequestIdMiddleware)
+    install_cors(app, cors_origins)  # outermost: error responses carry the CORS headers too
 
-    app.include_router(health.router, responses=HEALTH_ERROR_RESPONSES)
-    app.include_router(metrics.router)
     authenticated = [Depends(require_api_key)]
+    # Probes (/health, and /metrics beside it) are open unless auth_public_health is off.
+    probes = [] if auth_public_health else authenticated
+    app.include_router(health.router, dependencies=probes, responses=HEALTH_ERROR_RESPONSES)
+    app.include_router(metrics.router, dependencies=probes)
     for module in (chat, completions, embeddings, models, ocr, anomaly, rerank, classify, ner):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
     return app

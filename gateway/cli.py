@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from gateway.api_keys import ApiKeyError
 from gateway.app import create_app
+from gateway.cors import parse_cors_origins
 from gateway.settings import GatewaySettings
 
 
@@ -28,6 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default 8000)")
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
+    parser.add_argument("--api-keys-file", help="YAML/JSON file of key name: key, accepted on /v1 routes")
+    parser.add_argument(
+        "--auth-public-health",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="/health needs no key (default); --no-auth-public-health guards it too",
+    )
+    parser.add_argument("--cors-origins", help="comma-separated origins allowed cross-origin calls")
     parser.add_argument("--max-message-bytes", type=int, help="largest request body / gRPC message")
     parser.add_argument("--shutdown-grace-s", type=float, help="seconds streams get on shutdown (default 10)")
     parser.add_argument(
@@ -58,12 +68,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = create_app(
-        settings.grpc_target,
-        api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
-        max_message_bytes=settings.max_message_bytes,
-        shutdown_grace_s=settings.shutdown_grace_s,
-    )
+    try:
+        app = create_app(
+            settings.grpc_target,
+            api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
+            max_message_bytes=settings.max_message_bytes,
+            shutdown_grace_s=settings.shutdown_grace_s,
+            api_keys_file=settings.api_keys_file,
+            auth_public_health=settings.auth_public_health,
+            cors_origins=parse_cors_origins(settings.cors_origins),
+        )
+    except ApiKeyError as err:  # the message names the file and key name, never a key
+        raise SystemExit(f"universal-runtime-gateway: {err}") from None
     # uvicorn waits for open responses a little past the streams' own grace (they then end themselves).
     uvicorn.run(
         app,

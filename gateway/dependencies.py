@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -47,35 +46,40 @@ def get_request_id(request: Request) -> str:
 def get_call_metadata(request: Request) -> CallMetadata:
     """Build the metadata sent with every gRPC call of this request.
 
-    Always ``x-request-id``; plus ``authorization: Bearer <key>`` when the app has an API key and
-    the client presented it (the server compares the header byte for byte, so the canonical form
-    is sent even if the client wrote ``bearer`` or extra spaces).
+    Always ``x-request-id``; plus ``authorization: Bearer <token>`` when the app has API keys and
+    the client presented one of them: the client's own token, so the server can name its key, in
+    canonical form (``Bearer`` and one space) even if the client wrote ``bearer`` or extra spaces.
     """
     metadata: list[tuple[str, str]] = [(REQUEST_ID_HEADER, get_request_id(request))]
-    api_key = get_config(request).api_key
-    if api_key is not None and _presents_key(request, api_key):
-        metadata.append(("authorization", f"Bearer {api_key}"))
+    matched = _matched_key(request)
+    if matched is not None:
+        metadata.append(("authorization", f"Bearer {matched[1]}"))
     return tuple(metadata)
 
 
-def _presents_key(request: Request, api_key: str) -> bool:
-    """Tell whether the request's ``Authorization`` header is ``Bearer <api_key>``."""
-    scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
-    # compare_digest: the comparison time must not reveal how much of the key matched.
-    return scheme.lower() == "bearer" and secrets.compare_digest(supplied.strip().encode(), api_key.encode())
+def _matched_key(request: Request) -> tuple[str, str] | None:
+    """The ``(name, token)`` of the app's key the request presents, or ``None`` (checked once)."""
+    if not hasattr(request.state, "api_key_match"):
+        keys = get_config(request).api_keys
+        request.state.api_key_match = keys.match(request.headers.get("authorization", "")) if keys else None
+    return request.state.api_key_match
 
 
 def require_api_key(request: Request) -> None:
-    """Check ``Authorization: Bearer <key>`` against the app's API key; no-op without a key.
+    """Check ``Authorization: Bearer <key>`` against the app's API keys; no-op without keys.
+
+    The matching key's name is kept as ``request.state.api_key_name``.
 
     Raises:
-        GatewayError: 401 ``invalid_api_key`` when the header is missing or the key differs.
+        GatewayError: 401 ``invalid_api_key`` when the header is missing or matches no key.
 
     """
-    expected = get_config(request).api_key
-    if expected is None:
+    if not get_config(request).api_keys:
         return
-    if not _presents_key(request, expected):
+    matched = _matched_key(request)
+    if matched is not None:
+        request.state.api_key_name = matched[0]
+    else:
         raise GatewayError(
             401,
             "Missing or invalid API key: send 'Authorization: Bearer <key>'",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.api_keys import ApiKeys
+from gateway.cors import parse_cors_origins
 
 # 64 MiB: large enough for batched embeddings of long texts, small enough that one request cannot
 # exhaust the gateway's memory. The same limit bounds HTTP bodies and gRPC messages both ways.
@@ -28,6 +32,9 @@ class GatewayConfig:
         max_message_bytes: Largest HTTP request body and gRPC message (sent or received), in bytes.
         shutdown_grace_s: Seconds an SSE stream may go on once shutdown begins; then it ends
             with an error event.
+        api_keys: Every key ``/v1/*`` accepts (``api_key`` among them, named ``default``); the
+            client's own token is forwarded, so the server can name its key. Empty: no auth.
+        auth_public_health: ``/health`` (and ``/metrics``) need no key; ``False`` guards them too.
 
     """
 
@@ -35,6 +42,8 @@ class GatewayConfig:
     api_key: str | None
     max_message_bytes: int
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
+    api_keys: ApiKeys = field(default_factory=ApiKeys)
+    auth_public_health: bool = True
 
 
 class GatewaySettings(BaseSettings):
@@ -52,6 +61,13 @@ class GatewaySettings(BaseSettings):
     api_key: SecretStr | None = Field(
         default=None, description="Bearer token required on /v1 routes and forwarded to the server."
     )
+    api_keys_file: Path | None = Field(
+        default=None, description="YAML/JSON mapping of key name to key accepted on /v1 routes."
+    )
+    auth_public_health: bool = Field(default=True, description="/health needs no key; false guards it.")
+    cors_origins: str = Field(
+        default="", description="Comma-separated origins allowed cross-origin calls (empty: CORS off)."
+    )
     max_message_bytes: int = Field(
         default=DEFAULT_MAX_MESSAGE_BYTES, gt=0, description="Largest HTTP body / gRPC message, bytes."
     )
@@ -61,3 +77,9 @@ class GatewaySettings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of the gateway and uvicorn."
     )
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _valid_cors_origins(cls, value: str) -> str:
+        parse_cors_origins(value)
+        return value

@@ -8,12 +8,17 @@ import contextlib
 import os
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engines.process_lane import preload_modules
+from gateway.api_keys import load_api_keys
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
 from service.tracing import instrument_gateway
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -30,6 +35,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--log-level", default=os.environ.get("UR_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
+
+
+def gateway_app(settings: Settings, target: str) -> FastAPI:
+    """The in-process REST gateway for the gRPC server at ``target``, built from the server's settings.
+
+    It shares the server's keys (``api_key``, ``api_keys_file``), ``auth_public_health`` and
+    message limit; ``gateway_cors_origins`` turns CORS on.
+
+    Raises:
+        ValueError: A CORS origin is malformed, or the keys file (read again) is.
+
+    """
+    from gateway.app import create_app
+    from gateway.cors import parse_cors_origins
+
+    return create_app(
+        target,
+        max_message_bytes=settings.max_receive_message_bytes,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        api_keys=load_api_keys(settings.api_key, settings.api_keys_file),
+        auth_public_health=settings.auth_public_health,
+        cors_origins=parse_cors_origins(settings.gateway_cors_origins),
+    )
 
 
 async def serve(settings: Settings, *, with_gateway: bool) -> None:
@@ -50,19 +78,12 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     if with_gateway:
         import uvicorn
 
-        from gateway.app import create_app
-
         target = (
             f"127.0.0.1:{running.port}"
             if settings.grpc_host in ("0.0.0.0", "::")
             else (f"{settings.grpc_host}:{running.port}")
         )
-        app = create_app(
-            target,
-            api_key=settings.api_key,
-            max_message_bytes=settings.max_receive_message_bytes,
-            shutdown_grace_s=settings.shutdown_grace_s,
-        )
+        app = gateway_app(settings, target)
         instrument_gateway(app)  # route spans, when tracing is on
         config = uvicorn.Config(
             app,
@@ -83,6 +104,23 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     await asyncio.gather(*draining)
 
 
+def check_startup_settings(settings: Settings, *, with_gateway: bool) -> None:
+    """Read the keys file and CORS origins before anything starts, so a mistake stops start-up.
+
+    Raises:
+        SystemExit: The keys file or an origin is malformed; the message names it (never a key).
+
+    """
+    try:
+        load_api_keys(settings.api_key, settings.api_keys_file)
+        if with_gateway:
+            from gateway.cors import parse_cors_origins
+
+            parse_cors_origins(settings.gateway_cors_origins)
+    except ValueError as err:  # ApiKeyError is one
+        raise SystemExit(f"universal-runtime: {err}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``universal-runtime`` console script."""
     args = parse_args(argv)
@@ -93,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         if key not in ("no_gateway", "log_level") and value is not None
     }
     settings = Settings(**overrides)
+    check_startup_settings(settings, with_gateway=not args.no_gateway)
     # Process-lane children re-run the launcher, which imports this module: warm in the forkserver.
     preload_modules(__name__)
     asyncio.run(serve(settings, with_gateway=not args.no_gateway))

@@ -1,6 +1,7 @@
 """Server interceptors (grpc-interceptor): request context and logging, auth, and error mapping.
 
-Order (outermost first): :class:`RequestContextInterceptor` → :class:`AuthInterceptor` →
+Order (outermost first): :class:`RequestContextInterceptor` →
+:class:`service.concurrency.ConcurrencyLimitInterceptor` → :class:`AuthInterceptor` →
 :class:`ErrorMappingInterceptor` → :class:`RequestSizeInterceptor` → servicer. Streaming handlers
 are iterated, never awaited.
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,8 +19,15 @@ import grpc
 from grpc_interceptor import AsyncServerInterceptor
 
 from engines.errors import ResourceExhaustedError, RuntimeServiceError
+from gateway.api_keys import ApiKeys, load_api_keys
 from service import metrics
-from service.request_context import REQUEST_ID_METADATA_KEY, client_request_id, model_var, request_id_var
+from service.request_context import (
+    REQUEST_ID_METADATA_KEY,
+    api_key_name_var,
+    client_request_id,
+    model_var,
+    request_id_var,
+)
 from service.status import internal_status, rich_status, status_for_error
 
 log = logging.getLogger("universal_runtime.rpc")
@@ -50,7 +57,8 @@ class RequestContextInterceptor(AsyncServerInterceptor):
     """Sets the request id and logs one structured line per RPC.
 
     The id comes from ``x-request-id`` metadata or is new, and is echoed in the initial
-    metadata. The log line has method, status code, duration and model.
+    metadata. The log line has method, status code, duration, model and ``key_name`` (the name
+    of the API key that authenticated the call, ``""`` without one; never the key).
     """
 
     async def intercept(
@@ -60,6 +68,7 @@ class RequestContextInterceptor(AsyncServerInterceptor):
         request_id = client_request_id(_metadata(context).get(REQUEST_ID_METADATA_KEY))
         request_id_var.set(request_id)
         model_var.set("")
+        api_key_name_var.set("")
         started = time.perf_counter()
         metrics.rpc_started(_short(method_name))
         # Metadata already sent or call gone: the request id is still in the log.
@@ -107,35 +116,42 @@ class RequestContextInterceptor(AsyncServerInterceptor):
                 "code": code_name,
                 "duration_ms": round(seconds * 1000, 2),
                 "model": model_var.get(),
+                "key_name": api_key_name_var.get(),
             },
         )
 
 
 class AuthInterceptor(AsyncServerInterceptor):
-    """Requires ``authorization: Bearer <api_key>`` on every RPC except health and reflection.
+    """Requires ``authorization: Bearer <key>`` with one of the configured keys.
 
     The scheme is matched in any case (``bearer``, ``BEARER``: RFC 7235 section 2.1), as the
-    gateway does, and the key in constant time.
+    gateway does, and the token against every key in constant time (:meth:`ApiKeys.match`). The
+    matching key's name goes to ``api_key_name_var`` for the RPC's log line.
+
+    Args:
+        keys: The keys (:func:`gateway.api_keys.load_api_keys`), or one key, named ``default``.
+        public_health: Let health and reflection RPCs through without a key (the default);
+            ``False`` guards them too (setting ``auth_public_health``).
+
     """
 
-    def __init__(self, api_key: str) -> None:
-        self._expected = api_key.encode()
-
-    def _authorized(self, header: str) -> bool:
-        scheme, _, supplied = header.strip().partition(" ")
-        # compare_digest: the comparison time must not reveal how much of the key matched.
-        return scheme.lower() == "bearer" and hmac.compare_digest(supplied.strip().encode(), self._expected)
+    def __init__(self, keys: ApiKeys | str, *, public_health: bool = True) -> None:
+        self._keys = load_api_keys(keys) if isinstance(keys, str) else keys
+        self._public = PUBLIC_METHOD_PREFIXES if public_health else ()
 
     async def intercept(
         self, method: Callable, request: Any, context: grpc.aio.ServicerContext, method_name: str
     ):
-        """Reject calls without the right key with UNAUTHENTICATED."""
-        public = method_name.startswith(PUBLIC_METHOD_PREFIXES)
-        if not public and not self._authorized(_metadata(context).get("authorization", "")):
-            status = rich_status(
-                grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED"
-            )
-            await context.abort(status.code, status.details, status.trailing_metadata)
+        """Reject calls without a configured key with UNAUTHENTICATED."""
+        if not method_name.startswith(self._public):
+            matched = self._keys.match(_metadata(context).get("authorization", ""))
+            if matched is None:
+                status = rich_status(
+                    grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED"
+                )
+                await context.abort(status.code, status.details, status.trailing_metadata)
+            else:
+                api_key_name_var.set(matched[0])
         return await _call(method, request, context)
 
 

@@ -9,6 +9,8 @@ from engines.errors import clip_text
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 model_var: contextvars.ContextVar[str] = contextvars.ContextVar("model", default="")
+#: Name of the API key that authenticated the call ("" when none did); never the key itself.
+api_key_name_var: contextvars.ContextVar[str] = contextvars.ContextVar("api_key_name", default="")
 
 REQUEST_ID_METADATA_KEY = "x-request-id"
 MAX_REQUEST_ID_CHARS = 128

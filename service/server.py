@@ -21,8 +21,10 @@ from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
 from engines.metrics import set_enabled as set_metrics_enabled
 from engines.storage import StoreQuota
+from gateway.api_keys import load_api_keys
 from service import metrics
 from service.catalog import load_catalog
+from service.concurrency import ConcurrencyLimitInterceptor
 from service.interceptors import (
     AuthInterceptor,
     ErrorMappingInterceptor,
@@ -143,11 +145,13 @@ async def start_server(settings: Settings) -> RunningServer:
     work (unknown backend, missing source, bad option) is logged and reported as ``Error: ...``.
 
     Raises:
+        gateway.api_keys.ApiKeyError: the keys file (``api_keys_file``) is unreadable or malformed.
         service.catalog.CatalogError: the catalog file is unreadable or not a catalog (a malformed
             entry is only marked ``Error``).
         RuntimeError: the port could not be bound.
 
     """
+    api_keys = load_api_keys(settings.api_key, settings.api_keys_file)
     executors = ExecutorPool()
     catalog = load_catalog(settings.catalog_path)
     manager = ModelManager(catalog.specs, settings, executors, invalid=catalog.invalid)
@@ -158,8 +162,10 @@ async def start_server(settings: Settings) -> RunningServer:
     # Before the server is made: the grpc instrumentation patches grpc.aio.server.
     configure_tracing(settings.otlp_endpoint)
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
-    if settings.api_key:
-        interceptors.append(AuthInterceptor(settings.api_key))
+    if settings.max_concurrent_requests:
+        interceptors.append(ConcurrencyLimitInterceptor(settings.max_concurrent_requests))
+    if api_keys:
+        interceptors.append(AuthInterceptor(api_keys, public_health=settings.auth_public_health))
     interceptors.append(ErrorMappingInterceptor())
     interceptors.append(RequestSizeInterceptor(dict.fromkeys(TEXT_METHODS, settings.max_text_request_bytes)))
     server = grpc.aio.server(

@@ -60,6 +60,20 @@ class Settings(BaseSettings):
         False, description="Let clients name Hugging Face hub ids that are not in the catalog."
     )
     api_key: str | None = Field(None, description="When set, RPCs need 'authorization: Bearer <key>'.")
+    api_keys_file: Path | None = Field(
+        None,
+        description="YAML/JSON mapping of key name to key; RPCs need one of them (with api_key, "
+        "named 'default'). Each RPC's log line names its key.",
+    )
+    auth_public_health: bool = Field(
+        True, description="Health and reflection (gateway /health) need no key; false guards them too."
+    )
+    max_concurrent_requests: int = Field(
+        0, ge=0, description="Most RPCs running at once (0: no limit); more are refused, OVERLOADED."
+    )
+    gateway_cors_origins: str = Field(
+        "", description="Comma-separated origins the gateway allows cross-origin calls from (empty: none)."
+    )
     max_tokens_limit: int = Field(4096, gt=0, description="Largest max_tokens a request may ask for.")
     max_choices: int = Field(8, gt=0, description="Largest n (choices per request).")
     max_batch_inputs: int = Field(2048, gt=0, description="Most inputs in one encoder request.")

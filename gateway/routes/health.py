@@ -25,7 +25,7 @@ async def health(rpc: Rpc) -> JSONResponse:
 
     Returns 200 ``{"status": "SERVING"}``; 503 ``{"status": <other status>}`` when the server
     reports anything else, or ``{"status": "UNREACHABLE", "detail": ...}`` when the call fails.
-    Never requires the API key.
+    Needs no API key unless the app was built with ``auth_public_health=False``.
     """
     try:
         response = await rpc.unary(
