@@ -9,6 +9,7 @@ import grpc
 from grpc_interceptor import AsyncServerInterceptor
 
 from engines.errors import ResourceExhaustedError
+from service import metrics
 from service.interceptors import PUBLIC_METHOD_PREFIXES
 from service.interceptors import _call as _next
 from service.status import status_for_error
@@ -54,6 +55,7 @@ class ConcurrencyLimitInterceptor(AsyncServerInterceptor):
                     max_concurrent_requests=self.max_in_flight,
                 )
             )
+            metrics.rpc_rejected(method_name.rpartition("/")[2], "OVERLOADED")
             await context.abort(status.code, status.details, status.trailing_metadata)
         slot = _Slot(self)
         # Safety net: a response stream that is never iterated never runs its finally below.

@@ -9,6 +9,7 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import REGISTRY
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc as isg
 from universal_runtime.v1 import model_service_pb2 as m
@@ -77,12 +78,24 @@ async def wait_admitted(models, deadline_s: float = 10.0) -> None:
     raise AssertionError("no place freed after the cancel")
 
 
+def rejected_total() -> float:
+    """``ur_rejected_requests_total`` with reason queue_full, over every method."""
+    return sum(
+        sample.value
+        for family in REGISTRY.collect()
+        if family.name == "ur_rejected_requests"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("reason") == "queue_full"
+    )
+
+
 async def test_n_plus_k_calls_give_exactly_k_overloaded_then_places_free(limited, caplog):
     running, channel = limited
     inference, models = isg.InferenceServiceStub(channel), msg.ModelServiceStub(channel)
     caplog.set_level(logging.INFO, logger="universal_runtime.rpc")
     async with asyncio.timeout(TEST_TIMEOUT_S):
         held = [await hold_stream(inference) for _ in range(LIMIT)]
+        rejected_before = rejected_total()
         try:
             outcomes = await asyncio.gather(
                 refused_or_ok(drain(inference.GenerateStream(stream_request(max_tokens=2), timeout=30))),
@@ -95,6 +108,7 @@ async def test_n_plus_k_calls_give_exactly_k_overloaded_then_places_free(limited
                 ),
             )
             assert outcomes == ["RESOURCE_EXHAUSTED/OVERLOADED"] * EXTRA
+            assert rejected_total() - rejected_before == EXTRA  # ur_rejected_requests_total{queue_full}
             # Probes are never counted nor refused.
             health = await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=5

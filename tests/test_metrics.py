@@ -24,6 +24,7 @@ from service.server import start_server
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+TEXT_LIMIT = 64 * 1024  # the scraped server's text request limit, to see a rejection counted
 
 
 def free_port() -> int:
@@ -49,7 +50,8 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 async def scraped(settings):
     """A server with its own /metrics port, its stubs, and a scrape function."""
     port = free_port()
-    running = await start_server(settings.model_copy(update={"grpc_port": 0, "metrics_port": port}))
+    limits = {"grpc_port": 0, "metrics_port": port, "max_text_request_bytes": TEXT_LIMIT}
+    running = await start_server(settings.model_copy(update=limits))
     assert running.metrics_port == port
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel, httpx.AsyncClient() as http:
 
@@ -73,6 +75,9 @@ async def test_rpc_counts_durations_and_rejections_move_by_what_was_sent(scraped
         await inference.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=[text]), timeout=60)
     with pytest.raises(grpc.aio.AioRpcError):
         await inference.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=[]), timeout=60)
+    with pytest.raises(grpc.aio.AioRpcError) as too_large:
+        await inference.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=["x" * 2 * TEXT_LIMIT]), timeout=60)
+    assert too_large.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     after = await scrape()
 
     def moved(name: str, **labels: str) -> float:
@@ -80,7 +85,9 @@ async def test_rpc_counts_durations_and_rejections_move_by_what_was_sent(scraped
 
     assert moved("ur_requests_total", method="Embed", code="OK") == 3
     assert moved("ur_requests_total", method="Embed", code="INVALID_ARGUMENT") == 1
-    assert moved("ur_request_duration_seconds_count", method="Embed") == 4
+    assert moved("ur_requests_total", method="Embed", code="RESOURCE_EXHAUSTED") == 1
+    assert moved("ur_rejected_requests_total", method="Embed", reason="message_too_large") == 1
+    assert moved("ur_request_duration_seconds_count", method="Embed") == 5
     assert moved("ur_request_duration_seconds_sum", method="Embed") > 0
     assert value(after, "ur_requests_in_flight", method="Embed") == 0
     # The three single-input calls ran as batches of one input each (sent one after another).
