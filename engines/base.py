@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,6 +41,23 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
     keep_alive: str | None = None
     pinned: bool = False
+
+
+def non_negative_option(options: Mapping[str, Any], name: str, default: float) -> float:
+    """The catalog option ``name`` as a number >= 0 (``default`` when unset).
+
+    Raises:
+        InvalidArgumentError: not a number, or negative.
+
+    """
+    raw = options.get(name, default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not value >= 0:  # also refuses NaN
+        raise InvalidArgumentError(f"option {name} must be >= 0, got {raw!r}", field=name)
+    return value
 
 
 class Engine(abc.ABC):
@@ -144,6 +162,7 @@ class Engine(abc.ABC):
                     reason="INVALID_MODEL_OPTION",
                     option=key,
                 ) from None
+        non_negative_option(spec.options, "max_queue_wait_s", 0.0)
         if not 0 <= int(spec.options.get("niceness", 0)) <= 19:
             raise InvalidArgumentError(
                 f"option niceness must be from 0 to 19, got {spec.options['niceness']!r}",

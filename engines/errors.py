@@ -119,6 +119,21 @@ class ResourceExhaustedError(RuntimeServiceError, status="RESOURCE_EXHAUSTED", r
     """A queue is full or there is no memory to load a model."""
 
 
+def queue_wait_exceeded(model: str, waited_s: float, limit_s: float) -> ResourceExhaustedError:
+    """The error of a request that waited in a model's queue longer than ``limit_s``.
+
+    RESOURCE_EXHAUSTED, reason QUEUE_WAIT_EXCEEDED: retry later, as for a full queue (HTTP 429
+    with ``Retry-After`` at the gateway).
+    """
+    return ResourceExhaustedError(
+        f"waited {waited_s:.1f} s in model {model!r}'s queue, longer than its limit of {limit_s:g} s "
+        "(max_queue_wait_s); the server is overloaded, retry later",
+        reason="QUEUE_WAIT_EXCEEDED",
+        model=model,
+        max_queue_wait_s=limit_s,
+    )
+
+
 class UnavailableError(RuntimeServiceError, status="UNAVAILABLE", reason="UNAVAILABLE"):
     """The server is shutting down or a model failed to become ready."""
 

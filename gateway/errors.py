@@ -43,6 +43,10 @@ OVERLOADED_REASON = "OVERLOADED"
 """ErrorInfo reason of RESOURCE_EXHAUSTED when a queue is full (retry later), as opposed to a
 request over a size limit (FILE_TOO_LARGE, MESSAGE_TOO_LARGE…) that retrying cannot fix."""
 
+RETRY_LATER_REASONS = frozenset({OVERLOADED_REASON, "QUEUE_WAIT_EXCEEDED"})
+"""RESOURCE_EXHAUSTED reasons that mean "busy now": a full queue, or a wait past the queue's
+limit. They get ``Retry-After``; size and memory limits do not."""
+
 _HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     # The server uses FAILED_PRECONDITION for requests that cannot work as sent (a model that does
@@ -189,13 +193,14 @@ def _openai_param(field: str | None) -> str | None:
 def retry_after_headers(err: grpc.RpcError) -> dict[str, str]:
     """HTTP headers telling the client when to retry a failed call: ``{"Retry-After": "1"}``.
 
-    Only for RESOURCE_EXHAUSTED with reason OVERLOADED (a full queue); every other error
+    Only for RESOURCE_EXHAUSTED with a reason of :data:`RETRY_LATER_REASONS` (a full queue, a wait
+    past the queue's limit); every other error
     (size limits, not enough memory to load a model, ...) gets ``{}``.
     """
     if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
         return {}
     info = error_info_from_rpc_error(err)
-    if info is None or info.reason != OVERLOADED_REASON:
+    if info is None or info.reason not in RETRY_LATER_REASONS:
         return {}
     return {"Retry-After": str(RETRY_AFTER_SECONDS)}
 

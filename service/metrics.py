@@ -103,7 +103,11 @@ UNLOADS = Counter(
     ["model", "reason"],
 )
 
-_REJECTION_REASONS = {"OVERLOADED": "queue_full", "INSUFFICIENT_MEMORY": "no_memory"}
+_REJECTION_REASONS = {
+    "OVERLOADED": "queue_full",
+    "QUEUE_WAIT_EXCEEDED": "queue_timeout",
+    "INSUFFICIENT_MEMORY": "no_memory",
+}
 
 
 def rpc_started(method: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
@@ -169,6 +170,10 @@ class ModelManager:
         self._closing = False
 
     def _managed(self, spec: ModelSpec) -> ManagedModel:
+        if self._settings.max_queue_wait_s and "max_queue_wait_s" not in spec.options:
+            # The server-wide limit, unless the catalog entry sets its own.
+            options = {**spec.options, "max_queue_wait_s": self._settings.max_queue_wait_s}
+            spec = dataclasses.replace(spec, options=options)
         keep_alive = parse_keep_alive(spec.keep_alive) if spec.keep_alive else self._default_keep_alive_s
         return ManagedModel(spec=spec, keep_alive_s=keep_alive, pinned=spec.pinned)
 

@@ -48,6 +48,12 @@ class Settings(BaseSettings):
         "ExtractEntities, Rerank, FitClassifier), refused before it is parsed.",
     )
     max_send_message_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Largest response sent.")
+    max_queue_wait_s: float = Field(
+        0.0,
+        ge=0,
+        description="Longest a request may wait in a model's queue before RESOURCE_EXHAUSTED "
+        "(QUEUE_WAIT_EXCEEDED); 0 = no limit. A model's catalog option max_queue_wait_s overrides it.",
+    )
     metrics_enabled: bool = Field(True, description="Record Prometheus metrics (false: values stay at zero).")
     otlp_endpoint: str | None = Field(
         None, description="OTLP/gRPC collector for traces (http://host:4317); unset = tracing off."

@@ -42,7 +42,8 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from engines import tracing
-from engines.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
+from engines.base import non_negative_option
+from engines.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError, queue_wait_exceeded
 from engines.executor import DeviceExecutor
 from engines.metrics import observe_encoder_batch
 
@@ -65,6 +66,9 @@ class BatchingConfig:
         max_wait_ms: longest time the oldest queued item waits for company before its batch runs
             (default 0: batch what is queued when the device is free).
         max_queue: most items waiting (not yet running); more are refused with OVERLOADED.
+        max_queue_wait_s: the longest an item may wait in the queue; one that waited longer fails
+            with RESOURCE_EXHAUSTED (QUEUE_WAIT_EXCEEDED) before its batch, instead of a late
+            answer (0: no limit).
 
     """
 
@@ -72,6 +76,7 @@ class BatchingConfig:
     max_batch_size: int = 64
     max_wait_ms: float = 0.0
     max_queue: int = 4096
+    max_queue_wait_s: float = 0.0
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> BatchingConfig:
@@ -85,13 +90,8 @@ class BatchingConfig:
         values: dict[str, Any] = {}
         for name in ("max_batch_tokens", "max_batch_size", "max_queue"):
             values[name] = _positive(options, name, getattr(defaults, name), int)
-        wait = options.get("max_wait_ms", defaults.max_wait_ms)
-        try:
-            values["max_wait_ms"] = float(wait)
-        except (TypeError, ValueError):
-            values["max_wait_ms"] = -1.0
-        if values["max_wait_ms"] < 0:
-            raise InvalidArgumentError(f"option max_wait_ms must be >= 0, got {wait!r}", field="max_wait_ms")
+        for name in ("max_wait_ms", "max_queue_wait_s"):
+            values[name] = non_negative_option(options, name, getattr(defaults, name))
         return cls(**values)
 
 
@@ -340,6 +340,13 @@ class DynamicBatcher(Generic[I, O]):
                 await self._run(batch)
 
     def _drop_cancelled(self) -> None:
+        limit = self.config.max_queue_wait_s
+        if limit and self._queue and self._loop is not None:
+            now = self._loop.time()
+            for entry in self._queue:
+                waited = now - entry.enqueued_at
+                if waited > limit and not entry.future.done():
+                    entry.future.set_exception(queue_wait_exceeded(self.name, waited, limit))
         kept = deque(entry for entry in self._queue if not entry.future.done())
         self.stats.cancelled += len(self._queue) - len(kept)
         self._queue = kept

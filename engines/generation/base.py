@@ -75,8 +75,10 @@ class GenerationEngine(Engine):
     backend's ``load`` sets :attr:`context_length` and :attr:`vocab_size` and calls
     :meth:`_set_chat_template`.
 
-    Catalog options read here: ``max_sequences`` (sequences batched together, default 8) and
-    ``max_waiting`` (requests being prepared or queued for a slot beyond those running, default 64).
+    Catalog options read here: ``max_sequences`` (sequences batched together, default 8),
+    ``max_waiting`` (requests being prepared or queued for a slot beyond those running, default 64)
+    and ``max_queue_wait_s`` (the longest a request may wait for a slot; 0, the default: no limit;
+    the server's ``max_queue_wait_s`` setting fills it in).
 
     Attributes:
         context_length: tokens one sequence can hold (prompt plus completion).
@@ -96,7 +98,10 @@ class GenerationEngine(Engine):
         self.finished: deque[FinishedSequence] = deque(maxlen=256)
         self._set_chat_template(None)
         self.scheduler = ContinuousBatchScheduler(
-            self, max_sequences=self.max_sequences, max_waiting=int(self.option("max_waiting", 64))
+            self,
+            max_sequences=self.max_sequences,
+            max_waiting=int(self.option("max_waiting", 64)),
+            max_queue_wait_s=float(self.option("max_queue_wait_s", 0.0)),
         )
 
     @property

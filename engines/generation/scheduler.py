@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engines import tracing
-from engines.errors import ResourceExhaustedError
+from engines.errors import ResourceExhaustedError, queue_wait_exceeded
 from engines.executor import DeviceExecutor
 from engines.generation.sequence import GenerationSequence
 from engines.types import GenerationDelta, GenerationRequest, TokenLogprobs
@@ -80,6 +80,7 @@ class _Entry:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     postprocess: Callable[[GenerationDelta], GenerationDelta] | None = None
     scheduled_ns: int = 0  # when it joined the running batch (epoch ns, for its spans)
+    admitted_at: float = 0.0  # time.monotonic() at admission (the queue wait limit)
 
 
 class ContinuousBatchScheduler:
@@ -90,13 +91,19 @@ class ContinuousBatchScheduler:
         max_sequences: sequences decoded together (the model's KV slots).
         max_waiting: requests allowed to wait for a slot (being prepared or queued) beyond the
             ``max_sequences`` running; more answer RESOURCE_EXHAUSTED.
+        max_queue_wait_s: the longest a request may wait from admission for a slot; one that
+            waited longer gets RESOURCE_EXHAUSTED (QUEUE_WAIT_EXCEEDED) instead of a late answer.
+            0: no limit.
 
     """
 
-    def __init__(self, model: StepModel, *, max_sequences: int, max_waiting: int) -> None:
+    def __init__(
+        self, model: StepModel, *, max_sequences: int, max_waiting: int, max_queue_wait_s: float = 0.0
+    ) -> None:
         self._model = model
         self._max_sequences = max_sequences
         self._max_waiting = max_waiting
+        self._max_queue_wait_s = max_queue_wait_s
         self._waiting: collections.deque[_Entry] = collections.deque()
         self._active: list[_Entry] = []
         # Requests holding a place (preparing, waiting or running), counted before any await.
@@ -143,11 +150,11 @@ class ContinuousBatchScheduler:
             )
         # Taken before the first await: no other request can pass the check meanwhile.
         self._admitted += 1
-        admitted_ns = time.time_ns()
+        admitted_ns, admitted_at = time.time_ns(), time.monotonic()
         first_ns = 0
         try:
             sequence = await self._model.executor.run(self._model.prepare, request)
-            entry = _Entry(sequence, postprocess=postprocess)
+            entry = _Entry(sequence, postprocess=postprocess, admitted_at=admitted_at)
             self._waiting.append(entry)
             self._ensure_loop()
             try:
@@ -205,6 +212,8 @@ class ContinuousBatchScheduler:
 
     async def _loop(self) -> None:
         while self._active or self._waiting:
+            if self._max_queue_wait_s:
+                self._expire_waiting()
             while self._waiting and len(self._active) < self._max_sequences:
                 entry = self._waiting.popleft()
                 entry.scheduled_ns = time.time_ns()
@@ -236,6 +245,20 @@ class ContinuousBatchScheduler:
                 if entry.postprocess is not None:
                     delta = entry.postprocess(delta)
                 entry.queue.put_nowait(delta)
+
+    def _expire_waiting(self) -> None:
+        """Fail the waiting requests (oldest first) that waited past ``max_queue_wait_s``.
+
+        They hold no slot yet, so nothing needs releasing; their callers get the error at once.
+        """
+        now = time.monotonic()
+        while self._waiting and now - self._waiting[0].admitted_at > self._max_queue_wait_s:
+            entry = self._waiting.popleft()
+            entry.sequence.cancel()
+            self._model.record_finished(entry.sequence)
+            waited = now - entry.admitted_at
+            error = queue_wait_exceeded(self._model.model_name, waited, self._max_queue_wait_s)
+            entry.queue.put_nowait(error)
 
     def _record(self, released: list[GenerationSequence]) -> None:
         for sequence in released:

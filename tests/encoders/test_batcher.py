@@ -226,3 +226,31 @@ async def test_a_burst_is_refused_before_its_inputs_are_prepared(executor):
     served = await asyncio.gather(*(call for call in calls if call not in refused))
     assert len(served) == 8 and len(prepared) == 8
     assert batcher.stats.rejected == 42
+
+
+async def test_an_item_that_waited_past_max_queue_wait_fails_instead_of_answering_late(executor):
+    """QUEUE_WAIT_EXCEEDED when its batch would start, while the batch ahead of it still runs."""
+    gate = threading.Event()
+
+    def slow(items: list[str]) -> list[str]:
+        gate.wait(timeout=10)
+        return list(items)
+
+    batcher = DynamicBatcher(slow, executor, BatchingConfig(max_queue_wait_s=0.2), name="t")
+    first = asyncio.create_task(batcher.submit(["first"], [1]))
+    await asyncio.sleep(0.05)  # the first batch is running (held by the gate)
+    second = asyncio.create_task(batcher.submit(["second"], [1]))
+    await asyncio.sleep(0.4)  # the second item has waited past the limit
+    gate.set()
+    assert await first == ["first"]
+    with pytest.raises(ResourceExhaustedError) as caught:
+        await second
+    assert caught.value.reason == "QUEUE_WAIT_EXCEEDED"
+    assert caught.value.metadata["max_queue_wait_s"] == "0.2"
+    assert await batcher.submit(["third"], [1]) == ["third"], "a fresh item still runs"
+
+
+@pytest.mark.parametrize("value", [-1, "soon", float("nan")])
+def test_max_queue_wait_must_be_a_non_negative_number(value):
+    with pytest.raises(InvalidArgumentError):
+        BatchingConfig.from_options({"max_queue_wait_s": value})

@@ -149,14 +149,15 @@ def test_plain_resource_exhausted_is_429() -> None:
         ("/v1/embeddings", {"model": "m", "input": "hello"}),
     ],
 )
+@pytest.mark.parametrize("reason", ["OVERLOADED", "QUEUE_WAIT_EXCEEDED"])
 async def test_overloaded_429_tells_when_to_retry(
-    client: httpx.AsyncClient, fake: FakeServer, path, body
+    client: httpx.AsyncClient, fake: FakeServer, path, body, reason
 ) -> None:
-    fake.inference.fail = RpcFailure(S.RESOURCE_EXHAUSTED, "queue full", "OVERLOADED")
+    fake.inference.fail = RpcFailure(S.RESOURCE_EXHAUSTED, "busy", reason)
     response = await client.post(path, json=body)
     assert response.status_code == 429
     assert response.headers["retry-after"] == "1"
-    assert response.json()["error"]["code"] == "overloaded"
+    assert response.json()["error"]["code"] == reason.lower()
 
 
 @pytest.mark.parametrize(
