@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import grpc
 from fastapi import Depends, FastAPI
 
 from gateway.dependencies import require_api_key
@@ -25,6 +26,7 @@ def create_app(
     api_key: str | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
+    grpc_credentials: grpc.ChannelCredentials | None = None,
 ) -> FastAPI:
     """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
 
@@ -46,6 +48,8 @@ def create_app(
         max_message_bytes: Largest HTTP request body (413 above it) and gRPC message, in bytes.
         shutdown_grace_s: Seconds SSE streams may go on once the server shuts down; a stream still
             running then ends with an error event (never a silent cut).
+        grpc_credentials: TLS credentials of the channel to the server
+            (:func:`gateway.tls.channel_credentials`); ``None`` for plaintext.
 
     Raises:
         ValueError: ``max_message_bytes`` is not positive.
@@ -62,7 +66,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        clients = GrpcClients.open(grpc_target, max_message_bytes=max_message_bytes)
+        clients = GrpcClients.open(
+            grpc_target, max_message_bytes=max_message_bytes, credentials=grpc_credentials
+        )
         app.state.grpc = clients
         logger.info("gateway forwarding to gRPC server at %s", grpc_target)
         try:
