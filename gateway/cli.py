@@ -11,10 +11,10 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-import uvicorn
-
 from gateway.app import create_app
+from gateway.https import gateway_tls, run_uvicorn
 from gateway.settings import GatewaySettings
+from gateway.tls import TlsConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,15 +58,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    try:
+        https, grpc_credentials = gateway_tls(settings)
+    except TlsConfigError as err:
+        build_parser().error(str(err))
     app = create_app(
         settings.grpc_target,
         api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
         max_message_bytes=settings.max_message_bytes,
         shutdown_grace_s=settings.shutdown_grace_s,
+        grpc_credentials=grpc_credentials,
     )
     # uvicorn waits for open responses a little past the streams' own grace (they then end themselves).
-    uvicorn.run(
+    run_uvicorn(
         app,
+        https,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr
@@ -61,3 +62,22 @@ class GatewaySettings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of the gateway and uvicorn."
     )
+    # TLS (README, "Operate"); the files are checked at start-up by gateway.tls.
+    tls_cert_file: Path | None = Field(default=None, description="PEM certificate chain; turns HTTPS on.")
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA bundle; when set, HTTPS clients must present a certificate it signed.",
+    )
+    tls_refresh_interval_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds between looks at the HTTPS files for a new certificate; 0: never.",
+    )
+    grpc_tls_ca_file: Path | None = Field(
+        default=None, description="PEM CA bundle that verifies the gRPC server; turns TLS on for the channel."
+    )
+    grpc_tls_cert_file: Path | None = Field(
+        default=None, description="PEM client certificate for a server that requires one (mutual TLS)."
+    )
+    grpc_tls_key_file: Path | None = Field(default=None, description="PEM private key of grpc_tls_cert_file.")

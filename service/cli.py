@@ -10,9 +10,11 @@ import signal
 from pathlib import Path
 
 from engines.process_lane import preload_modules
+from gateway.tls import TlsConfigError
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
+from service.tls import gateway_https
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,7 +40,9 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     (gRPC) or an error event (SSE). The signal handlers are ours, not uvicorn's, so both faces
     start draining at once instead of one after the other.
     """
-    running = await start_server(settings)
+    # Checked before the server starts, so a bad gateway TLS setting stops nothing half-way.
+    https = gateway_https(settings) if with_gateway else None
+    running = await start_server(settings, internal_socket=with_gateway)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -46,29 +50,30 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     gateway_server = None
     gateway_task = None
     if with_gateway:
-        import uvicorn
-
         from gateway.app import create_app
+        from gateway.https import uvicorn_server
 
         target = (
             f"127.0.0.1:{running.port}"
             if settings.grpc_host in ("0.0.0.0", "::")
             else (f"{settings.grpc_host}:{running.port}")
         )
+        if running.internal_socket is not None:  # the server speaks TLS: see service.tls.InternalSocket
+            target = running.internal_socket.target
         app = create_app(
             target,
             api_key=settings.api_key,
             max_message_bytes=settings.max_receive_message_bytes,
             shutdown_grace_s=settings.shutdown_grace_s,
         )
-        config = uvicorn.Config(
+        gateway_server = uvicorn_server(
             app,
+            https,
             host=settings.gateway_host,
             port=settings.gateway_port,
             log_config=None,
             timeout_graceful_shutdown=settings.shutdown_grace_s + 2.0,
         )
-        gateway_server = uvicorn.Server(config)
         gateway_server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         gateway_task = asyncio.create_task(gateway_server.serve())
     await stop.wait()
@@ -92,7 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings(**overrides)
     # Process-lane children re-run the launcher, which imports this module: warm in the forkserver.
     preload_modules(__name__)
-    asyncio.run(serve(settings, with_gateway=not args.no_gateway))
+    try:
+        asyncio.run(serve(settings, with_gateway=not args.no_gateway))
+    except TlsConfigError as err:  # its message names the setting; a traceback would add nothing
+        raise SystemExit(f"universal-runtime: {err}") from None
 
 
 if __name__ == "__main__":

@@ -3,13 +3,8 @@ the in-process gateway's socket, and the gateway's TLS channel to the server."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import ssl
 import stat
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import pytest
@@ -18,46 +13,19 @@ from universal_runtime.v1 import encoders_pb2, inference_service_pb2_grpc, model
 from universal_runtime.v1 import model_service_pb2_grpc as model_grpc
 
 from gateway.app import create_app
-from gateway.tls import CertificateWatch, TlsConfigError, TlsFiles, channel_credentials
+from gateway.tls import CertificateWatch, TlsConfigError, TlsFiles
 from service.server import RunningServer, start_server
 from tests.conftest import EMBED_MODEL
 from tests.gateway.gateway_fakes import asgi_client
-from tests.tls_certs import CertificateAuthority, Issued, common_name
-
-# Short, so a replaced certificate is seen within a test's bounded wait.
-REFRESH_S = 0.05
-
-
-@dataclass
-class Pki:
-    """A CA and files: server cert/key, client cert/key (both from the CA), and the CA's PEM."""
-
-    ca: CertificateAuthority
-    folder: Path
-    ca_file: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-    def credentials(self, *, client: bool = False) -> grpc.ChannelCredentials:
-        return channel_credentials(
-            TlsFiles.channel(
-                "TEST_",
-                self.ca_file,
-                self.client_cert if client else None,
-                self.client_key if client else None,
-            )
-        )
-
-
-def make_pki(folder: Path) -> Pki:
-    ca = CertificateAuthority()
-    ca_file = folder / "ca.crt"
-    ca_file.write_bytes(ca.pem)
-    server_cert, server_key = ca.issue("server-one", server=True).write(folder, "server")
-    client_cert, client_key = ca.issue("client-one", server=False).write(folder, "client")
-    return Pki(ca, folder, ca_file, server_cert, server_key, client_cert, client_key)
+from tests.tls_certs import (
+    REFRESH_S,
+    CertificateAuthority,
+    Pki,
+    make_pki,
+    replace_files,
+    served_certificate,
+    wait_for_certificate,
+)
 
 
 @pytest.fixture(scope="module")
@@ -111,41 +79,6 @@ async def refused(target: str, credentials: grpc.ChannelCredentials | None) -> g
         await health_check(target, credentials)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     return caught.value
-
-
-async def served_certificate(port: int, ca: CertificateAuthority, client: Pki | None = None) -> str:
-    """Common name of the certificate a new TLS connection to ``port`` is shown (grpc's ALPN, h2)."""
-    context = ssl.create_default_context(cadata=ca.pem.decode())
-    context.set_alpn_protocols(["h2"])
-    if client is not None:
-        context.load_cert_chain(client.client_cert, client.client_key)
-    _, writer = await asyncio.wait_for(
-        asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost"), 5
-    )
-    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-    writer.close()
-    return common_name(der)
-
-
-def replace_files(issued: Issued, cert: Path, key: Path) -> None:
-    """Swap in new files the way certificate managers do: written aside, then renamed over."""
-    for data, path in ((issued.cert, cert), (issued.key, key)):
-        path.with_suffix(".new").write_bytes(data)
-        os.replace(path.with_suffix(".new"), path)
-
-
-async def wait_for_certificate(
-    port: int, ca: CertificateAuthority, name: str, client: Pki | None = None
-) -> None:
-    """Wait (5 s at most) until new connections are shown the certificate named ``name``."""
-    async with asyncio.timeout(5):
-        while True:
-            try:
-                if await served_certificate(port, ca, client) == name:
-                    return
-            except ssl.SSLError:  # the old certificate, from a CA the client no longer trusts
-                pass
-            await asyncio.sleep(REFRESH_S)
 
 
 # --- TLS ---------------------------------------------------------------------------------------
