@@ -141,7 +141,7 @@ class TlsFiles:
             try:
                 # A password callback, so an encrypted key fails here instead of prompting on a tty.
                 context.load_cert_chain(self.cert_file, self.key_file, password=lambda: b"")
-            except ssl.SSLError as err:
+            except OSError as err:  # ssl.SSLError is one; or the file went since it was read
                 raise TlsConfigError(
                     f"{cert_name}={self.cert_file} and {key_name}={self.key_file} are not a PEM "
                     f"certificate chain and its matching unencrypted private key ({err.reason or err})"
@@ -149,7 +149,7 @@ class TlsFiles:
         if self.ca_file is not None:
             try:
                 context.load_verify_locations(cafile=self.ca_file)
-            except ssl.SSLError as err:
+            except OSError as err:  # ssl.SSLError is one; or the file went since it was read
                 raise TlsConfigError(
                     f"{ca_name}={self.ca_file} holds no PEM CA certificate ({err.reason or err})"
                 ) from err
@@ -297,7 +297,7 @@ class Https:
                 config.ssl.load_cert_chain(self.files.cert_file, self.files.key_file)  # type: ignore[arg-type]
                 if self.files.ca_file is not None:
                     config.ssl.load_verify_locations(cafile=self.files.ca_file)
-            except (OSError, ssl.SSLError) as err:  # replaced again between the check and this load
+            except OSError as err:  # an ssl.SSLError: the files changed again since they were checked
                 log.warning(
                     "gateway TLS reload failed, trying again in %s s: %s", self.refresh_interval_s, err
                 )
