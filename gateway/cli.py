@@ -60,8 +60,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     try:
         https, grpc_credentials = gateway_tls(settings)
-    except TlsConfigError as err:
-        build_parser().error(str(err))
+    except TlsConfigError as err:  # the message names the setting; a traceback would add nothing
+        raise SystemExit(f"universal-runtime-gateway: {err}") from None
     app = create_app(
         settings.grpc_target,
         api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
