@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import grpc
 from fastapi import Depends, FastAPI
 
 from gateway.api_keys import ApiKeys, load_api_keys
@@ -44,6 +45,7 @@ def create_app(
     api_keys: ApiKeys | None = None,
     auth_public_health: bool = True,
     cors_origins: Sequence[str] = (),
+    grpc_credentials: grpc.ChannelCredentials | None = None,
 ) -> FastAPI:
     """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
 
@@ -71,6 +73,8 @@ def create_app(
             ``api_keys_file``.
         auth_public_health: ``/health`` needs no key (default); ``False`` guards it like ``/v1``.
         cors_origins: Origins allowed cross-origin calls (:mod:`gateway.cors`); empty: CORS off.
+        grpc_credentials: TLS credentials of the channel to the server
+            (:func:`gateway.tls.channel_credentials`); ``None`` for plaintext.
 
     Raises:
         ValueError: ``max_message_bytes`` is not positive, or a CORS origin is malformed.
@@ -90,7 +94,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        clients = GrpcClients.open(grpc_target, max_message_bytes=max_message_bytes)
+        clients = GrpcClients.open(
+            grpc_target, max_message_bytes=max_message_bytes, credentials=grpc_credentials
+        )
         app.state.grpc = clients
         logger.info("gateway forwarding to gRPC server at %s", grpc_target)
         try:

@@ -11,12 +11,12 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-import uvicorn
-
 from gateway.api_keys import ApiKeyError
 from gateway.app import create_app
 from gateway.cors import parse_cors_origins
+from gateway.https import gateway_tls, run_uvicorn
 from gateway.settings import GatewaySettings
+from gateway.tls import TlsConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        https, grpc_credentials = gateway_tls(settings)
         app = create_app(
             settings.grpc_target,
             api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
@@ -77,12 +78,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             api_keys_file=settings.api_keys_file,
             auth_public_health=settings.auth_public_health,
             cors_origins=parse_cors_origins(settings.cors_origins),
+            grpc_credentials=grpc_credentials,
         )
-    except ApiKeyError as err:  # the message names the file and key name, never a key
+    # The messages name the setting, or the keys file and key name (never a key): no traceback.
+    except (ApiKeyError, TlsConfigError) as err:
         raise SystemExit(f"universal-runtime-gateway: {err}") from None
     # uvicorn waits for open responses a little past the streams' own grace (they then end themselves).
-    uvicorn.run(
+    run_uvicorn(
         app,
+        https,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

@@ -30,8 +30,10 @@ class GrpcClients:
     health: health_pb2_grpc.HealthStub
 
     @classmethod
-    def open(cls, target: str, *, max_message_bytes: int) -> GrpcClients:
-        """Open an insecure channel to ``target`` (``host:port``) and build the stubs.
+    def open(
+        cls, target: str, *, max_message_bytes: int, credentials: grpc.ChannelCredentials | None = None
+    ) -> GrpcClients:
+        """Open a channel to ``target`` (``host:port``) and build the stubs: TLS with ``credentials``.
 
         Must run inside the event loop that will use the channel. The channel connects lazily, so
         this succeeds even when the server is down; calls then fail with UNAVAILABLE.
@@ -40,14 +42,19 @@ class GrpcClients:
             target: gRPC target, e.g. ``"127.0.0.1:50051"``.
             max_message_bytes: Limit on sent and received message sizes; larger messages fail
                 with RESOURCE_EXHAUSTED before (send) or instead of (receive) reaching the peer.
+            credentials: TLS credentials (:func:`gateway.tls.channel_credentials`); ``None`` for
+                plaintext. A TLS handshake that fails (unknown CA, client certificate refused)
+                makes calls fail with UNAVAILABLE.
 
         """
-        channel = grpc.aio.insecure_channel(
-            target,
-            options=[
-                ("grpc.max_send_message_length", max_message_bytes),
-                ("grpc.max_receive_message_length", max_message_bytes),
-            ],
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+        ]
+        channel = (
+            grpc.aio.insecure_channel(target, options=options)
+            if credentials is None
+            else grpc.aio.secure_channel(target, credentials, options=options)
         )
         return cls(
             channel=channel,

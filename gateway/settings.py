@@ -83,3 +83,23 @@ class GatewaySettings(BaseSettings):
     def _valid_cors_origins(cls, value: str) -> str:
         parse_cors_origins(value)
         return value
+
+    # TLS (README, "Operate"); the files are checked at start-up by gateway.tls.
+    tls_cert_file: Path | None = Field(default=None, description="PEM certificate chain; turns HTTPS on.")
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA bundle; when set, HTTPS clients must present a certificate it signed.",
+    )
+    tls_refresh_interval_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds between looks at the HTTPS files for a new certificate; 0: never.",
+    )
+    grpc_tls_ca_file: Path | None = Field(
+        default=None, description="PEM CA bundle that verifies the gRPC server; turns TLS on for the channel."
+    )
+    grpc_tls_cert_file: Path | None = Field(
+        default=None, description="PEM client certificate for a server that requires one (mutual TLS)."
+    )
+    grpc_tls_key_file: Path | None = Field(default=None, description="PEM private key of grpc_tls_cert_file.")

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING
 
 from engines.process_lane import preload_modules
 from gateway.api_keys import load_api_keys
+from gateway.tls import TlsConfigError
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
+from service.tls import gateway_https
 from service.tracing import instrument_gateway
 
 if TYPE_CHECKING:
@@ -68,7 +70,9 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     (gRPC) or an error event (SSE). The signal handlers are ours, not uvicorn's, so both faces
     start draining at once instead of one after the other.
     """
-    running = await start_server(settings)
+    # Checked before the server starts, so a bad gateway TLS setting stops nothing half-way.
+    https = gateway_https(settings) if with_gateway else None
+    running = await start_server(settings, internal_socket=with_gateway)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -76,23 +80,25 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     gateway_server = None
     gateway_task = None
     if with_gateway:
-        import uvicorn
+        from gateway.https import uvicorn_server
 
         target = (
             f"127.0.0.1:{running.port}"
             if settings.grpc_host in ("0.0.0.0", "::")
             else (f"{settings.grpc_host}:{running.port}")
         )
+        if running.internal_socket is not None:  # the server speaks TLS: see service.tls.InternalSocket
+            target = running.internal_socket.target
         app = gateway_app(settings, target)
         instrument_gateway(app)  # route spans, when tracing is on
-        config = uvicorn.Config(
+        gateway_server = uvicorn_server(
             app,
+            https,
             host=settings.gateway_host,
             port=settings.gateway_port,
             log_config=None,
             timeout_graceful_shutdown=settings.shutdown_grace_s + 2.0,
         )
-        gateway_server = uvicorn.Server(config)
         gateway_server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         gateway_task = asyncio.create_task(gateway_server.serve())
     await stop.wait()
@@ -134,7 +140,10 @@ def main(argv: list[str] | None = None) -> None:
     check_startup_settings(settings, with_gateway=not args.no_gateway)
     # Process-lane children re-run the launcher, which imports this module: warm in the forkserver.
     preload_modules(__name__)
-    asyncio.run(serve(settings, with_gateway=not args.no_gateway))
+    try:
+        asyncio.run(serve(settings, with_gateway=not args.no_gateway))
+    except TlsConfigError as err:  # its message names the setting; a traceback would add nothing
+        raise SystemExit(f"universal-runtime: {err}") from None
 
 
 if __name__ == "__main__":

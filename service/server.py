@@ -40,6 +40,7 @@ from service.tasks.classifiers import ClassifierTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
+from service.tls import InternalSocket, add_port, server_tls_files
 from service.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class RunningServer:
     executors: ExecutorPool
     settings: Settings
     metrics_server: WSGIServer | None = None
+    #: Plaintext socket of the in-process gateway when TLS is on (``start_server(internal_socket=True)``).
+    internal_socket: InternalSocket | None = None
 
     @property
     def metrics_port(self) -> int | None:
@@ -100,6 +103,8 @@ class RunningServer:
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
+        if self.internal_socket is not None:
+            self.internal_socket.remove()
         log.info("stopped")
 
 
@@ -138,20 +143,28 @@ def inference_servicer(
     )
 
 
-async def start_server(settings: Settings) -> RunningServer:
+async def start_server(settings: Settings, *, internal_socket: bool = False) -> RunningServer:
     """Create and start the server on ``settings.grpc_host:grpc_port`` (port 0 picks a free one).
+
+    With ``tls_cert_file`` and ``tls_key_file`` the port speaks TLS (mutual TLS with
+    ``tls_client_ca_file``), reloading the certificate when the files change (:mod:`service.tls`).
+    ``internal_socket`` (with TLS on) also binds a plaintext Unix socket only this user can open,
+    for a gateway in this process (:class:`service.tls.InternalSocket`).
 
     Every catalog entry is checked first (:meth:`ModelManager.check_catalog`): one that cannot
     work (unknown backend, missing source, bad option) is logged and reported as ``Error: ...``.
 
     Raises:
         gateway.api_keys.ApiKeyError: the keys file (``api_keys_file``) is unreadable or malformed.
+        gateway.tls.TlsConfigError: a TLS setting is half set, or names an unreadable or wrong file
+            (a ValueError naming the setting); raised before anything starts.
         service.catalog.CatalogError: the catalog file is unreadable or not a catalog (a malformed
             entry is only marked ``Error``).
         RuntimeError: the port could not be bound.
 
     """
     api_keys = load_api_keys(settings.api_key, settings.api_keys_file)
+    tls_files = server_tls_files(settings)
     executors = ExecutorPool()
     catalog = load_catalog(settings.catalog_path)
     manager = ModelManager(catalog.specs, settings, executors, invalid=catalog.invalid)
@@ -184,9 +197,13 @@ async def start_server(settings: Settings) -> RunningServer:
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    port = server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
+    address = f"{settings.grpc_host}:{settings.grpc_port}"
+    port = add_port(server, address, tls_files, settings.tls_refresh_interval_s)
     if port == 0:
-        raise RuntimeError(f"could not bind {settings.grpc_host}:{settings.grpc_port}")
+        raise RuntimeError(f"could not bind {address}")
+    internal = InternalSocket() if internal_socket and tls_files is not None else None
+    if internal is not None:
+        internal.bind(server)
     metrics_server = None
     if settings.metrics_port:
         metrics_server = metrics.start_metrics_server(settings.grpc_host, settings.metrics_port)
@@ -194,8 +211,12 @@ async def start_server(settings: Settings) -> RunningServer:
     manager.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("grpc server listening", extra={"address": f"{settings.grpc_host}:{port}"})
-    running = RunningServer(server, port, manager, health_servicer, executors, settings, metrics_server)
+    log.info(
+        "grpc server listening", extra={"address": f"{settings.grpc_host}:{port}", "tls": bool(tls_files)}
+    )
+    running = RunningServer(
+        server, port, manager, health_servicer, executors, settings, metrics_server, internal
+    )
     if metrics_server is not None:
         log.info("metrics listening", extra={"address": f"{settings.grpc_host}:{running.metrics_port}"})
     return running

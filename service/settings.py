@@ -123,6 +123,27 @@ class Settings(BaseSettings):
     anomaly_store_max_bytes: int = Field(
         GIB, gt=0, description="Most bytes the saved anomaly detectors' files (every version) may take."
     )
+    # TLS (README, "Operate"): checked when the server starts (service.tls), not here, so that
+    # settings built in code (model_copy) are checked too.
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate chain of the gRPC server; with tls_key_file turns TLS on."
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key (unencrypted) of tls_cert_file.")
+    tls_client_ca_file: Path | None = Field(
+        None, description="PEM CA bundle; when set, gRPC clients must present a certificate it signed."
+    )
+    tls_refresh_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds between looks at the TLS files (server and gateway) for a new certificate; "
+        "0 never reloads.",
+    )
+    # The gateway started beside the server: the same UR_GATEWAY_TLS_* names as the gateway alone.
+    gateway_tls_cert_file: Path | None = Field(None, description="PEM certificate chain; turns HTTPS on.")
+    gateway_tls_key_file: Path | None = Field(None, description="PEM private key of gateway_tls_cert_file.")
+    gateway_tls_client_ca_file: Path | None = Field(
+        None, description="PEM CA bundle; when set, HTTPS clients must present a certificate it signed."
+    )
 
     @field_validator("default_keep_alive")
     @classmethod

@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import httpx
-import uvicorn
 from fastapi import FastAPI
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
@@ -24,6 +23,9 @@ from universal_runtime.v1 import (
     model_service_pb2,
     model_service_pb2_grpc,
 )
+
+from gateway.https import uvicorn_server
+from gateway.tls import Https
 
 
 @dataclass
@@ -242,10 +244,9 @@ async def asgi_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @contextlib.asynccontextmanager
-async def serve_with_uvicorn(app: FastAPI) -> AsyncIterator[str]:
-    """Serve the app with uvicorn on a free local port; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+async def serve_with_uvicorn(app: FastAPI, https: Https | None = None) -> AsyncIterator[str]:
+    """Serve the app with uvicorn on a free local port (HTTPS with ``https``); yields its base URL."""
+    server = uvicorn_server(app, https, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(10):
@@ -254,7 +255,7 @@ async def serve_with_uvicorn(app: FastAPI) -> AsyncIterator[str]:
                     task.result()
                 await asyncio.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'http' if https is None else 'https'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)

@@ -108,13 +108,15 @@ def test_cli_rejects_bad_values(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cli_main_runs_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {}
 
-    def fake_run(app, **kwargs):
+    def fake_run(app, https, **kwargs):
         calls["app"] = app
+        calls["https"] = https
         calls.update(kwargs)
 
-    monkeypatch.setattr(cli.uvicorn, "run", fake_run)
+    monkeypatch.setattr(cli, "run_uvicorn", fake_run)
     cli.main(["--grpc-target", "127.0.0.1:50051", "--host", "127.0.0.1", "--port", "8123", "--api-key", "k"])
     assert calls["host"] == "127.0.0.1" and calls["port"] == 8123
+    assert calls["https"] is None  # no UR_GATEWAY_TLS_* set: plain HTTP
     config = calls["app"].state.config
     assert config.grpc_target == "127.0.0.1:50051"
     assert config.api_key == "k"
