@@ -246,7 +246,9 @@ def test_command_lines_refuse_a_malformed_keys_file(settings, tmp_path, monkeypa
     from gateway import cli as gateway_cli
 
     monkeypatch.setenv("UR_GATEWAY_API_KEYS_FILE", str(path))
-    monkeypatch.setattr(gateway_cli.uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
+    monkeypatch.setattr(
+        gateway_cli, "run_uvicorn", lambda app, https, **kwargs: pytest.fail("must not serve")
+    )
     with pytest.raises(SystemExit, match=rf"universal-runtime-gateway: keys file {path}: not valid YAML"):
         gateway_cli.main([])
 
@@ -255,7 +257,7 @@ def test_gateway_command_line_reads_keys_file_and_health_flag(keys_file, monkeyp
     from gateway import cli as gateway_cli
 
     served = {}
-    monkeypatch.setattr(gateway_cli.uvicorn, "run", lambda app, **kwargs: served.update(app=app))
+    monkeypatch.setattr(gateway_cli, "run_uvicorn", lambda app, https, **kwargs: served.update(app=app))
     monkeypatch.setenv("UR_GATEWAY_API_KEY", SINGLE)
     gateway_cli.main(["--api-keys-file", str(keys_file), "--no-auth-public-health"])
     config = served["app"].state.config

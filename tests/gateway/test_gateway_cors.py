@@ -120,7 +120,7 @@ def test_both_command_lines_wire_cors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UR_GATEWAY_CORS_ORIGINS", f"{ALLOWED},http://localhost:3000")
     assert Settings().gateway_cors_origins == f"{ALLOWED},http://localhost:3000"
     served = {}
-    monkeypatch.setattr(cli.uvicorn, "run", lambda app, **kwargs: served.update(app=app))
+    monkeypatch.setattr(cli, "run_uvicorn", lambda app, https, **kwargs: served.update(app=app))
     cli.main([])
     [cors] = [entry for entry in served["app"].user_middleware if entry.cls is CORSMiddleware]
     assert cors.kwargs["allow_origins"] == [ALLOWED, "http://localhost:3000"]
