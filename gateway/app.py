@@ -29,7 +29,7 @@ from gateway.routes import (
     ocr,
     rerank,
 )
-from gateway.schemas.errors import ERROR_RESPONSES, HEALTH_ERROR_RESPONSES
+from gateway.schemas.errors import ERROR_RESPONSES, HEALTH_ERROR_RESPONSES, METRICS_ERROR_RESPONSES
 from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SHUTDOWN_GRACE_S, GatewayConfig
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def create_app(
     # Probes (/health, and /metrics beside it) are open unless auth_public_health is off.
     probes = [] if auth_public_health else authenticated
     app.include_router(health.router, dependencies=probes, responses=HEALTH_ERROR_RESPONSES)
-    app.include_router(metrics.router, dependencies=probes)
+    app.include_router(metrics.router, dependencies=probes, responses=METRICS_ERROR_RESPONSES)
     for module in (chat, completions, embeddings, models, ocr, anomaly, rerank, classify, ner):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
     return app

@@ -160,7 +160,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
             (a ValueError naming the setting); raised before anything starts.
         service.catalog.CatalogError: the catalog file is unreadable or not a catalog (a malformed
             entry is only marked ``Error``).
-        RuntimeError: the port could not be bound.
+        RuntimeError: the gRPC or the metrics port could not be bound.
 
     """
     api_keys = load_api_keys(settings.api_key, settings.api_keys_file)
@@ -169,7 +169,6 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     catalog = load_catalog(settings.catalog_path)
     manager = ModelManager(catalog.specs, settings, executors, invalid=catalog.invalid)
     set_metrics_enabled(settings.metrics_enabled)
-    metrics.register_model_state(manager)
     # Bad entries are logged and marked ERROR; the server still serves the others.
     manager.check_catalog()
     # Before the server is made: the grpc instrumentation patches grpc.aio.server.
@@ -206,7 +205,13 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         internal.bind(server)
     metrics_server = None
     if settings.metrics_port:
-        metrics_server = metrics.start_metrics_server(settings.grpc_host, settings.metrics_port)
+        try:
+            metrics_server = metrics.start_metrics_server(settings.grpc_host, settings.metrics_port)
+        except OSError as exc:
+            raise RuntimeError(
+                f"could not bind the metrics port {settings.grpc_host}:{settings.metrics_port} ({exc}); "
+                "set UR_METRICS_PORT to a free port, or 0 to turn it off"
+            ) from exc
     await server.start()
     manager.start()
     for name in ("", *SERVICE_NAMES):
@@ -217,6 +222,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     running = RunningServer(
         server, port, manager, health_servicer, executors, settings, metrics_server, internal
     )
+    metrics.register_model_state(manager)  # once started: a failed start leaves nothing registered
     if metrics_server is not None:
         log.info("metrics listening", extra={"address": f"{settings.grpc_host}:{running.metrics_port}"})
     return running

@@ -174,3 +174,12 @@ async def test_metrics_can_be_switched_off(settings):
     finally:
         await running.stop(grace=1.0)
         set_enabled(True)
+
+
+async def test_a_metrics_port_in_use_stops_start_up_with_a_clear_error(settings):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RuntimeError, match=rf"metrics port 127.0.0.1:{port} .*UR_METRICS_PORT"):
+            await start_server(settings.model_copy(update={"grpc_port": 0, "metrics_port": port}))

@@ -42,3 +42,5 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 #: The subset ``GET /health`` can answer (it takes no body, no key and no model).
 HEALTH_ERROR_RESPONSES = {status: ERROR_RESPONSES[status] for status in (500, 503, 504)}
+# /metrics answers from this process alone: a key when probes are guarded, or a failure of its own.
+METRICS_ERROR_RESPONSES = {status: ERROR_RESPONSES[status] for status in (401, 500)}
