@@ -11,6 +11,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+from gateway import tracing
 from gateway.api_keys import ApiKeyError
 from gateway.app import create_app
 from gateway.cors import parse_cors_origins
@@ -70,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     try:
         https, grpc_credentials = gateway_tls(settings)
+        tracing.configure_gateway(settings.otlp_endpoint)  # before the app's channel is made
         app = create_app(
             settings.grpc_target,
             api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
@@ -81,8 +83,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             grpc_credentials=grpc_credentials,
         )
     # The messages name the setting, or the keys file and key name (never a key): no traceback.
-    except (ApiKeyError, TlsConfigError) as err:
+    except (ApiKeyError, TlsConfigError, RuntimeError) as err:
         raise SystemExit(f"universal-runtime-gateway: {err}") from None
+    tracing.instrument_app(app)
     # uvicorn waits for open responses a little past the streams' own grace (they then end themselves).
     run_uvicorn(
         app,

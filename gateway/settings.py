@@ -74,6 +74,9 @@ class GatewaySettings(BaseSettings):
     shutdown_grace_s: float = Field(
         default=DEFAULT_SHUTDOWN_GRACE_S, ge=0, description="Seconds in-flight streams get on shutdown."
     )
+    otlp_endpoint: str | None = Field(
+        default=None, description="OTLP/gRPC collector for traces (http://host:4317); unset = tracing off."
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of the gateway and uvicorn."
     )

@@ -28,6 +28,24 @@ def test_tracing_is_off_unless_configured():
     # (First in the module: the fixture below turns tracing on until the module ends.)
 
 
+def test_a_standalone_gateway_traces_its_routes_and_calls_when_given_an_endpoint(monkeypatch):
+    """``UR_GATEWAY_OTLP_ENDPOINT``: tracing is on and the app is instrumented; without it, not."""
+    from gateway import cli as gateway_cli
+    from gateway import tracing as gateway_tracing
+
+    served: dict = {}
+    monkeypatch.setattr(gateway_cli, "run_uvicorn", lambda app, https, **kwargs: served.update(app=app))
+    gateway_cli.main([])
+    assert not gateway_tracing.enabled()
+    monkeypatch.setenv("UR_GATEWAY_OTLP_ENDPOINT", "http://127.0.0.1:1")  # nothing listens: spans drop
+    try:
+        gateway_cli.main([])
+        assert gateway_tracing.enabled()
+        assert getattr(served["app"], "_is_instrumented_by_opentelemetry", False)
+    finally:
+        gateway_tracing.shutdown()
+
+
 @pytest.fixture(scope="module")
 async def traced(settings):
     exporter = InMemorySpanExporter()
