@@ -107,7 +107,7 @@ class RequestContextInterceptor(AsyncServerInterceptor):
                 code.name if isinstance(code, grpc.StatusCode) else ("OK" if error is None else "UNKNOWN")
             )
         seconds = time.perf_counter() - started
-        metrics.rpc_finished(_short(method_name), code_name, seconds)
+        metrics.rpc_finished(_short(method_name), code_name, seconds, api_key_name_var.get())
         log.info(
             "rpc",
             extra={

@@ -65,6 +65,11 @@ REQUEST_DURATION = Histogram(
     ["method"],
     buckets=REQUEST_BUCKETS,
 )
+REQUESTS_BY_KEY = Counter(
+    "ur_requests_by_api_key",
+    "RPCs finished by the name of the API key they came with (its name in the keys file).",
+    ["api_key", "code"],
+)
 REQUESTS_IN_FLIGHT = Gauge("ur_requests_in_flight", "RPCs started and not finished.", ["method"])
 REJECTIONS = Counter(
     "ur_rejected_requests",
@@ -116,12 +121,18 @@ def rpc_started(method: str) -> None:
         REQUESTS_IN_FLIGHT.labels(method).inc()
 
 
-def rpc_finished(method: str, code: str, seconds: float) -> None:
-    """Record a finished RPC: its status code name and duration in seconds."""
+def rpc_finished(method: str, code: str, seconds: float, api_key_name: str = "") -> None:
+    """Record a finished RPC: its status code name and duration in seconds.
+
+    ``api_key_name`` is the name of the API key it came with (never the key; "" when keys are off
+    or none matched).
+    """
     if enabled():
         REQUESTS_IN_FLIGHT.labels(method).dec()
         REQUESTS.labels(method, code).inc()
         REQUEST_DURATION.labels(method).observe(seconds)
+        if api_key_name:
+            REQUESTS_BY_KEY.labels(api_key_name, code).inc()
 
 
 def rpc_rejected(method: str, reason: str) -> None:

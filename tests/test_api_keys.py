@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client import REGISTRY, generate_latest
 from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc as msg
 
@@ -143,10 +144,15 @@ def rpc_records(caplog, method_suffix: str) -> list[logging.LogRecord]:
     ]
 
 
+def requests_by_key(name: str) -> float:
+    return REGISTRY.get_sample_value("ur_requests_by_api_key_total", {"api_key": name, "code": "OK"}) or 0.0
+
+
 async def test_every_named_key_works_and_its_name_is_logged(keyed, caplog):
     _, channel = keyed
     stub = msg.ModelServiceStub(channel)
     caplog.set_level(logging.INFO, logger="universal_runtime.rpc")
+    counted_before = {name: requests_by_key(name) for name in ("default", "team-a", "team-b")}
     for key in SECRETS:
         response = await stub.ListModels(m.ListModelsRequest(), metadata=bearer(key), timeout=10)
         assert response.models
@@ -154,6 +160,12 @@ async def test_every_named_key_works_and_its_name_is_logged(keyed, caplog):
     assert [(r.key_name, r.code) for r in records] == [("default", "OK"), ("team-a", "OK"), ("team-b", "OK")]
     logged = caplog.text + " ".join(json.dumps(vars(r), default=str) for r in caplog.records)
     assert not any(secret in logged for secret in SECRETS)
+    # The metrics count by key name too, and never hold a key.
+    assert {name: requests_by_key(name) - n for name, n in counted_before.items()} == dict.fromkeys(
+        counted_before, 1
+    )
+    exposition = generate_latest(REGISTRY).decode()
+    assert not any(secret in exposition for secret in SECRETS)
 
 
 @pytest.mark.parametrize(
