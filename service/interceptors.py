@@ -56,9 +56,10 @@ def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
 class RequestContextInterceptor(AsyncServerInterceptor):
     """Sets the request id and logs one structured line per RPC.
 
-    The id comes from ``x-request-id`` metadata or is new, and is echoed in the initial
-    metadata. The log line has method, status code, duration, model and ``key_name`` (the name
-    of the API key that authenticated the call, ``""`` without one; never the key).
+    The id comes from ``x-request-id`` metadata or is new, and is echoed back: in the headers
+    (initial metadata) of a streamed answer, in the trailers of a unary one and of every error.
+    The log line has method, status code, duration, model and ``key_name`` (the name of the API
+    key that authenticated the call, ``""`` without one; never the key).
     """
 
     async def intercept(
@@ -71,21 +72,25 @@ class RequestContextInterceptor(AsyncServerInterceptor):
         api_key_name_var.set("")
         started = time.perf_counter()
         metrics.rpc_started(_short(method_name))
-        # Metadata already sent or call gone: the request id is still in the log.
-        with contextlib.suppress(Exception):
-            await context.send_initial_metadata(((REQUEST_ID_METADATA_KEY, request_id_var.get()),))
         try:
             result = await _call(method, request, context)
         except BaseException as exc:
             self._log(context, method_name, started, exc)
             raise
         if not hasattr(result, "__aiter__"):
+            # In the trailers, not early headers: a unary call stays uncommitted until it is
+            # answered, so a client's retry policy may resend it to another replica when this one
+            # dies mid-call (gRPC retries only calls that have received no headers).
+            context.set_trailing_metadata(((REQUEST_ID_METADATA_KEY, request_id),))
             self._log(context, method_name, started, None)
             return result
         return self._stream(result, context, method_name, started)
 
     async def _stream(self, stream: AsyncIterator, context, method_name: str, started: float):
         error: BaseException | None = None
+        # A stream's client sees the id at once, in its headers (call gone: it is still in the log).
+        with contextlib.suppress(Exception):
+            await context.send_initial_metadata(((REQUEST_ID_METADATA_KEY, request_id_var.get()),))
         try:
             async for item in stream:
                 yield item

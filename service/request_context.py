@@ -7,7 +7,8 @@ import uuid
 
 from engines.errors import clip_text
 
-request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+REQUEST_ID_UNSET = "-"
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default=REQUEST_ID_UNSET)
 model_var: contextvars.ContextVar[str] = contextvars.ContextVar("model", default="")
 #: Name of the API key that authenticated the call ("" when none did); never the key itself.
 api_key_name_var: contextvars.ContextVar[str] = contextvars.ContextVar("api_key_name", default="")

@@ -18,6 +18,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from engines.errors import RuntimeServiceError, clip_text, clip_utf8
+from service.request_context import REQUEST_ID_METADATA_KEY, REQUEST_ID_UNSET, request_id_var
 
 ERROR_DOMAIN = "universal-runtime"
 GENERIC_INTERNAL_MESSAGE = "internal error; see the server log for request id {request_id}"
@@ -64,7 +65,14 @@ def rich_status(
     detail = any_pb2.Any()
     detail.Pack(info)
     proto = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=[detail])
-    return rpc_status.to_status(proto)
+    status = rpc_status.to_status(proto)
+    request_id = request_id_var.get()
+    if request_id != REQUEST_ID_UNSET:
+        # Unary answers carry the call's request id in their trailers (RequestContextInterceptor).
+        status = status._replace(
+            trailing_metadata=(*status.trailing_metadata, (REQUEST_ID_METADATA_KEY, request_id))
+        )
+    return status
 
 
 def status_for_error(error: RuntimeServiceError) -> grpc.Status:

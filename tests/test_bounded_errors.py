@@ -174,7 +174,7 @@ async def test_the_rpc_log_line_clips_the_model_name_and_the_request_id(inferenc
         call = inference.Embed(e.EmbedRequest(model=HUGE, inputs=["x"]), metadata=[("x-request-id", long_id)])
         error = await rpc_error(call)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    echoed = dict(await call.initial_metadata())["x-request-id"]
+    echoed = dict(await call.trailing_metadata())["x-request-id"]
     assert echoed == long_id[:MAX_REQUEST_ID_CHARS]
     lines = [
         r for r in caplog.records if r.getMessage() == "rpc" and getattr(r, "method", "").endswith("/Embed")

@@ -79,12 +79,15 @@ async def test_stream_passes_messages_then_maps_the_error(fake_channel):
     assert "boom" not in caught.value.details()
 
 
-async def test_request_id_is_echoed(fake_channel):
+async def test_request_id_is_echoed_in_the_trailers_of_a_failed_unary_call(fake_channel):
+    """Not in early headers: an unanswered unary call must stay uncommitted, so a client's retry
+    policy can send it to another replica (README, "Scale out")."""
     stub = isg.InferenceServiceStub(fake_channel)
     call = stub.Generate(g.GenerateRequest(model="x"), metadata=(*AUTH, ("x-request-id", "abc-123")))
     with pytest.raises(grpc.aio.AioRpcError):
         await call
-    assert ("x-request-id", "abc-123") in tuple(await call.initial_metadata())
+    assert ("x-request-id", "abc-123") in tuple(await call.trailing_metadata())
+    assert ("x-request-id", "abc-123") not in tuple(await call.initial_metadata())
 
 
 @pytest.mark.parametrize("metadata", [(), (("authorization", "Bearer wrong"),)])
@@ -110,3 +113,24 @@ async def test_other_schemes_and_keys_stay_unauthenticated(fake_channel, header)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.Generate(g.GenerateRequest(model="x"), metadata=(("authorization", header),))
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_request_id_comes_back_in_trailers_of_unary_answers_and_headers_of_streams(inference):
+    from universal_runtime.v1 import encoders_pb2 as e
+
+    from tests.conftest import CHAT_MODEL, EMBED_MODEL
+
+    unary = inference.Embed(
+        e.EmbedRequest(model=EMBED_MODEL, inputs=["x"]), metadata=[("x-request-id", "u-1")]
+    )
+    await unary
+    assert ("x-request-id", "u-1") in tuple(await unary.trailing_metadata())
+    stream = inference.GenerateStream(
+        g.GenerateStreamRequest(
+            model=CHAT_MODEL, prompt="Hi", parameters=g.GenerationParameters(max_tokens=2)
+        ),
+        metadata=[("x-request-id", "s-1")],
+    )
+    assert ("x-request-id", "s-1") in tuple(await stream.initial_metadata())
+    async for _ in stream:
+        pass
