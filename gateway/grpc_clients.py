@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
+
+SERVICE_CONFIG = {
+    # Several servers (``ipv4:10.0.0.1:50051,10.0.0.2:50051``, or ``dns:///`` of a headless
+    # Service): every call goes to the next ready one, and a replica that dies drops out.
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [
+        {
+            "name": [
+                {"service": "universal_runtime.v1.InferenceService"},
+                {"service": "universal_runtime.v1.ModelService"},
+                {"service": "grpc.health.v1.Health"},
+            ],
+            # gRPC resends a call only while it is uncommitted (no answer headers yet): a unary
+            # call whose replica died before answering, or that a draining replica refused.
+            # Streams send their headers at once, so a stream cut mid-way ends with UNAVAILABLE.
+            "retryPolicy": {
+                "maxAttempts": 3,
+                "initialBackoff": "0.05s",
+                "maxBackoff": "0.5s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"],
+            },
+        }
+    ],
+}
+"""The gateway's gRPC service config (gRPC's own JSON format: ``doc/service_config.md`` in
+grpc/grpc): round-robin balancing over the target's addresses and a retry policy for UNAVAILABLE.
+The README ("Scale out") gives the same to Python and Node callers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +68,9 @@ class GrpcClients:
         this succeeds even when the server is down; calls then fail with UNAVAILABLE.
 
         Args:
-            target: gRPC target, e.g. ``"127.0.0.1:50051"``.
+            target: gRPC target: ``"127.0.0.1:50051"``, several servers
+                (``"ipv4:127.0.0.1:50051,127.0.0.1:50052"``) or a DNS name of several
+                (``"dns:///universal-runtime-grpc:50051"``), balanced by :data:`SERVICE_CONFIG`.
             max_message_bytes: Limit on sent and received message sizes; larger messages fail
                 with RESOURCE_EXHAUSTED before (send) or instead of (receive) reaching the peer.
             credentials: TLS credentials (:func:`gateway.tls.channel_credentials`); ``None`` for
@@ -50,6 +81,8 @@ class GrpcClients:
         options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
+            ("grpc.enable_retries", 1),
         ]
         channel = (
             grpc.aio.insecure_channel(target, options=options)

@@ -1,0 +1,195 @@
+"""Two real server processes behind one gateway (issue 17): calls spread over both replicas, and
+killing one under a bounded load loses no unary call (gRPC's retry policy resends the unanswered
+ones to the survivor), while a stream on the killed replica ends with UNAVAILABLE, not a hang.
+
+Figures for the closing note are printed (``-s``): calls lost, and the slowest call around the kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+from universal_runtime.v1 import generation_pb2 as g
+from universal_runtime.v1 import inference_service_pb2_grpc
+
+from gateway.app import create_app
+from tests.conftest import CHAT_MODEL, EMBED_MODEL
+
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 90
+NO_END = [g.LogitBias(token_id=token, bias=-100) for token in (0, 1, 2)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Replica:
+    """``universal-runtime --no-gateway`` in a child process, with its own ports and data dir."""
+
+    def __init__(self, name: str, catalog: Path, data_dir: Path, log_dir: Path) -> None:
+        self.name = name
+        self.port, self.metrics_port = free_port(), free_port()
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO / "generated"), str(REPO)]),
+            "UR_CATALOG_PATH": str(catalog),
+            "UR_DATA_DIR": str(data_dir),
+            "UR_METRICS_PORT": str(self.metrics_port),
+            "UR_LOG_LEVEL": "WARNING",
+        }
+        args = ["--no-gateway", "--grpc-host", "127.0.0.1", "--grpc-port", str(self.port)]
+        self.log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", *args],
+            cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    async def wait_serving(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                assert self.process.poll() is None, f"{self.name} exited: {self.process.returncode}"
+                try:
+                    response = await health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                    if response.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"{self.name} did not serve within {START_TIMEOUT_S} s")
+
+    def embed_calls(self) -> float:
+        """``ur_requests_total{method="Embed",code="OK"}`` on this replica's own /metrics."""
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "ur_requests_total" and sample.labels == {"method": "Embed", "code": "OK"}:
+                    return sample.value
+        return 0.0
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.log.close()
+
+
+@pytest.fixture
+async def replicas(catalog_path, tmp_path):
+    started = [Replica(name, catalog_path, tmp_path / name, tmp_path) for name in ("a", "b")]
+    try:
+        await asyncio.gather(*(replica.wait_serving() for replica in started))
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
+
+
+@pytest.fixture
+async def gateway(replicas):
+    target = "ipv4:" + ",".join(f"127.0.0.1:{replica.port}" for replica in replicas)
+    app = create_app(target)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=60) as http:
+            yield http
+
+
+async def embed(http: httpx.AsyncClient, text: str) -> tuple[int, float]:
+    started = time.perf_counter()
+    response = await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": text})
+    return response.status_code, time.perf_counter() - started
+
+
+async def warm_up(http: httpx.AsyncClient, replicas: list[Replica]) -> None:
+    """Connect the gateway to every replica and load the embedder on each (bounded)."""
+    assert (await embed(http, "warm up"))[0] == 200
+    await asyncio.sleep(1.0)  # the channel connects to every address; round robin uses the ready ones
+    for _ in range(20):
+        if all(replica.embed_calls() > 0 for replica in replicas):
+            return
+        assert (await embed(http, "warm up"))[0] == 200
+    raise AssertionError("a replica never served")
+
+
+async def test_calls_spread_over_both_replicas(replicas, gateway):
+    await warm_up(gateway, replicas)
+    before = [replica.embed_calls() for replica in replicas]
+    results = await asyncio.gather(*(embed(gateway, f"sentence {i}") for i in range(24)))
+    assert [status for status, _ in results] == [200] * 24
+    served = [replica.embed_calls() - n for replica, n in zip(replicas, before, strict=True)]
+    assert sum(served) == 24
+    assert min(served) >= 4, f"round robin left a replica nearly idle: {served}"
+
+
+async def test_killing_a_replica_under_load_loses_no_unary_call_and_cuts_its_streams_cleanly(
+    replicas, gateway
+):
+    survivor, victim = replicas
+    # A stream on the victim (direct gRPC), long enough to be running when it dies.
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{victim.port}") as channel:
+        stream = inference_service_pb2_grpc.InferenceServiceStub(channel).GenerateStream(
+            g.GenerateStreamRequest(
+                model=CHAT_MODEL,
+                prompt="Count:",
+                parameters=g.GenerationParameters(max_tokens=1000, logit_bias=NO_END),
+            ),
+            timeout=120,
+        )
+        await stream.read()  # it runs
+        await warm_up(gateway, replicas)
+        outcomes: list[tuple[int, float]] = []
+        killed = asyncio.Event()
+
+        async def worker(index: int) -> None:
+            for i in range(15):  # bounded: 4 workers x 15 calls
+                outcomes.append(await embed(gateway, f"worker {index} call {i}"))
+                if len(outcomes) == 12 and not killed.is_set():
+                    killed.set()
+                    victim.kill()
+
+        await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(4))), timeout=120)
+        assert killed.is_set()
+        lost = [status for status, _ in outcomes if status != 200]
+        slowest = max(seconds for _, seconds in outcomes)
+        print(
+            f"\nreplica killed under load: {len(outcomes)} calls, {len(lost)} lost, slowest {slowest:.2f} s"
+        )
+        assert not lost, f"calls failed after the kill: {lost}"
+        started = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as cut:
+            while True:
+                message = await asyncio.wait_for(stream.read(), timeout=30)
+                assert message is not grpc.aio.EOF, "the stream ended as if finished"
+        assert cut.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert time.monotonic() - started < 30
+    # The survivor keeps serving.
+    assert (await embed(gateway, "after the kill"))[0] == 200
+    assert survivor.process.poll() is None
