@@ -29,6 +29,7 @@ from gateway.routes import (
     ocr,
     rerank,
 )
+from gateway.routing import ROUTING_MODES, ModelAffinityRouter
 from gateway.schemas.errors import ERROR_RESPONSES, HEALTH_ERROR_RESPONSES, METRICS_ERROR_RESPONSES
 from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SHUTDOWN_GRACE_S, GatewayConfig
 
@@ -46,6 +47,7 @@ def create_app(
     auth_public_health: bool = True,
     cors_origins: Sequence[str] = (),
     grpc_credentials: grpc.ChannelCredentials | None = None,
+    routing: str = "round-robin",
 ) -> FastAPI:
     """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
 
@@ -75,6 +77,8 @@ def create_app(
         cors_origins: Origins allowed cross-origin calls (:mod:`gateway.cors`); empty: CORS off.
         grpc_credentials: TLS credentials of the channel to the server
             (:func:`gateway.tls.channel_credentials`); ``None`` for plaintext.
+        routing: ``round-robin`` (every call to the next replica) or ``model-affinity`` (a request
+            naming a model goes to a replica that holds it; :mod:`gateway.routing`).
 
     Raises:
         ValueError: ``max_message_bytes`` is not positive, or a CORS origin is malformed.
@@ -92,17 +96,29 @@ def create_app(
         auth_public_health=auth_public_health,
     )
 
+    if routing not in ROUTING_MODES:
+        raise ValueError(f"routing must be one of {', '.join(ROUTING_MODES)}, got {routing!r}")
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         clients = GrpcClients.open(
             grpc_target, max_message_bytes=max_message_bytes, credentials=grpc_credentials
         )
         app.state.grpc = clients
-        logger.info("gateway forwarding to gRPC server at %s", grpc_target)
+        router = None
+        if routing == "model-affinity":
+            router = ModelAffinityRouter(
+                grpc_target, max_message_bytes=max_message_bytes, credentials=grpc_credentials
+            )
+            router.start()
+        app.state.router = router
+        logger.info("gateway forwarding to gRPC server at %s (%s)", grpc_target, routing)
         try:
             yield
         finally:
-            app.state.grpc = None
+            app.state.grpc = app.state.router = None
+            if router is not None:
+                await router.close()
             await clients.close()
 
     app = FastAPI(
@@ -111,7 +127,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.config = config
-    app.state.grpc = None
+    app.state.grpc = app.state.router = None
     install_error_handlers(app)
     # Added last = outermost: the request id is set first, so even a 413 carries it.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_message_bytes)

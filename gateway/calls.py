@@ -6,6 +6,7 @@ metadata (request id, API key) or outlive a client that went away.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -35,6 +36,16 @@ class RpcContext:
     request: Request
     clients: GrpcClients
     metadata: CallMetadata
+
+    def for_model(self, model: str) -> RpcContext:
+        """The context to use for a request naming ``model``.
+
+        With model-affinity routing (:mod:`gateway.routing`) and a replica that holds ``model``,
+        a copy with that replica's stubs; else this context (round robin).
+        """
+        router = getattr(self.request.app.state, "router", None)
+        clients = router.pick(model) if router is not None else None
+        return self if clients is None else dataclasses.replace(self, clients=clients)
 
     async def unary(
         self, method: Callable[..., Any], message: Any, *, deadline_s: float | None = None
@@ -95,6 +106,7 @@ async def generate(rpc: RpcContext, body: SamplingRequest, api: GenerationApi[An
             error with the matching HTTP status by :mod:`gateway.errors`).
 
     """
+    rpc = rpc.for_model(body.model)
     if body.stream:
         translator = api.stream_translator(requested_model=body.model, include_usage=body.include_usage)
         return await rpc.stream_generation(api.generate_stream_request(body), translator)

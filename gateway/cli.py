@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             auth_public_health=settings.auth_public_health,
             cors_origins=parse_cors_origins(settings.cors_origins),
             grpc_credentials=grpc_credentials,
+            routing=settings.routing,
         )
     # The messages name the setting, or the keys file and key name (never a key): no traceback.
     except (ApiKeyError, TlsConfigError, RuntimeError) as err:

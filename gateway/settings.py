@@ -74,6 +74,10 @@ class GatewaySettings(BaseSettings):
     shutdown_grace_s: float = Field(
         default=DEFAULT_SHUTDOWN_GRACE_S, ge=0, description="Seconds in-flight streams get on shutdown."
     )
+    routing: Literal["round-robin", "model-affinity"] = Field(
+        default="round-robin",
+        description="round-robin: each call to the next server; model-affinity: to one holding the model.",
+    )
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/gRPC collector for traces (http://host:4317); unset = tracing off."
     )

@@ -193,3 +193,54 @@ async def test_killing_a_replica_under_load_loses_no_unary_call_and_cuts_its_str
     # The survivor keeps serving.
     assert (await embed(gateway, "after the kill"))[0] == 200
     assert survivor.process.poll() is None
+
+
+def model_loads(replica: Replica) -> dict[str, float]:
+    """``ur_model_load_duration_seconds_count`` by model on this replica."""
+    text = httpx.get(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=10).text
+    return {
+        sample.labels["model"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "ur_model_load_duration_seconds_count"
+    }
+
+
+@pytest.mark.parametrize("routing", ["round-robin", "model-affinity"])
+async def test_model_affinity_loads_each_model_on_one_replica(replicas, routing):
+    """Two embedding models, 16 calls each. Round robin loads both on both replicas (4 loads);
+    model affinity sends each model's calls to the replica that loaded it (2 loads)."""
+    target = "ipv4:" + ",".join(f"127.0.0.1:{replica.port}" for replica in replicas)
+    app = create_app(target, routing=routing)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=60) as http:
+            await asyncio.sleep(1.0)  # the balanced channel connects to both
+            for model in (EMBED_MODEL, "minilm-burst"):
+                first = await http.post("/v1/embeddings", json={"model": model, "input": "first"})
+                assert first.status_code == 200
+                if app.state.router is not None:
+                    await app.state.router.refresh()  # rather than wait for the next look
+                for i in range(15):
+                    response = await http.post("/v1/embeddings", json={"model": model, "input": f"call {i}"})
+                    assert response.status_code == 200
+    loads = [model_loads(replica) for replica in replicas]
+    print(f"\n{routing}: model loads per replica {loads}")
+    total = sum(sum(per_replica.values()) for per_replica in loads)
+    assert total == (4 if routing == "round-robin" else 2)
+
+
+def test_replica_addresses_of_a_target():
+    from gateway.routing import replica_addresses
+
+    assert replica_addresses("ipv4:10.0.0.1:50051,10.0.0.2:50051") == ["10.0.0.1:50051", "10.0.0.2:50051"]
+    assert replica_addresses("127.0.0.1:50051") == ["127.0.0.1:50051"]
+    assert replica_addresses("dns:///localhost:50051") in (
+        ["127.0.0.1:50051"],
+        ["127.0.0.1:50051", "::1:50051"],
+    )
+
+
+def test_an_unknown_routing_mode_is_refused():
+    with pytest.raises(ValueError, match="routing must be one of"):
+        create_app("127.0.0.1:1", routing="random")

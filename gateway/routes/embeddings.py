@@ -19,6 +19,7 @@ async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> EmbeddingRespon
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
 
     """
+    rpc = rpc.for_model(body.model)
     response = await rpc.unary(rpc.clients.inference.Embed, to_embed_request(body))
     # A typed return lets FastAPI serialize with pydantic-core (fast for long float lists).
     return EmbeddingResponse.model_validate(
