@@ -1,7 +1,8 @@
-"""deploy/: the image installs what `make install` installs.
+"""deploy/: the image installs what `make install` installs, and the Kubernetes manifests render and validate.
 
 The Dockerfile cannot be built here (no base images), so its install steps are checked against the
-Makefile instead.
+Makefile instead. The manifests are rendered with `kubectl kustomize` and every document validated
+offline against the Kubernetes schemas (kubernetes-validate, strict: unknown fields fail).
 """
 
 from __future__ import annotations
@@ -18,14 +19,22 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 HEALTHCHECK = DEPLOY / "healthcheck.py"
+K8S = DEPLOY / "k8s"
+# A version kubernetes-validate bundles schemas for; the manifests use nothing newer.
+KUBE_VERSION = "1.30"
 INFERENCE_SERVICE = "universal_runtime.v1.InferenceService"
 PORTS = {50051, 8000, 9090}
+# The in-process gateway's streams get this much longer than UR_SHUTDOWN_GRACE_S (service/cli.py).
+GATEWAY_EXTRA_GRACE_S = 2
 
 
 # --- the Dockerfile --------------------------------------------------------------------------------
@@ -168,6 +177,15 @@ def test_every_copied_path_is_in_the_build_context():
             )
 
 
+def test_every_ur_variable_in_the_image_and_manifests_is_a_setting():
+    fields = {f"UR_{name.upper()}" for name in Settings.model_fields}
+    named = set(re.findall(r"\bUR_[A-Z0-9_]+\b", DOCKERFILE.read_text()))
+    for path in K8S.rglob("*.yaml"):
+        named |= set(re.findall(r"name: (UR_[A-Z0-9_]+)", path.read_text()))
+    assert named, "no UR_ settings found"
+    assert named <= fields, f"not settings: {sorted(named - fields)}"
+
+
 async def test_healthcheck_script_follows_the_inference_service_health():
     server = grpc.aio.server()
     servicer = health.aio.HealthServicer()
@@ -188,3 +206,220 @@ async def test_healthcheck_script_follows_the_inference_service_health():
         assert await exit_code() == 1
     finally:
         await server.stop(None)
+
+
+# --- Kubernetes ------------------------------------------------------------------------------------
+
+
+def kustomize(path: Path) -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip(
+            "kubectl not found: the kustomize renders are not checked (install kubectl 1.27+; "
+            "Debian's kubernetes-client 1.20 is too old); the base files are still validated"
+        )
+    result = subprocess.run(
+        [kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def kubernetes_validate():
+    return pytest.importorskip(
+        "kubernetes_validate", reason="kubernetes-validate not installed (it is in the dev extra)"
+    )
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict]:
+    return kustomize(K8S / "base")
+
+
+@pytest.fixture(scope="module")
+def gpu() -> list[dict]:
+    return kustomize(K8S / "overlays" / "gpu")
+
+
+@pytest.fixture(scope="module")
+def queue_depth(tmp_path_factory) -> list[dict]:
+    """The base with the optional queue-depth HPA component, as a user's overlay would add it."""
+    overlay = tmp_path_factory.mktemp("overlay")
+    # kustomize takes relative paths only.
+    relative = os.path.relpath(K8S, overlay)
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [f"{relative}/base"],
+                "components": [f"{relative}/components/hpa-queue-depth"],
+            }
+        )
+    )
+    return kustomize(overlay)
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"{len(found)} {kind} {name or ''}"
+    return found[0]
+
+
+def container(docs: list[dict]) -> dict:
+    (main,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return main
+
+
+def env_of(docs: list[dict]) -> dict[str, str]:
+    entries = container(docs)["env"]
+    names = [entry["name"] for entry in entries]
+    assert len(names) == len(set(names)), f"repeated env: {names}"
+    return {entry["name"]: entry["value"] for entry in entries}
+
+
+@pytest.mark.parametrize("rendering", ["base", "gpu", "queue_depth"])
+def test_rendered_documents_validate_against_the_kubernetes_schemas(rendering, request, kubernetes_validate):
+    docs = request.getfixturevalue(rendering)
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_base_files_validate_without_kubectl(kubernetes_validate):
+    """The base's resources are whole objects, so the schema check runs even where kubectl is missing."""
+    base_dir = K8S / "base"
+    kustomization = yaml.safe_load((base_dir / "kustomization.yaml").read_text())
+    kinds = set()
+    for resource in kustomization["resources"]:
+        for doc in yaml.safe_load_all((base_dir / resource).read_text()):
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+            kinds.add(doc["kind"])
+    assert kinds == {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
+
+
+def test_strict_validation_rejects_an_unknown_field(kubernetes_validate):
+    """The validator is strict: a misspelt field would not pass silently."""
+    deployment = yaml.safe_load((K8S / "base" / "deployment.yaml").read_text())
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessprobe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE_VERSION, strict=True)
+
+
+def test_base_objects(base):
+    assert sorted(d["kind"] for d in base) == sorted(
+        ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service", "Service"]
+    )
+    deployment = one(base, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    for doc in base:
+        selector = doc.get("spec", {}).get("selector")
+        if doc["kind"] in ("Service", "PodDisruptionBudget"):
+            labels = selector.get("matchLabels", selector)
+            assert labels.items() <= pod_labels.items(), f"{doc['kind']} {doc['metadata']['name']}"
+    assert {port["containerPort"] for port in container(base)["ports"]} == PORTS
+
+
+def test_probes_speak_grpc_health(base):
+    main = container(base)
+    readiness, liveness, startup = (
+        main[p]["grpc"] for p in ("readinessProbe", "livenessProbe", "startupProbe")
+    )
+    assert readiness == {"port": 50051, "service": INFERENCE_SERVICE}
+    assert liveness == {"port": 50051, "service": ""}
+    assert startup["port"] == 50051
+    # Generous for start-up on a cold node: minutes, not the liveness probe's budget.
+    startup_probe = main["startupProbe"]
+    assert startup_probe["periodSeconds"] * startup_probe["failureThreshold"] >= 120
+
+
+def test_termination_grace_covers_pre_stop_and_the_server_grace(base):
+    spec = one(base, "Deployment")["spec"]["template"]["spec"]
+    grace = float(env_of(base)["UR_SHUTDOWN_GRACE_S"])
+    command = container(base)["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep"
+    pre_stop = float(command[1])
+    assert spec["terminationGracePeriodSeconds"] > pre_stop + grace + GATEWAY_EXTRA_GRACE_S
+
+
+def test_pods_run_as_the_image_user_on_a_read_only_root(base):
+    spec = one(base, "Deployment")["spec"]["template"]["spec"]
+    main = container(base)
+    uid = int(next(r for kw, r in dockerfile_stages()[-1] if kw == "USER").split(":")[0])
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == uid
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    assert main["securityContext"]["allowPrivilegeEscalation"] is False
+    # Every place the server writes is a volume: /tmp, the data dir, the image's cache dir.
+    empty_dirs = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+    writable = {m["mountPath"] for m in main["volumeMounts"] if m["name"] in empty_dirs}
+    assert {"/tmp", env_of(base)["UR_DATA_DIR"], dockerfile_env()["XDG_CACHE_HOME"]} <= writable
+    requests = main["resources"]["requests"]
+    assert {"cpu", "memory"} <= requests.keys()
+
+
+def test_the_catalog_config_map_is_the_default_catalog(base):
+    catalog_path = Path(env_of(base)["UR_CATALOG_PATH"])
+    main = container(base)
+    mount = next(m for m in main["volumeMounts"] if m["mountPath"] == str(catalog_path.parent))
+    volume = next(
+        v
+        for v in one(base, "Deployment")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == mount["name"]
+    )
+    config_map = one(base, "ConfigMap", volume["configMap"]["name"])
+    served = yaml.safe_load(config_map["data"][catalog_path.name])
+    default = yaml.safe_load((ROOT / "service" / "default_catalog.yaml").read_text())
+    assert served == default, "deploy/k8s/base/catalog.yaml must stay a copy of service/default_catalog.yaml"
+
+
+def test_services_headless_grpc_and_scraped_http(base):
+    grpc_service = one(base, "Service", "universal-runtime-grpc")
+    assert grpc_service["spec"]["clusterIP"] == "None"
+    assert [p["port"] for p in grpc_service["spec"]["ports"]] == [50051]
+    http = one(base, "Service", "universal-runtime")
+    assert http["spec"].get("type", "ClusterIP") == "ClusterIP"
+    assert {p["port"] for p in http["spec"]["ports"]} == {8000, 9090}
+    annotations = http["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "9090"
+
+
+def test_disruption_budget_and_autoscaler(base):
+    assert one(base, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    hpa = one(base, "HorizontalPodAutoscaler")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "universal-runtime",
+    }
+    assert hpa["spec"]["minReplicas"] == one(base, "Deployment")["spec"]["replicas"]
+    assert [m["resource"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Resource"] == ["cpu"]
+    assert env_of(base)["UR_DEVICE"] == "cpu"
+
+
+def test_gpu_overlay_asks_for_a_gpu_and_runs_on_cuda(gpu):
+    main = container(gpu)
+    for kind in ("requests", "limits"):
+        assert int(main["resources"][kind]["nvidia.com/gpu"]) == 1
+    # The base's CPU and memory stay.
+    assert {"cpu", "memory"} <= main["resources"]["requests"].keys()
+    spec = one(gpu, "Deployment")["spec"]["template"]["spec"]
+    assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"])
+    assert spec["nodeSelector"]
+    assert env_of(gpu)["UR_DEVICE"] == "cuda"
+    assert main["image"].endswith(":cuda")
+
+
+def test_queue_depth_component_scales_on_the_queue_gauges(queue_depth):
+    metrics = one(queue_depth, "HorizontalPodAutoscaler")["spec"]["metrics"]
+    pods = {m["pods"]["metric"]["name"] for m in metrics if m["type"] == "Pods"}
+    assert pods == {"ur_encoder_queue_depth", "ur_generation_sequences_waiting"}
+    assert any(m["type"] == "Resource" and m["resource"]["name"] == "cpu" for m in metrics)
+    # The gauges the adapter serves are the server's own.
+    source = (ROOT / "service" / "metrics.py").read_text()
+    assert all(f'"{name}"' in source for name in pods)
