@@ -8,6 +8,8 @@ PROTOS := $(wildcard protos/universal_runtime/v1/*.proto)
 BUF := npx --yes @bufbuild/buf@1.75.0
 # apt-get needs root: run it through sudo unless we already are root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Extras `make install` installs; the container image leaves out dev (deploy/Dockerfile).
+EXTRAS ?= models,dev,otel
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
@@ -18,14 +20,18 @@ export DO_NOT_TRACK ?= 1
 install: system-deps $(STAMP)
 
 # Debian packages: Tesseract (second OCR engine) with its German data (the OCR language tests read
-# umlauts and ß) and DejaVu fonts (OCR tests render text with them).
+# umlauts and ß), DejaVu fonts (OCR tests render text with them), and the libraries opencv-python
+# (rapidocr's) loads, libGL and GLib, which slim systems and container images lack.
+# deploy/Dockerfile installs this same list (tests/test_deploy.py keeps them equal).
+DEBIAN_PACKAGES := tesseract-ocr tesseract-ocr-deu fonts-dejavu-core libgl1 libglib2.0-0
 # Checked first, so this is instant when they are there (`--list-langs` reads the tessdata folder,
 # /usr/share/tesseract-ocr/5/tessdata on Debian, whatever the Tesseract version).
 system-deps:
 	@tesseract --list-langs 2>/dev/null | grep -qx deu && \
-		test -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf || \
+		test -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf && \
+		dpkg -s libgl1 libglib2.0-0 >/dev/null 2>&1 || \
 		{ $(SUDO) apt-get update -qq && \
-		  $(SUDO) apt-get install -y -qq tesseract-ocr tesseract-ocr-deu fonts-dejavu-core; }
+		  $(SUDO) apt-get install -y -qq $(DEBIAN_PACKAGES); }
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -35,7 +41,7 @@ $(STAMP): pyproject.toml
 	# anything unpinned would pull several GB of CUDA wheels.
 	$(BIN)/pip install --quiet "torch==2.13.0"
 	# llama-cpp-python builds from source (cmake, ~5 min on 2 cores); pip caches the wheel afterwards.
-	$(BIN)/pip install --quiet -e ".[models,dev,otel]"
+	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
