@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -89,9 +91,74 @@ def torch_module_memory(module: torch.nn.Module) -> tuple[int, int]:
     return ram, vram
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""Where Linux mounts the control groups (a container's CPU and memory limits are read there)."""
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> float | None:
+    """CPUs this process's control group may use (its CFS quota over period), or None if unlimited.
+
+    Reads cgroup v2 ``cpu.max`` (``"200000 100000"``: 2 CPUs; ``"max 100000"``: no limit), else
+    cgroup v1 ``cpu/cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` (quota -1: no limit). A Kubernetes
+    container's ``resources.limits.cpu`` becomes this quota.
+    """
+    v2 = _read(root / "cpu.max")
+    if v2 is not None:
+        quota, _, period = v2.partition(" ")
+        return None if quota == "max" or not period else int(quota) / int(period)
+    quota, period = _read(root / "cpu" / "cpu.cfs_quota_us"), _read(root / "cpu" / "cpu.cfs_period_us")
+    if quota is None or period is None or int(quota) <= 0:
+        return None
+    return int(quota) / int(period)
+
+
+def cgroup_memory_available(root: Path = CGROUP_ROOT) -> int | None:
+    """Bytes this process's control group may still take (limit minus usage), or None if unlimited.
+
+    cgroup v2 ``memory.max`` and ``memory.current``, else v1 ``memory/memory.limit_in_bytes`` and
+    ``memory.usage_in_bytes`` (v1 writes a huge number for "no limit"). A Kubernetes container's
+    ``resources.limits.memory`` is this limit: a load past it gets the process killed, not an error.
+    """
+    limit, usage = _read(root / "memory.max"), _read(root / "memory.current")
+    if limit is None:
+        limit, usage = (
+            _read(root / "memory" / "memory.limit_in_bytes"),
+            _read(root / "memory" / "memory.usage_in_bytes"),
+        )
+    if limit is None or usage is None or limit == "max" or int(limit) >= 1 << 60:
+        return None
+    return max(0, int(limit) - int(usage))
+
+
 def cpu_threads() -> int:
-    """Cores this process may run on (its CPU affinity), the default thread count of a lane."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """CPUs this process may use, the default thread count of a lane.
+
+    Its CPU affinity, capped by its control group's CPU limit (rounded up) when there is one: in
+    a container limited to 2 CPUs on a 64-core node, 64 threads would only be throttled.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return cores if limit is None else max(1, min(cores, math.ceil(limit)))
+
+
+def available_memory_bytes() -> int:
+    """Bytes free for a new model in host memory.
+
+    The system's available memory, or less when the control group's limit leaves less (see
+    :func:`cgroup_memory_available`).
+    """
+    import psutil
+
+    available = psutil.virtual_memory().available
+    in_group = cgroup_memory_available()
+    return available if in_group is None else min(available, in_group)
 
 
 def set_torch_threads(count: int) -> None:

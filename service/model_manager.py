@@ -25,11 +25,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import psutil
-
 from engines.base import Engine, ModelSpec
 from engines.capabilities import CAPABILITY_TASKS, Capability
-from engines.device import release_device_memory
+from engines.device import available_memory_bytes, release_device_memory
 from engines.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -440,7 +438,7 @@ class ModelManager:
 
             free, _ = torch.cuda.mem_get_info(torch.device(engine.device))
         else:
-            free = psutil.virtual_memory().available
+            free = available_memory_bytes()  # a container's memory limit counts too
         if needed + self._settings.memory_headroom_bytes > free:
             raise ResourceExhaustedError(
                 f"not enough free memory to load model {engine.spec.name!r}: needs about {needed} bytes, "

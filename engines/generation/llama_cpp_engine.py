@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 
 from engines.base import ModelSpec
-from engines.device import resolve_device
+from engines.device import available_memory_bytes, cpu_threads, resolve_device
 from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
@@ -153,7 +151,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
             n_ctx_train=self.model.n_ctx_train(),
             per_token_bytes=kv_bytes_per_token(metadata),
             sequences=self.max_sequences,
-            available_bytes=max(0, psutil.virtual_memory().available - self.model.size() - KV_HEADROOM_BYTES),
+            available_bytes=max(0, available_memory_bytes() - self.model.size() - KV_HEADROOM_BYTES),
             override=int(self.option("n_ctx", 0)) or None,
             cap=int(self.option("max_context", DEFAULT_CAP)),
         )
@@ -162,7 +160,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
             "context size",
             extra={"model": self.spec.name, "per_sequence": per_sequence, "reason": plan.reason},
         )
-        threads = int(self.option("n_threads", os.cpu_count() or 1))
+        threads = int(self.option("n_threads", cpu_threads()))
         self._n_batch = int(self.option("n_batch", 512))
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_seq_max = self.max_sequences
