@@ -9,7 +9,18 @@ import sys
 import time
 import traceback
 
-from bench import admission, anomaly, embeddings, generation, isolation, memory, metrics_cost, ocr, overhead
+from bench import (
+    admission,
+    anomaly,
+    embeddings,
+    generation,
+    isolation,
+    memory,
+    metrics_cost,
+    ocr,
+    overhead,
+    routing,
+)
 
 AREAS = {
     "overhead": overhead,
@@ -21,6 +32,7 @@ AREAS = {
     "anomaly": anomaly,
     "admission": admission,
     "isolation": isolation,
+    "routing": routing,
 }
 
 

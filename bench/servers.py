@@ -106,6 +106,22 @@ def start_ours(log_dir: Path, name: str = "ours", env: dict[str, str] | None = N
     raise AssertionError("unreachable")
 
 
+def start_gateway(
+    log_dir: Path, grpc_target: str, name: str = "gateway", env: dict[str, str] | None = None
+) -> Server:
+    """Start a standalone ``universal-runtime-gateway`` in front of ``grpc_target``.
+
+    ``env`` adds ``UR_GATEWAY_*`` settings. Ready when its ``/health`` answers.
+    """
+    port = free_port()
+    script = Path(sys.executable).parent / "universal-runtime-gateway"
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "gateway.cli"]
+    argv += ["--grpc-target", grpc_target, "--host", LOOPBACK, "--port", str(port)]
+    base = f"http://{LOOPBACK}:{port}"
+    process = ManagedProcess(name, argv, log_dir, base_env(UR_GATEWAY_LOG_LEVEL="warning", **(env or {})))
+    return _start(Server(name, process, http_base=base), [lambda: http_ok(f"{base}/health")])
+
+
 def start_llama_server(python: Path, log_dir: Path) -> Server:
     """Start ``llama_cpp.server`` with the same GGUF, context and threads as our catalog entry.
 

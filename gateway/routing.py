@@ -7,8 +7,9 @@ Round robin (the default, :data:`gateway.grpc_clients.SERVICE_CONFIG`) spreads e
 requests over every replica, and each replica loads every model it is asked for. With affinity,
 the gateway keeps one channel per replica beside the balanced one, asks every replica for its
 loaded models (``ListModels``) every ``refresh_s``, and sends a request naming a model to one of
-the replicas reporting it READY (round robin among them). A model no replica holds goes through
-the balanced channel: one replica loads it, and the next look routes its requests there.
+the replicas reporting it READY (round robin among them). A model no replica holds goes to the
+replica its name hashes to (rendezvous hashing), so its first requests load it once; before any
+replica has answered, requests go through the balanced channel.
 
 Bounded: one ``ListModels`` per replica per look, each with a one-second deadline; a replica
 that does not answer is left out until it does. Replicas come from the gateway's target:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import socket
@@ -56,6 +58,11 @@ def replica_addresses(target: str) -> list[str]:
     return [target]
 
 
+def _weight(model: str, address: str) -> int:
+    """Rendezvous-hashing weight of ``address`` for ``model`` (stable across processes)."""
+    return int.from_bytes(hashlib.blake2b(f"{model}@{address}".encode(), digest_size=8).digest(), "big")
+
+
 class ModelAffinityRouter:
     """Channels to each replica and what each has loaded; picks one for a model.
 
@@ -85,11 +92,20 @@ class ModelAffinityRouter:
         self._task: asyncio.Task[None] | None = None
 
     def pick(self, model: str) -> GrpcClients | None:
-        """The channel of a replica holding ``model`` (round robin among them), or None."""
+        """The channel for a request naming ``model``, or None (no replica answered yet).
+
+        A replica holding ``model`` (round robin among them); if none does, the replica the
+        model's name hashes to (rendezvous hashing over the replicas that answered), so that
+        simultaneous first requests for a model all load it on one replica, and the choice moves
+        for few models when replicas come and go.
+        """
         holders = [address for address, names in self._loaded.items() if model in names]
-        if not holders:
+        if holders:
+            return self._replicas[holders[next(self._turn) % len(holders)]]
+        if not self._loaded:
             return None
-        return self._replicas[holders[next(self._turn) % len(holders)]]
+        home = max(self._loaded, key=lambda address: _weight(model, address))
+        return self._replicas[home]
 
     def loaded(self) -> dict[str, frozenset[str]]:
         """What each replica reported at the last look, by address (for tests and logs)."""

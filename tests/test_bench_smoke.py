@@ -16,7 +16,17 @@ from bench import results
 from bench.stats import is_unstable, paired_ratio, percentile, summarize
 
 REPO = Path(__file__).resolve().parent.parent
-AREAS = ("generation", "embeddings", "memory", "overhead", "ocr", "anomaly", "isolation", "metrics_cost")
+AREAS = (
+    "generation",
+    "embeddings",
+    "memory",
+    "overhead",
+    "ocr",
+    "anomaly",
+    "isolation",
+    "metrics_cost",
+    "routing",
+)
 
 
 def test_percentile_matches_linear_interpolation():
