@@ -124,8 +124,7 @@ class StateStore:
             UnavailableError: the store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
-        blob = self.read_tagged(key)
-        return None if blob is None else blob.data
+        return self._guard(f"read {key}", lambda: self._read(key))
 
     def read_tagged(self, key: str) -> Blob | None:
         """The bytes at ``key`` with the tag :meth:`swap` expects, or None when it is absent.
@@ -174,6 +173,10 @@ class StateStore:
 
         """
         return self._guard(f"list {prefix or '/'}", lambda: self._sizes(prefix))
+
+    def _read(self, key: str) -> bytes | None:
+        blob = self._read_tagged(key)
+        return None if blob is None else blob.data
 
     def _read_tagged(self, key: str) -> Blob | None:
         raise NotImplementedError
@@ -352,6 +355,12 @@ class FsspecStateStore(StateStore):
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
+
+    def _read(self, key: str) -> bytes | None:
+        try:  # one GET: what every detect and classify does to check for a newer version
+            return self.fs.cat_file(self._path(key), **self._bounded)
+        except FileNotFoundError:
+            return None
 
     def _read_tagged(self, key: str) -> Blob | None:
         path = self._path(key)

@@ -180,8 +180,9 @@ class DetectorStore:
         return f"{name}/v{int(version)}.skops"
 
     def _manifest(self, name: str, blob: Blob | None = None, *, read: bool = True) -> dict[str, Any] | None:
-        if read:
-            blob = self.store.read_tagged(self._manifest_key(name))
+        if read:  # a plain read (one GET on S3): only saves need the tag, and they pass the blob
+            data = self.store.read(self._manifest_key(name))
+            blob = None if data is None else Blob(data, "")
         if blob is None:
             return None
         try:

@@ -112,7 +112,7 @@ class ClassifierStore:
             UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
-        return self.store.read_tagged(self._info_key(name)) is not None
+        return self.store.read(self._info_key(name)) is not None
 
     def get(self, name: str) -> CustomClassifier | None:
         """The classifier called ``name`` (loaded again only when it changed), or None when there is none.
@@ -130,12 +130,12 @@ class ClassifierStore:
             if cached is not None and time.monotonic() - cached[3] < self.cache_ttl_s:
                 return cached[2]
             for attempt in range(2):
-                blob = self.store.read_tagged(key)
-                if blob is None:
+                raw = self.store.read(key)  # one GET on S3: only saves need the tag
+                if raw is None:
                     self._cache.pop(name, None)  # deleted, maybe through another replica
                     return None
                 try:
-                    info, version, sha = self._parse(blob)
+                    info, version, sha = self._parse(Blob(raw, ""))
                 except (ValueError, TypeError) as exc:
                     raise ModelLoadError(
                         f"classifier {name!r} has an unreadable description", reason="MODEL_FILE_INVALID"
