@@ -9,7 +9,7 @@ BUF := npx --yes @bufbuild/buf@1.75.0
 # apt-get needs root: run it through sudo unless we already are root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Extras `make install` installs; the container image leaves out dev (deploy/Dockerfile).
-EXTRAS ?= models,dev,otel
+EXTRAS ?= models,dev,otel,s3
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1

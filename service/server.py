@@ -20,6 +20,7 @@ from engines.anomaly.store import DetectorStore
 from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
 from engines.metrics import set_enabled as set_metrics_enabled
+from engines.state_store import open_state_store
 from engines.storage import StoreQuota
 from gateway.api_keys import load_api_keys
 from service import metrics
@@ -45,7 +46,7 @@ from service.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
 
-# Folders under settings.data_dir where fitted state is saved.
+# Folders of the state store (settings.state_url, or else settings.data_dir) where fitted state is saved.
 CLASSIFIERS_DIR = "classifiers"
 ANOMALY_DIR = "anomaly"
 
@@ -113,19 +114,27 @@ def inference_servicer(
 ) -> InferenceServicer:
     """The InferenceService and its tasks, each given its collaborators (the one place they are wired).
 
-    Custom classifiers and anomaly detectors are saved under ``settings.data_dir``, each store
-    within its quota settings; the scikit-learn work of each runs on a CPU lane of its own, beside
+    Custom classifiers and anomaly detectors are saved in the state store (``settings.state_url``,
+    shared by replicas, or else ``settings.data_dir``), each store within its quota settings; the
+    scikit-learn work of each runs on a CPU lane of its own, beside
     the models' lanes (:mod:`engines.executor`), and anomaly fits in a process lane
     (:mod:`engines.process_lane`).
     """
+    state = open_state_store(
+        settings.state_url or settings.data_dir,
+        settings.state_storage_options,
+        timeout_s=settings.state_timeout_s,
+    )
     detectors = DetectorStore(
-        settings.data_dir / ANOMALY_DIR,
+        state.child(ANOMALY_DIR),
         keep_versions=settings.anomaly_keep_versions,
         quota=StoreQuota(settings.anomaly_store_max_items, settings.anomaly_store_max_bytes),
+        cache_ttl_s=settings.state_cache_ttl_s,
     )
     classifiers = ClassifierStore(
-        settings.data_dir / CLASSIFIERS_DIR,
+        state.child(CLASSIFIERS_DIR),
         quota=StoreQuota(settings.classifier_store_max_items, settings.classifier_store_max_bytes),
+        cache_ttl_s=settings.state_cache_ttl_s,
     )
     return InferenceServicer(
         settings,
@@ -161,6 +170,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         service.catalog.CatalogError: the catalog file is unreadable or not a catalog (a malformed
             entry is only marked ``Error``).
         RuntimeError: the gRPC or the metrics port could not be bound.
+        ValueError: ``state_url`` names an fsspec protocol whose package is not installed.
 
     """
     api_keys = load_api_keys(settings.api_key, settings.api_keys_file)

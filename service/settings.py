@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,6 +31,26 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         default_factory=lambda: Path.home() / ".cache" / "universal-runtime",
         description="Where state (fitted classifiers, detectors) is saved.",
+    )
+    # Shared state (README, "Scale out"): replicas that share a store see each other's fits.
+    state_url: str | None = Field(
+        None,
+        description="fsspec URL of the store of fitted state shared by replicas (s3://bucket/prefix); "
+        "unset keeps it under data_dir.",
+    )
+    state_storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="JSON object of fsspec options for state_url (for S3: endpoint_url, key, secret, "
+        "config_kwargs); unset uses the standard AWS variables.",
+    )
+    state_timeout_s: float = Field(
+        10.0, gt=0, description="Most seconds one call to the state store may take, retries included."
+    )
+    state_cache_ttl_s: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds a loaded classifier or detector is used without checking the store for a "
+        "newer version or a delete; 0 checks on every call.",
     )
     device: str = Field("auto", description="Default device: auto, cpu, cuda[:N] or mps.")
     default_keep_alive: str = Field(DEFAULT_KEEP_ALIVE, description="Keep-alive of models without their own.")

@@ -85,7 +85,7 @@ def test_classifier_store_bytes_quota_counts_replaced_files_as_freed(tmp_path):
         store.save(_info("y"), _head())
     assert caught.value.metadata["used_bytes"] == str(one)
     assert int(caught.value.metadata["needed_bytes"]) == one
-    assert _files(tmp_path / "store") == ["x.json", "x.skops"]
+    assert _files(tmp_path / "store") == ["x.json", "x.v2.skops"]  # the replaced head is gone
 
 
 def test_detector_store_counts_detectors_not_versions(tmp_path):

@@ -1,4 +1,7 @@
-"""Saved anomaly detectors: skops files (never pickle) under ``<data_dir>/anomaly/``.
+"""Saved anomaly detectors: skops files (never pickle) under ``anomaly/`` of the state store.
+
+The state store (:mod:`engines.state_store`) is ``<data_dir>`` on the local disk, or the URL of
+``UR_STATE_URL`` (``s3://bucket/prefix``) that several replicas share.
 
 Layout, one folder per detector::
 
@@ -13,8 +16,10 @@ Safety:
 * loading goes through ``skops.io.load`` with :data:`TRUSTED_TYPES`, an explicit list of the
   types this server writes: a file that names any other type (a tampered or foreign file) is
   refused before anything in it is built;
-* writes go to a temporary file that is flushed to disk and renamed into place, and the folder
-  is flushed too (:func:`engines.storage.write_durable`), so a crash never leaves half a file;
+* a version's file is written whole under a key of its own before the manifest names it, and
+  the manifest is replaced by compare-and-swap (:func:`engines.state_store.publish_version`), so
+  neither a crash nor two replicas saving one name at once leave a manifest naming a missing,
+  torn or foreign file (on the local disk, files are flushed and renamed or linked into place);
 * the store is bounded by a :class:`~engines.storage.StoreQuota` (detectors and bytes).
 
 Methods are blocking; call them on the anomaly task's CPU lane (one thread), which also serializes them.
@@ -22,12 +27,10 @@ Methods are blocking; call them on the anomaly task's CPU lane (one thread), whi
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import re
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -44,8 +47,14 @@ from engines.anomaly.types import (
     FitConfig,
     Normalization,
 )
-from engines.errors import FailedPreconditionError, InvalidArgumentError, RuntimeServiceError
-from engines.storage import StoreQuota, fsync_dir, tree_bytes, write_durable
+from engines.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    RuntimeServiceError,
+    UnavailableError,
+)
+from engines.state_store import Blob, LocalStateStore, StateStore, publish_version
+from engines.storage import StoreQuota
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +75,7 @@ arrays and builtins are trusted by skops itself."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _MANIFEST = "manifest.json"
+_VERSION_FILE = re.compile(r"v[0-9]+\.skops")
 _FORMAT = 1
 
 
@@ -129,32 +139,55 @@ def fit_for_store(rows: Any, config: FitConfig) -> tuple[Detector, bytes]:
 
 
 class DetectorStore:
-    """Saves, loads (with a cache), lists and deletes detectors under ``root``.
+    """Saves, loads (with a cache), lists and deletes detectors in a :class:`StateStore`.
+
+    Several replicas may share one store (``UR_STATE_URL``): a save publishes through
+    :func:`~engines.state_store.publish_version` (the version's file under a new key, then the
+    manifest by compare-and-swap), and :meth:`load` reads the manifest on every call (or once per
+    ``cache_ttl_s``) and reloads when its latest version or checksum differs from the cached one,
+    so a detector fitted, refitted or deleted through another replica is seen at once.
 
     Args:
-        root: the store folder (created on first save).
+        root: the store (a folder, created on first save, or a :class:`StateStore`).
         keep_versions: saved versions kept per detector; older files are deleted.
         quota: most detectors and bytes the store may hold (default 256 and 1 GiB).
+        cache_ttl_s: seconds a loaded detector is served without looking at the manifest again
+            (0: look on every call, one small read).
 
     """
 
-    def __init__(self, root: Path, keep_versions: int = 3, quota: StoreQuota | None = None) -> None:
-        self.root = Path(root)
+    def __init__(
+        self,
+        root: Path | StateStore,
+        keep_versions: int = 3,
+        quota: StoreQuota | None = None,
+        cache_ttl_s: float = 0.0,
+    ) -> None:
+        self.store = root if isinstance(root, StateStore) else LocalStateStore(Path(root))
         self.keep_versions = keep_versions
         self.quota = quota or StoreQuota()
-        self._cache: dict[str, tuple[int, Detector]] = {}
+        self.cache_ttl_s = cache_ttl_s
+        # name -> (version, sha256, detector, monotonic time the manifest was last read)
+        self._cache: dict[str, tuple[int, str, Detector, float]] = {}
         self._lock = threading.Lock()
 
-    def _folder(self, name: str) -> Path:
-        return self.root / validate_detector_name(name)
+    @staticmethod
+    def _manifest_key(name: str) -> str:
+        return f"{validate_detector_name(name)}/{_MANIFEST}"
 
-    def _manifest(self, name: str) -> dict[str, Any] | None:
-        path = self._folder(name) / _MANIFEST
-        try:
-            manifest = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+    @staticmethod
+    def _version_key(name: str, version: int) -> str:
+        return f"{name}/v{int(version)}.skops"
+
+    def _manifest(self, name: str, blob: Blob | None = None, *, read: bool = True) -> dict[str, Any] | None:
+        if read:  # a plain read (one GET on S3): only saves need the tag, and they pass the blob
+            data = self.store.read(self._manifest_key(name))
+            blob = None if data is None else Blob(data, "")
+        if blob is None:
             return None
-        except (OSError, ValueError) as exc:
+        try:
+            manifest = json.loads(blob.data.decode("utf-8"))
+        except ValueError as exc:
             raise FailedPreconditionError(
                 f"detector {name!r} has an unreadable manifest; delete and refit it",
                 reason="DETECTOR_CORRUPT",
@@ -179,27 +212,22 @@ class DetectorStore:
             InvalidArgumentError: invalid name.
             FailedPreconditionError: the detector's manifest is unreadable (reason DETECTOR_CORRUPT).
             ResourceExhaustedError: over the quota (reason STORAGE_QUOTA_EXCEEDED).
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
         with self._lock:
-            self._check_quota(name, self._existing_manifest(name), new_bytes)
-
-    def _existing_manifest(self, name: str) -> dict[str, Any] | None:
-        return self._manifest(name) if (self._folder(name) / _MANIFEST).exists() else None
+            self._check_quota(name, self._manifest(name), new_bytes)
 
     def _check_quota(self, name: str, manifest: dict[str, Any] | None, new_bytes: int) -> None:
-        folder = self._folder(name)
+        sizes = self.store.sizes()
         versions = manifest["versions"] if manifest else []
         dropped = versions[: max(0, len(versions) + 1 - self.keep_versions)]
-        freed = 0
-        for old in dropped:
-            with contextlib.suppress(OSError):
-                freed += (folder / f"v{int(old['version'])}.skops").stat().st_size
-        items = sum(1 for f in self.root.iterdir() if (f / _MANIFEST).is_file()) if self.root.is_dir() else 0
+        freed = sum(sizes.get(self._version_key(name, old["version"]), 0) for old in dropped)
+        items = sum(1 for key in sizes if key.count("/") == 1 and key.endswith(f"/{_MANIFEST}"))
         self.quota.check(
             "anomaly detectors",
             items=items,
-            used_bytes=tree_bytes(self.root) - freed,
+            used_bytes=sum(sizes.values()) - freed,
             new_item=manifest is None,
             new_bytes=new_bytes,
         )
@@ -208,77 +236,98 @@ class DetectorStore:
         """Save ``detector`` as the next version of ``name`` and return that version number.
 
         ``data`` is its :func:`serialize_detector` bytes when they were made elsewhere (None:
-        serialize here).
+        serialize here). Replicas saving one name at once each publish a version of their own
+        (see :func:`~engines.state_store.publish_version`); the highest is the latest.
 
         Raises:
             InvalidArgumentError: invalid name.
+            FailedPreconditionError: the detector's manifest is unreadable (reason DETECTOR_CORRUPT).
             ResourceExhaustedError: the store's quota would be exceeded (reason STORAGE_QUOTA_EXCEEDED);
                 nothing is written.
+            UnavailableError: the state store failed (STATE_STORE_UNAVAILABLE), or kept changing
+                under the save (STATE_STORE_CONFLICT).
 
         """
-        folder = self._folder(name)
+        manifest_key = self._manifest_key(name)
         if data is None:
             data = serialize_detector(detector)
-        with self._lock:
-            manifest = self._existing_manifest(name)
+        summary = {
+            "backend": str(detector.backend),
+            "schema": [[f.name, str(f.kind), str(f.encoding)] for f in detector.schema],
+            "row_count": detector.row_count,
+            "threshold": detector.threshold,
+            "contamination": detector.contamination,
+            "normalization": str(detector.normalization),
+        }
+        entry = {"sha256": _sha256(data)}
+        dropped: list[dict[str, Any]] = []
+
+        def first_version(current: Blob | None) -> int:
+            manifest = self._manifest(name, current, read=False)
             self._check_quota(name, manifest, len(data))
-            if not folder.is_dir():
-                folder.mkdir(parents=True)
-                fsync_dir(self.root)  # the new folder's entry must outlive a crash like its files
+            return int(manifest["versions"][-1]["version"]) + 1 if manifest else 1
+
+        def new_manifest(current: Blob | None, version: int) -> bytes:
+            manifest = self._manifest(name, current, read=False)
             versions: list[dict[str, Any]] = list(manifest["versions"]) if manifest else []
-            version = (int(versions[-1]["version"]) + 1) if versions else 1
-            write_durable(folder / f"v{version}.skops", data)
-            versions.append(
-                {"version": version, "sha256": _sha256(data), "created_at_ms": int(time.time() * 1000)}
+            versions.append({"version": version, **entry, "created_at_ms": int(time.time() * 1000)})
+            dropped[:] = versions[: -self.keep_versions]
+            body = {"format": _FORMAT, "detector": name, "versions": versions[-self.keep_versions :]}
+            return json.dumps({**body, "latest": summary}, indent=1).encode()
+
+        with self._lock:
+            version, _ = publish_version(
+                self.store,
+                manifest_key,
+                lambda n: self._version_key(name, n),
+                data,
+                first_version=first_version,
+                manifest=new_manifest,
             )
-            dropped, versions = versions[: -self.keep_versions], versions[-self.keep_versions :]
-            summary = {
-                "backend": str(detector.backend),
-                "schema": [[f.name, str(f.kind), str(f.encoding)] for f in detector.schema],
-                "row_count": detector.row_count,
-                "threshold": detector.threshold,
-                "contamination": detector.contamination,
-                "normalization": str(detector.normalization),
-            }
-            body = {"format": _FORMAT, "detector": name, "versions": versions, "latest": summary}
-            write_durable(folder / _MANIFEST, json.dumps(body, indent=1).encode())
-            for old in dropped:
-                with contextlib.suppress(OSError):
-                    (folder / f"v{int(old['version'])}.skops").unlink()
-            self._cache[name] = (version, detector)
+            for old in dropped:  # no longer named by the manifest
+                self.store.delete(self._version_key(name, old["version"]))
+            self._cache[name] = (version, entry["sha256"], detector, time.monotonic())
         log.info("anomaly detector saved", extra={"detector": name, "version": version})
         return version
 
     def load(self, name: str) -> tuple[int, Detector]:
-        """Latest version of ``name`` and its detector (cached after the first load).
+        """Latest version of ``name`` and its detector (cached while the manifest's latest is unchanged).
 
         Raises:
             InvalidArgumentError: invalid name.
-            DetectorNotFoundError: no such detector.
+            DetectorNotFoundError: no such detector (also when another replica deleted it).
             FailedPreconditionError: the file is missing, its checksum differs from the manifest,
                 or it holds types outside :data:`TRUSTED_TYPES` (reason DETECTOR_UNTRUSTED /
                 DETECTOR_CORRUPT); nothing from such a file is built.
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
         with self._lock:
-            manifest = self._manifest(name)
-            if manifest is None:
-                raise _not_found(name)
-            entry = manifest["versions"][-1]
-            version = int(entry["version"])
             cached = self._cache.get(name)
-            if cached is not None and cached[0] == version:
-                return cached
-            path = self._folder(name) / f"v{version}.skops"
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise FailedPreconditionError(
-                    f"detector {name!r} version {version} is missing its file; delete and refit it",
-                    reason="DETECTOR_CORRUPT",
-                    detector=name,
-                ) from exc
-            if _sha256(data) != entry.get("sha256"):
+            if cached is not None and time.monotonic() - cached[3] < self.cache_ttl_s:
+                return cached[0], cached[2]
+            for attempt in range(2):
+                manifest = self._manifest(name)
+                if manifest is None:
+                    self._cache.pop(name, None)  # deleted, maybe through another replica
+                    raise _not_found(name)
+                entry = manifest["versions"][-1]
+                version, sha = int(entry["version"]), str(entry.get("sha256"))
+                if cached is not None and cached[:2] == (version, sha):
+                    self._cache[name] = (version, sha, cached[2], time.monotonic())
+                    return version, cached[2]
+                data = self.store.read(self._version_key(name, version))
+                if data is not None:
+                    break
+                # A newer save (through any replica) may have deleted it just after we read the
+                # manifest: look once more before calling the detector broken.
+                if attempt:
+                    raise FailedPreconditionError(
+                        f"detector {name!r} version {version} is missing its file; delete and refit it",
+                        reason="DETECTOR_CORRUPT",
+                        detector=name,
+                    )
+            if _sha256(data) != sha:
                 raise FailedPreconditionError(
                     f"detector {name!r} version {version} does not match the checksum the server "
                     "wrote; refusing to load it",
@@ -287,7 +336,7 @@ class DetectorStore:
                 )
             state = self._safe_load(name, data)
             detector = Detector(state)
-            self._cache[name] = (version, detector)
+            self._cache[name] = (version, sha, detector, time.monotonic())
             return version, detector
 
     @staticmethod
@@ -322,19 +371,27 @@ class DetectorStore:
         return state
 
     def list(self) -> list[DetectorInfo]:
-        """Every saved detector with a readable manifest, sorted by name (bad folders are skipped)."""
+        """Every saved detector with a readable manifest, sorted by name (bad ones are skipped).
+
+        Raises:
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
+
+        """
         infos: list[DetectorInfo] = []
-        if not self.root.is_dir():
-            return infos
-        for folder in sorted(self.root.iterdir()):
+        names = sorted(
+            key.split("/")[0]
+            for key in self.store.sizes()
+            if key.count("/") == 1 and key.endswith(f"/{_MANIFEST}")
+        )
+        for name in names:
             try:
-                manifest = self._manifest(folder.name) if folder.is_dir() else None
-                if manifest is None:
+                manifest = self._manifest(name)
+                if manifest is None:  # deleted since it was listed
                     continue
                 latest, entry = manifest["latest"], manifest["versions"][-1]
                 infos.append(
                     DetectorInfo(
-                        name=folder.name,
+                        name=name,
                         version=int(entry["version"]),
                         backend=AnomalyBackend(latest["backend"]),
                         schema=tuple(
@@ -348,24 +405,33 @@ class DetectorStore:
                         created_at_ms=int(entry["created_at_ms"]),
                     )
                 )
+            except UnavailableError:
+                raise
             except (RuntimeServiceError, KeyError, TypeError, ValueError):
-                log.warning("skipping unreadable detector folder", extra={"folder": folder.name})
+                log.warning("skipping unreadable detector folder", extra={"folder": name})
         return infos
 
     def delete(self, name: str) -> int:
-        """Delete every version of ``name``; returns how many versions there were.
+        """Delete every version of ``name``; returns how many version files there were.
+
+        The manifest goes first, so every replica answers NOT_FOUND from then on and no manifest
+        ever names a deleted file; then the version files.
 
         Raises:
             InvalidArgumentError: invalid name.
             DetectorNotFoundError: no such detector.
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
-        folder = self._folder(name)
+        manifest_key = self._manifest_key(name)
         with self._lock:
-            if not folder.is_dir():
-                raise _not_found(name)
-            count = len(list(folder.glob("v*.skops")))
-            shutil.rmtree(folder)
-            fsync_dir(self.root)
             self._cache.pop(name, None)
-        return count
+            files = self.store.sizes(name)
+            if manifest_key not in files:
+                raise _not_found(name)
+            self.store.delete(manifest_key)
+            versions = [key for key in files if _VERSION_FILE.fullmatch(key.split("/", 1)[1])]
+            for key in files:
+                if key != manifest_key:
+                    self.store.delete(key)
+        return len(versions)

@@ -1,31 +1,41 @@
-"""Custom classifiers fitted from labelled examples through the API, saved under ``data_dir/classifiers/``.
+"""Custom classifiers fitted from labelled examples through the API, saved under ``classifiers/``.
 
-Each classifier is two files named after it: ``<name>.skops`` (the scikit-learn head, see
-:mod:`engines.classification.heads`) and ``<name>.json`` (what it is: embedding model, labels,
-example count, time, training accuracy). Names are validated before any path is built, so a
-client can never make the server read or write outside that folder. The files are the source
-of truth: a restarted server finds every classifier again. Files are written durably (see
-:func:`engines.storage.write_durable`) and the folder is bounded by a :class:`StoreQuota`.
+``classifiers/`` is a folder of the state store (:mod:`engines.state_store`): ``<data_dir>`` on
+the local disk, or the URL of ``UR_STATE_URL`` that several replicas share. Each classifier is:
 
-The store's methods are blocking (disk and skops); callers run them off the event loop.
+* ``<name>.json``: what it is (embedding model, labels, example count, time, training accuracy)
+  and which head is current: its ``version`` and the head's ``sha256``;
+* ``<name>.v<N>.skops``: the scikit-learn head of version N (see :mod:`engines.classification.heads`).
+  Files of servers before versions (``<name>.skops``, a description without ``version``) still load.
+
+A save writes the new head under its own key, then swaps in the description by compare-and-swap
+(:func:`engines.state_store.publish_version`), then deletes the previous head: a description never
+names a missing or foreign head, even with replicas saving the same name at once. Names are
+validated before any key is built, so a client can never make the server read or write outside
+that folder. The store is bounded by a :class:`StoreQuota`.
+
+The store's methods are blocking (store I/O and skops); callers run them off the event loop.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from engines.classification.heads import dump_head, load_head
+from engines.classification.heads import dump_head, load_head_bytes
 from engines.encoder_types import CLASSIFIER_NAME, ClassifierInfo, validate_classifier_name
-from engines.errors import ModelNotFoundError
-from engines.storage import StoreQuota, fsync_dir, tree_bytes, write_durable
+from engines.errors import FailedPreconditionError, ModelLoadError, ModelNotFoundError
+from engines.state_store import Blob, LocalStateStore, StateStore, publish_version
+from engines.storage import StoreQuota
 
 HEAD_SUFFIX = ".skops"
 INFO_SUFFIX = ".json"
+_INFO_FIELDS = frozenset(f.name for f in fields(ClassifierInfo))
 
 
 @dataclass(slots=True)
@@ -41,47 +51,113 @@ class CustomClassifier:
         return [str(c) for c in self.head.classes_]
 
 
+def _head_key(name: str, version: int) -> str:
+    # Version 0: a head saved before versions existed.
+    return f"{name}{HEAD_SUFFIX}" if version == 0 else f"{name}.v{version}{HEAD_SUFFIX}"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _exists_error(name: str) -> FailedPreconditionError:
+    return FailedPreconditionError(
+        f"a classifier named {name!r} exists; set overwrite to replace it",
+        reason="CLASSIFIER_EXISTS",
+        field="name",
+        name=name,
+    )
+
+
 class ClassifierStore:
-    """Saved custom classifiers in one folder, with an in-memory cache of loaded heads.
+    """Saved custom classifiers in one folder of a state store, with a cache of loaded heads.
+
+    :meth:`get` reads the description on every call (or once per ``cache_ttl_s``) and reloads the
+    head when its version or checksum changed, so a classifier fitted, replaced or deleted through
+    another replica is seen at once.
 
     Args:
-        root: the folder (created on first save).
+        root: the folder (created on first save), or a :class:`StateStore`.
         quota: most classifiers and bytes the folder may hold (default 256 and 1 GiB).
+        cache_ttl_s: seconds a loaded classifier is served without reading its description again.
 
     """
 
-    def __init__(self, root: Path, quota: StoreQuota | None = None) -> None:
-        self.root = Path(root)
+    def __init__(
+        self, root: Path | StateStore, quota: StoreQuota | None = None, cache_ttl_s: float = 0.0
+    ) -> None:
+        self.store = root if isinstance(root, StateStore) else LocalStateStore(Path(root))
         self.quota = quota or StoreQuota()
-        self._cache: dict[str, CustomClassifier] = {}
+        self.cache_ttl_s = cache_ttl_s
+        # name -> (version, head sha256, classifier, monotonic time the description was last read)
+        self._cache: dict[str, tuple[int, str, CustomClassifier, float]] = {}
         self._lock = threading.Lock()
 
-    def _paths(self, name: str) -> tuple[Path, Path]:
-        validate_classifier_name(name)
-        return self.root / f"{name}{HEAD_SUFFIX}", self.root / f"{name}{INFO_SUFFIX}"
+    @staticmethod
+    def _info_key(name: str) -> str:
+        return f"{validate_classifier_name(name)}{INFO_SUFFIX}"
+
+    @staticmethod
+    def _parse(blob: Blob) -> tuple[ClassifierInfo, int, str | None]:
+        """The description, head version and head checksum (None for a file without versions)."""
+        raw = json.loads(blob.data.decode("utf-8"))
+        info = ClassifierInfo(**{k: v for k, v in raw.items() if k in _INFO_FIELDS})
+        return info, int(raw.get("version", 0)), raw.get("sha256")
 
     def exists(self, name: str) -> bool:
-        """Whether a classifier called ``name`` is saved."""
-        head, info = self._paths(name)
-        return head.is_file() and info.is_file()
-
-    def get(self, name: str) -> CustomClassifier | None:
-        """The classifier called ``name`` (loaded once, then cached), or None when there is none.
+        """Whether a classifier called ``name`` is saved.
 
         Raises:
             InvalidArgumentError: invalid name.
-            ModelLoadError: its head file is unreadable or holds untrusted types.
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
+        return self.store.read(self._info_key(name)) is not None
+
+    def get(self, name: str) -> CustomClassifier | None:
+        """The classifier called ``name`` (loaded again only when it changed), or None when there is none.
+
+        Raises:
+            InvalidArgumentError: invalid name.
+            ModelLoadError: its head is unreadable, missing, does not match the checksum of its
+                description, or holds untrusted types.
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
+
+        """
+        key = self._info_key(name)
         with self._lock:
             cached = self._cache.get(name)
-            if cached is not None:
-                return cached
-            head_path, info_path = self._paths(name)
-            if not (head_path.is_file() and info_path.is_file()):
-                return None
-            info = ClassifierInfo(**json.loads(info_path.read_text(encoding="utf-8")))
-            loaded = self._cache[name] = CustomClassifier(info=info, head=load_head(head_path))
+            if cached is not None and time.monotonic() - cached[3] < self.cache_ttl_s:
+                return cached[2]
+            for attempt in range(2):
+                raw = self.store.read(key)  # one GET on S3: only saves need the tag
+                if raw is None:
+                    self._cache.pop(name, None)  # deleted, maybe through another replica
+                    return None
+                try:
+                    info, version, sha = self._parse(Blob(raw, ""))
+                except (ValueError, TypeError) as exc:
+                    raise ModelLoadError(
+                        f"classifier {name!r} has an unreadable description", reason="MODEL_FILE_INVALID"
+                    ) from exc
+                if cached is not None and cached[:2] == (version, str(sha)):
+                    self._cache[name] = (version, str(sha), cached[2], time.monotonic())
+                    return cached[2]
+                data = self.store.read(_head_key(name, version))
+                if data is not None:
+                    break
+                if attempt:  # missing twice: not a save through another replica replacing it
+                    raise ModelLoadError(
+                        f"classifier {name!r} is missing its head file; delete and refit it",
+                        reason="MODEL_FILE_INVALID",
+                    )
+            if sha is not None and _sha256(data) != sha:
+                raise ModelLoadError(
+                    f"classifier {name!r} head does not match the checksum the server wrote",
+                    reason="UNTRUSTED_MODEL_FILE",
+                )
+            loaded = CustomClassifier(info=info, head=load_head_bytes(data, _head_key(name, version)))
+            self._cache[name] = (version, str(sha), loaded, time.monotonic())
             return loaded
 
     def check_quota(self, name: str, new_bytes: int = 0) -> None:
@@ -92,80 +168,134 @@ class ClassifierStore:
         Raises:
             InvalidArgumentError: invalid name.
             ResourceExhaustedError: over the quota (reason STORAGE_QUOTA_EXCEEDED).
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
-        head_path, info_path = self._paths(name)
-        saved = self.root.glob(f"*{INFO_SUFFIX}") if self.root.is_dir() else ()
-        items = sum(1 for p in saved if CLASSIFIER_NAME.fullmatch(p.name.removesuffix(INFO_SUFFIX)))
-        replaced = sum(p.stat().st_size for p in (head_path, info_path) if p.is_file())
+        self._check_quota(name, self.store.read_tagged(self._info_key(name)), new_bytes)
+
+    def _check_quota(self, name: str, current: Blob | None, new_bytes: int) -> None:
+        sizes = self.store.sizes()
+        items = sum(
+            1
+            for key in sizes
+            if key.endswith(INFO_SUFFIX) and CLASSIFIER_NAME.fullmatch(key.removesuffix(INFO_SUFFIX))
+        )
+        replaced = 0
+        if current is not None:
+            version = self._version(current)
+            replaced = sizes.get(self._info_key(name), 0) + sizes.get(_head_key(name, version), 0)
         self.quota.check(
             "custom classifiers",
             items=items,
-            used_bytes=tree_bytes(self.root) - replaced,
-            new_item=not info_path.is_file(),
+            used_bytes=sum(sizes.values()) - replaced,
+            new_item=current is None,
             new_bytes=new_bytes,
         )
 
-    def save(self, info: ClassifierInfo, head: Any) -> CustomClassifier:
+    def _version(self, blob: Blob) -> int:
+        try:
+            return self._parse(blob)[1]
+        except (ValueError, TypeError):
+            return 0
+
+    def save(self, info: ClassifierInfo, head: Any, *, overwrite: bool = True) -> CustomClassifier:
         """Write (or replace) the classifier ``info.name`` and cache it.
 
-        The head is written first and the description last, each atomically and flushed to
-        disk, so a crash never leaves a description without its head, nor a torn file.
+        The head goes under a new key first, the description (naming the head's version and
+        checksum) is swapped in last, and the previous head is deleted after: neither a crash nor
+        a save through another replica at the same moment leaves a description without its head.
+
+        Args:
+            info: the classifier's description.
+            head: the fitted scikit-learn head.
+            overwrite: replace a classifier of that name (false: refuse, even one another replica
+                saved an instant ago).
 
         Raises:
             InvalidArgumentError: invalid name.
+            FailedPreconditionError: the name is taken and ``overwrite`` is false (CLASSIFIER_EXISTS).
             ResourceExhaustedError: the store's quota would be exceeded (reason STORAGE_QUOTA_EXCEEDED);
                 nothing is written.
+            UnavailableError: the state store failed (STATE_STORE_UNAVAILABLE), or kept changing
+                under the save (STATE_STORE_CONFLICT).
 
         """
-        head_path, info_path = self._paths(info.name)
+        name = info.name
+        key = self._info_key(name)
         head_bytes = dump_head(head)
-        info_bytes = json.dumps(asdict(info), indent=2).encode()
+        sha = _sha256(head_bytes)
+        # The description's size does not depend on the version's digits enough to matter here.
+        info_size = len(json.dumps({**asdict(info), "version": 1, "sha256": sha}, indent=2).encode())
+
+        def first_version(current: Blob | None) -> int:
+            if current is not None and not overwrite:
+                raise _exists_error(name)
+            self._check_quota(name, current, len(head_bytes) + info_size)
+            return 1 if current is None else self._version(current) + 1
+
+        def description(_current: Blob | None, version: int) -> bytes:
+            return json.dumps({**asdict(info), "version": version, "sha256": sha}, indent=2).encode()
+
         with self._lock:
-            self.check_quota(info.name, len(head_bytes) + len(info_bytes))
-            self.root.mkdir(parents=True, exist_ok=True)
-            write_durable(head_path, head_bytes)
-            write_durable(info_path, info_bytes)
-            saved = self._cache[info.name] = CustomClassifier(info=info, head=head)
+            version, previous = publish_version(
+                self.store,
+                key,
+                lambda n: _head_key(name, n),
+                head_bytes,
+                first_version=first_version,
+                manifest=description,
+            )
+            if previous is not None:
+                self.store.delete(_head_key(name, self._version(previous)))
+            saved = CustomClassifier(info=info, head=head)
+            self._cache[name] = (version, sha, saved, time.monotonic())
             return saved
 
     def list(self) -> list[ClassifierInfo]:
-        """Every saved classifier's description, sorted by name (unreadable entries are skipped)."""
-        if not self.root.is_dir():
-            return []
+        """Every saved classifier's description, sorted by name (unreadable entries are skipped).
+
+        Raises:
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
+
+        """
         infos = []
-        for path in sorted(self.root.glob(f"*{INFO_SUFFIX}")):
-            name = path.name.removesuffix(INFO_SUFFIX)
-            if not CLASSIFIER_NAME.fullmatch(name) or not (self.root / f"{name}{HEAD_SUFFIX}").is_file():
+        for key in sorted(self.store.sizes()):
+            name = key.removesuffix(INFO_SUFFIX)
+            if "/" in key or not key.endswith(INFO_SUFFIX) or not CLASSIFIER_NAME.fullmatch(name):
                 continue
+            blob = self.store.read_tagged(key)
             try:
-                infos.append(ClassifierInfo(**json.loads(path.read_text(encoding="utf-8"))))
-            except (OSError, ValueError, TypeError):
+                if blob is not None:
+                    infos.append(self._parse(blob)[0])
+            except (ValueError, TypeError):
                 continue
         return infos
 
     def delete(self, name: str) -> ClassifierInfo:
         """Delete the classifier called ``name`` and return its description.
 
+        The description goes first (every replica answers NOT_FOUND from then on), then the head.
+
         Raises:
             InvalidArgumentError: invalid name.
             ModelNotFoundError: no such classifier (reason CLASSIFIER_NOT_FOUND).
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
-        head_path, info_path = self._paths(name)
+        key = self._info_key(name)
         with self._lock:
-            if not info_path.is_file():
+            self._cache.pop(name, None)
+            blob = self.store.read_tagged(key)
+            if blob is None:
                 raise ModelNotFoundError(
                     f"no custom classifier named {name!r}",
                     reason="CLASSIFIER_NOT_FOUND",
                     field="name",
                     name=name,
                 )
-            info = ClassifierInfo(**json.loads(info_path.read_text(encoding="utf-8")))
-            info_path.unlink(missing_ok=True)
-            head_path.unlink(missing_ok=True)
-            fsync_dir(self.root)  # so a deleted classifier does not come back after a crash
-            self._cache.pop(name, None)
+            info, version, _ = self._parse(blob)
+            self.store.delete(key)
+            self.store.delete(_head_key(name, version))
             return info
 
 

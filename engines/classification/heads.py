@@ -96,21 +96,35 @@ def load_head(path: Path) -> Any:
         ModelLoadError: unreadable file, or untrusted types in it (reason UNTRUSTED_MODEL_FILE).
 
     """
-    import skops.io as sio
-
     try:
-        untrusted = set(sio.get_untrusted_types(file=path))
-    except Exception as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise ModelLoadError(
             f"classifier file {path.name} is unreadable", reason="MODEL_FILE_INVALID"
         ) from exc
+    return load_head_bytes(data, path.name)
+
+
+def load_head_bytes(data: bytes, label: str) -> Any:
+    """:func:`load_head` of a head's skops bytes; ``label`` names it in errors (a file or key name).
+
+    Raises:
+        ModelLoadError: unreadable bytes, or untrusted types in them (reason UNTRUSTED_MODEL_FILE).
+
+    """
+    import skops.io as sio
+
+    try:
+        untrusted = set(sio.get_untrusted_types(data=data))
+    except Exception as exc:
+        raise ModelLoadError(f"classifier file {label} is unreadable", reason="MODEL_FILE_INVALID") from exc
     refused = untrusted - TRUSTED_TYPES
     if refused:
         raise ModelLoadError(
-            f"classifier file {path.name} holds untrusted types: {', '.join(sorted(refused))}",
+            f"classifier file {label} holds untrusted types: {', '.join(sorted(refused))}",
             reason="UNTRUSTED_MODEL_FILE",
         )
-    return sio.load(path, trusted=sorted(untrusted))
+    return sio.loads(data, trusted=sorted(untrusted))
 
 
 class HeadClassifier:

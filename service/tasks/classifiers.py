@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 
 from engines.capabilities import Classifier, Embedder
@@ -102,6 +103,7 @@ class ClassifierTask:
             InvalidArgumentError: an invalid name, or the name of a catalog model (CLASSIFIER_NAME_TAKEN).
             FailedPreconditionError: a classifier of that name exists and ``overwrite`` is false.
             ResourceExhaustedError: the classifier store is full (reason STORAGE_QUOTA_EXCEEDED).
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
             Errors of :meth:`ModelManager.acquire` and of the embedder.
 
         """
@@ -138,7 +140,8 @@ class ClassifierTask:
                 created_at_unix_ms=now_unix_ms(),
                 training_accuracy=accuracy,
             )
-            await asyncio.to_thread(self._store.save, info, head)
+            # overwrite again at the save: another replica may have saved this name meanwhile.
+            await asyncio.to_thread(functools.partial(self._store.save, info, head, overwrite=fit.overwrite))
         return info
 
     async def list(self) -> list[ClassifierInfo]:
