@@ -74,11 +74,14 @@ def _start(server: Server, probes: list[Callable[[], bool]]) -> Server:
     return server
 
 
-def start_ours(log_dir: Path, name: str = "ours", env: dict[str, str] | None = None) -> Server:
+def start_ours(
+    log_dir: Path, name: str = "ours", env: dict[str, str] | None = None, cpus: str | None = None
+) -> Server:
     """Start ``universal-runtime`` (gRPC + gateway) with the embedded default catalog.
 
-    ``env`` adds ``UR_*`` settings. Ready when gRPC health is SERVING and the gateway's
-    ``/health`` answers.
+    ``env`` adds ``UR_*`` settings; ``cpus`` (``"0"``, ``"0-1"``) pins it to those cores with
+    ``taskset``, as a replica on a machine of its own would be. Ready when gRPC health is SERVING
+    and the gateway's ``/health`` answers.
 
     Raises:
         ProcessFailedError: it exited or did not become ready.
@@ -88,6 +91,8 @@ def start_ours(log_dir: Path, name: str = "ours", env: dict[str, str] | None = N
         grpc_port, gateway_port = free_port(), free_port()
         data_dir = tempfile.mkdtemp(prefix="ur-bench-")
         argv = [*our_server_argv(), "--grpc-port", str(grpc_port), "--gateway-port", str(gateway_port)]
+        if cpus is not None:
+            argv = ["taskset", "-c", cpus, *argv]
         # No fixed metrics port: several of our servers may run at once (metrics still record).
         settings = {"UR_DATA_DIR": data_dir, "UR_LOG_LEVEL": "WARNING", "UR_GRPC_HOST": LOOPBACK}
         settings["UR_METRICS_PORT"] = "0"
@@ -118,7 +123,9 @@ def start_gateway(
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "gateway.cli"]
     argv += ["--grpc-target", grpc_target, "--host", LOOPBACK, "--port", str(port)]
     base = f"http://{LOOPBACK}:{port}"
-    process = ManagedProcess(name, argv, log_dir, base_env(UR_GATEWAY_LOG_LEVEL="warning", **(env or {})))
+    process = ManagedProcess(
+        name, argv, log_dir, base_env(**{"UR_GATEWAY_LOG_LEVEL": "warning", **(env or {})})
+    )
     return _start(Server(name, process, http_base=base), [lambda: http_ok(f"{base}/health")])
 
 
