@@ -6,8 +6,8 @@ and ``chat-b``, the same SmolLM2 file under two names) and a standalone gateway 
 on separate machines would be: two unpinned replicas on the same two cores make their llama.cpp
 OpenMP teams spin against each other (measured: 5 tok/s instead of 50). The load: two clients at
 once, one per model, each with 2 streams in flight, greedy. Figures: aggregate tokens/s over both
-models, and how many model loads the two replicas made in all (from their own ``/metrics``: ``ur_model_load_duration_seconds_count``).
-Round robin sends each model's requests to both replicas, which then both load both models;
+models, and how many model loads the two replicas made in all (from their own ``/metrics``:
+``ur_model_load_duration_seconds_count``). Round robin sends each model's requests to both replicas, which then both load both models;
 affinity sends each model to the replica that already holds it.
 
 Usage: ``python -m bench.routing [--quick|--tiny] [--out DIR]``.
