@@ -4,11 +4,13 @@ Each routing mode gets its own pair of servers (a catalog of two llama.cpp chat 
 and ``chat-b``, the same SmolLM2 file under two names) and a standalone gateway in front of both
 (``UR_GATEWAY_ROUTING``). Each replica is pinned to one core of its own (``taskset``), as replicas
 on separate machines would be: two unpinned replicas on the same two cores make their llama.cpp
-OpenMP teams spin against each other (measured: 5 tok/s instead of 50). The load: two clients at
-once, one per model, each with 2 streams in flight, greedy. Figures: aggregate tokens/s over both
-models, and how many model loads the two replicas made in all (from their own ``/metrics``:
-``ur_model_load_duration_seconds_count``). Round robin sends each model's requests to both replicas, which then both load both models;
-affinity sends each model to the replica that already holds it.
+OpenMP teams spin against each other (measured: 5 tok/s instead of 50).
+
+The load: two clients at once, one per model, each with 2 streams in flight, greedy. Figures:
+aggregate tokens/s over both models, and how many model loads the two replicas made in all (from
+their own ``/metrics``: ``ur_model_load_duration_seconds_count``). Round robin sends each model's
+requests to both replicas, which then both load both models; affinity sends each model to the
+replica that already holds it.
 
 Usage: ``python -m bench.routing [--quick|--tiny] [--out DIR]``.
 """
