@@ -88,10 +88,10 @@ class RequestContextInterceptor(AsyncServerInterceptor):
 
     async def _stream(self, stream: AsyncIterator, context, method_name: str, started: float):
         error: BaseException | None = None
-        # A stream's client sees the id at once, in its headers (call gone: it is still in the log).
-        with contextlib.suppress(Exception):
-            await context.send_initial_metadata(((REQUEST_ID_METADATA_KEY, request_id_var.get()),))
         try:
+            # A stream's client sees the id at once, in its headers (call gone: it is still in the log).
+            with contextlib.suppress(Exception):
+                await context.send_initial_metadata(((REQUEST_ID_METADATA_KEY, request_id_var.get()),))
             async for item in stream:
                 yield item
         except BaseException as exc:

@@ -78,12 +78,14 @@ async def test_expired_deadline_is_deadline_exceeded_and_frees_the_slot(inferenc
         async for _ in inference.GenerateStream(request, timeout=0.5):
             pass
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    engine = server.manager.get(CHAT_MODEL).engine
-    for _ in range(100):
-        if engine.scheduler.active_count == 0:
+    # The model may still have been loading when the deadline passed (this test alone): wait for it.
+    for _ in range(500):
+        engine = server.manager.get(CHAT_MODEL).engine
+        if engine is not None and engine.scheduler.active_count == 0:
             break
         await asyncio.sleep(0.02)
-    assert engine.scheduler.active_count == 0
+    # The cancelled sequence leaves at the batch's next step (bounded: 10 s on a loaded CI machine).
+    assert engine is not None and engine.scheduler.active_count == 0
     text, _ = await stream_text(inference, chat("Name a fruit.", 4))
     assert text
 
