@@ -44,7 +44,7 @@ class ModelManager(Protocol):
     """What the scrape-time gauges read of :class:`service.model_manager.ModelManager`."""
 
     def models(self) -> list[Any]:
-        """Managed models, each with ``spec.name`` and ``engine`` (None when not loaded)."""
+        """Managed models, each with ``spec.name``, ``engine`` (None when not loaded) and ``memory``."""
         ...
 
 
@@ -215,7 +215,7 @@ class ModelStateCollector(Collector):
                 continue
             count += 1
             name = managed.spec.name
-            usage = engine.memory_usage()
+            usage = managed.memory  # measured once at load (engine.memory_usage may call its runtime)
             memory.add_metric([name, "ram"], usage.ram_bytes)
             memory.add_metric([name, "vram"], usage.vram_bytes)
             scheduler = getattr(engine, "scheduler", None)
