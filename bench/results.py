@@ -118,6 +118,11 @@ def _cell(summary: dict[str, float] | None, ratio: dict[str, float] | None, is_r
     return text
 
 
+def measured_line(payload: dict[str, Any]) -> str:
+    """``Measured <when> at <revision> on <machine>``: how every section's context line starts."""
+    return f"Measured {payload['finished']} at {revision_line(payload)} on {machine_line(payload)}"
+
+
 def revision_line(payload: dict[str, Any]) -> str:
     """Which code was measured: ``commit `abc1234``` (and a warning when the tree was dirty)."""
     revision = payload.get("git_revision") or "unknown"
@@ -147,7 +152,7 @@ def markdown(payload: dict[str, Any]) -> str:
     lines = [
         f"### {payload['title']}",
         "",
-        f"Measured {payload['finished']} at {revision_line(payload)} on {machine_line(payload)}; "
+        f"{measured_line(payload)}; "
         f"{payload['mode']} mode, "
         f"{_reps(payload)}, wall {payload['wall_s']:.0f} s. "
         f"Cells: median [p5{DASH}p95] over repetitions, {TIMES}: median of the per-repetition ratios to the "

@@ -262,8 +262,7 @@ def markdown(payload: dict[str, Any]) -> str:
     lines = [
         f"### {payload['title']}",
         "",
-        f"Measured {payload['finished']} at {results.revision_line(payload)} on "
-        f"{results.machine_line(payload)}; {payload['duration_s'] / 60:.1f} minutes. "
+        f"{results.measured_line(payload)}; {payload['duration_s'] / 60:.1f} minutes. "
         f"JSON: `{payload['json_name']}`, plot: `{payload['png_name']}`.",
         "",
         f"**{'PASS' if summary['passed'] else 'FAIL'}**: {summary['calls']} calls, "
