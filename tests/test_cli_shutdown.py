@@ -5,9 +5,7 @@ quickly (issue 15, defect 7)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,15 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import CHAT_MODEL
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.conftest import CHAT_MODEL, REPO_ROOT, child_server_env, free_port
 
 
 class Runtime:
@@ -32,13 +22,7 @@ class Runtime:
 
     def __init__(self, catalog_path: Path, data_dir: Path, log: Path, grace_s: float) -> None:
         self.gateway = f"http://127.0.0.1:{free_port()}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "generated"), str(ROOT)]),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "HF_HUB_OFFLINE": "1",
-            "UR_SHUTDOWN_GRACE_S": str(grace_s),
-        }
+        env = child_server_env(UR_SHUTDOWN_GRACE_S=str(grace_s))
         self.log = log
         self.process = subprocess.Popen(
             [
@@ -47,7 +31,7 @@ class Runtime:
                 "--gateway-host", "127.0.0.1", "--gateway-port", self.gateway.rsplit(":", 1)[1],
                 "--catalog", str(catalog_path), "--data-dir", str(data_dir),
             ],
-            cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:

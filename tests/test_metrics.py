@@ -21,16 +21,10 @@ from universal_runtime.v1 import model_service_pb2 as m
 from engines.metrics import set_enabled
 from gateway.app import create_app
 from service.server import start_server
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, free_port
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 TEXT_LIMIT = 64 * 1024  # the scraped server's text request limit, to see a rejection counted
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def parse(text: str) -> Samples:

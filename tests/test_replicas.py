@@ -8,9 +8,7 @@ Figures for the closing note are printed (``-s``): calls lost, and the slowest c
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,17 +23,10 @@ from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc
 
 from gateway.app import create_app
-from tests.conftest import CHAT_MODEL, EMBED_MODEL
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, REPO_ROOT, child_server_env, free_port
 
-REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 90
 NO_END = [g.LogitBias(token_id=token, bias=-100) for token in (0, 1, 2)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Replica:
@@ -44,19 +35,17 @@ class Replica:
     def __init__(self, name: str, catalog: Path, data_dir: Path, log_dir: Path) -> None:
         self.name = name
         self.port, self.metrics_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(REPO / "generated"), str(REPO)]),
-            "UR_CATALOG_PATH": str(catalog),
-            "UR_DATA_DIR": str(data_dir),
-            "UR_METRICS_PORT": str(self.metrics_port),
-            "UR_LOG_LEVEL": "WARNING",
-        }
+        env = child_server_env(
+            UR_CATALOG_PATH=str(catalog),
+            UR_DATA_DIR=str(data_dir),
+            UR_METRICS_PORT=str(self.metrics_port),
+            UR_LOG_LEVEL="WARNING",
+        )
         args = ["--no-gateway", "--grpc-host", "127.0.0.1", "--grpc-port", str(self.port)]
         self.log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "service.cli", *args],
-            cwd=REPO,
+            cwd=REPO_ROOT,
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
