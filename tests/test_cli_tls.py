@@ -3,7 +3,6 @@ gateway's HTTPS; the gateway inside the process reaches its server over the priv
 
 from __future__ import annotations
 
-import os
 import signal
 import ssl
 import subprocess
@@ -16,8 +15,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.conftest import EMBED_MODEL
-from tests.test_cli_shutdown import ROOT, free_port
+from tests.conftest import EMBED_MODEL, REPO_ROOT, child_server_env, free_port
 from tests.tls_certs import Pki, make_pki
 
 
@@ -37,15 +35,8 @@ def launch(
             "--gateway-host", "127.0.0.1", "--gateway-port", str(free_port()),
             "--catalog", str(catalog_path), "--data-dir", str(tmp_path / "data"),
         ],
-        cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "generated"), str(ROOT)]),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "HF_HUB_OFFLINE": "1",
-            "UR_SHUTDOWN_GRACE_S": "1",
-            **env,
-        },
+        cwd=REPO_ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        env=child_server_env(UR_SHUTDOWN_GRACE_S="1", **env),
     )  # fmt: skip
     return process, log
 
