@@ -21,7 +21,12 @@ async def test_in_flight_stream_completes_and_new_rpcs_are_refused(settings):
         health = health_pb2_grpc.HealthStub(channel)
         call = stub.GenerateStream(
             g.GenerateStreamRequest(
-                model=CHAT_MODEL, prompt="Once upon a time", parameters=g.GenerationParameters(max_tokens=40)
+                model=CHAT_MODEL,
+                prompt="Once upon a time",
+                # EOS ids 0-2 banned so the stream runs its full 40 tokens (sampling may pick EOS).
+                parameters=g.GenerationParameters(
+                    max_tokens=40, logit_bias=[g.LogitBias(token_id=t, bias=-100) for t in (0, 1, 2)]
+                ),
             )
         )
         first = await call.read()
