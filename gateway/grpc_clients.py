@@ -83,6 +83,14 @@ class GrpcClients:
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
             ("grpc.enable_retries", 1),
+            # A replica that comes back is tried again within 5 s, not after gRPC's default
+            # backoff (up to 120 s), so a restarted pod takes its share of calls at once.
+            ("grpc.max_reconnect_backoff_ms", 5_000),
+            # While calls are open, ping every 30 s and drop a connection whose replica does not
+            # answer within 10 s (a lost node sends no reset): its calls fail UNAVAILABLE instead
+            # of waiting for their deadlines. The server allows pings this often.
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
         ]
         channel = (
             grpc.aio.insecure_channel(target, options=options)

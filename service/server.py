@@ -109,6 +109,30 @@ class RunningServer:
         log.info("stopped")
 
 
+# Clients may ping this often while calls are open (gRPC's default: 5 minutes, and a client that
+# pings more often is sent GOAWAY). The gateway pings every 30 s to find a replica that vanished
+# without closing its connection (a node lost), which a SIGKILLed process would have closed.
+MIN_CLIENT_PING_INTERVAL_MS = 10_000
+
+
+def connection_options(max_connection_age_s: float) -> list[tuple[str, int]]:
+    """Server options of gRPC core for connection lifetime and client keepalive pings.
+
+    Args:
+        max_connection_age_s: Seconds before a connection is sent GOAWAY (gRPC adds ±10% jitter);
+            its calls finish (no grace limit), new ones reconnect. 0 leaves connections open.
+
+    Returns:
+        ``(name, value)`` pairs for ``grpc.aio.server(options=...)`` (names from gRPC core's
+        ``grpc_types.h``).
+
+    """
+    options = [("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS)]
+    if max_connection_age_s > 0:
+        options.append(("grpc.max_connection_age_ms", int(max_connection_age_s * 1000)))
+    return options
+
+
 def inference_servicer(
     settings: Settings, manager: ModelManager, executors: ExecutorPool
 ) -> InferenceServicer:
@@ -195,6 +219,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
+            *connection_options(settings.grpc_max_connection_age_s),
         ],
     )
     inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(

@@ -83,6 +83,14 @@ class Settings(BaseSettings):
         9090, ge=0, le=65535, description="Port of the gRPC server's own /metrics (on grpc_host); 0 = off."
     )
     shutdown_grace_s: float = Field(10.0, ge=0, description="Time in-flight RPCs get on shutdown.")
+    # Clients that balance over a DNS name (a headless Service) resolve it again only when a
+    # connection closes; closing each one after a while lets them find replicas added since.
+    grpc_max_connection_age_s: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds after which a client connection is asked to go (GOAWAY; calls on it "
+        "finish, new ones reconnect and re-resolve DNS); 0 = never.",
+    )
     allow_hub_models: bool = Field(
         False, description="Let clients name Hugging Face hub ids that are not in the catalog."
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.grpc_clients import SERVICE_CONFIG
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "examples" / "node"
@@ -55,6 +56,8 @@ async def test_node_client_streams_cancels_embeds_and_decodes_errors(node, serve
     for keyword, _, value in lines:
         values.setdefault(keyword, []).append(value)
 
+    # Its channel balances and retries like the gateway's (one config, two languages).
+    assert json.loads(values["SERVICE_CONFIG"][0]) == SERVICE_CONFIG
     assert values["HEALTH"] == ["SERVING"]
     listed = {value.split()[0] for value in values["MODEL"]}
     assert {CHAT_MODEL, EMBED_MODEL} <= listed

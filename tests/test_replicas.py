@@ -2,7 +2,8 @@
 killing one under a bounded load loses no unary call (gRPC's retry policy resends the unanswered
 ones to the survivor), while a stream on the killed replica ends with UNAVAILABLE, not a hang.
 
-Figures for the closing note are printed (``-s``): calls lost, and the slowest call around the kill.
+Figures for the closing note are printed (``-s``): calls lost, the slowest call around the kill,
+and how soon the replica, restarted, takes calls again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
+from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc
 
@@ -41,14 +43,16 @@ class Replica:
             UR_METRICS_PORT=str(self.metrics_port),
             UR_LOG_LEVEL="WARNING",
         )
-        args = ["--no-gateway", "--grpc-host", "127.0.0.1", "--grpc-port", str(self.port)]
+        self.command = [sys.executable, "-m", "service.cli", "--no-gateway", "--grpc-host", "127.0.0.1"]
+        self.command += ["--grpc-port", str(self.port)]
+        self.env = env
         self.log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.start()
+
+    def start(self) -> None:
+        """Start the process (again, after :meth:`kill`: same ports, data dir and log)."""
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", *args],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+            self.command, cwd=REPO_ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT
         )
 
     async def wait_serving(self) -> None:
@@ -65,6 +69,12 @@ class Replica:
                     pass
                 await asyncio.sleep(0.2)
         raise AssertionError(f"{self.name} did not serve within {START_TIMEOUT_S} s")
+
+    async def embed_directly(self, text: str) -> None:
+        """One ``Embed`` call straight to this replica (not through the gateway)."""
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            stub = inference_service_pb2_grpc.InferenceServiceStub(channel)
+            await stub.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=[text]), timeout=60)
 
     def embed_calls(self) -> float:
         """``ur_requests_total{method="Embed",code="OK"}`` on this replica's own /metrics."""
@@ -182,6 +192,22 @@ async def test_killing_a_replica_under_load_loses_no_unary_call_and_cuts_its_str
     # The survivor keeps serving.
     assert (await embed(gateway, "after the kill"))[0] == 200
     assert survivor.process.poll() is None
+
+    # The victim restarts on its address: the gateway's channel reconnects (backoff capped at
+    # 5 s) and round robin gives it calls again, without a gateway restart.
+    victim.start()
+    await victim.wait_serving()
+    await victim.embed_directly("load the model")  # so the figure is reconnection, not a load
+    serving = time.monotonic()
+    for i in range(200):  # bounded: 200 calls, 30 s
+        assert (await embed(gateway, f"after the restart {i}"))[0] == 200
+        if victim.embed_calls() > 1:
+            break
+        assert time.monotonic() - serving < 30, "the restarted replica got no calls in 30 s"
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the restarted replica got none of 200 calls")
+    print(f"restarted replica served its first call {time.monotonic() - serving:.2f} s after it was ready")
 
 
 def model_loads(replica: Replica) -> dict[str, float]:

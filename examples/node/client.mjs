@@ -49,6 +49,35 @@ const ErrorInfo = standard.lookupType('google.rpc.ErrorInfo');
 const { Health } = grpc.loadPackageDefinition(protoLoader.fromJSON(standard.toJSON(), LOADER_OPTIONS))
   .grpc.health.v1;
 
+// Balancing and failover over several replicas (TARGET 'ipv4:10.0.0.1:50051,10.0.0.2:50051' or
+// 'dns:///universal-runtime-grpc:50051'): the gateway's service config (gateway/grpc_clients.py)
+// and channel options, explained in the README's "Client balancing and failover".
+const SERVICE_CONFIG = {
+  loadBalancingConfig: [{ round_robin: {} }],
+  methodConfig: [
+    {
+      name: [
+        { service: 'universal_runtime.v1.InferenceService' },
+        { service: 'universal_runtime.v1.ModelService' },
+        { service: 'grpc.health.v1.Health' },
+      ],
+      retryPolicy: {
+        maxAttempts: 3,
+        initialBackoff: '0.05s',
+        maxBackoff: '0.5s',
+        backoffMultiplier: 2,
+        retryableStatusCodes: ['UNAVAILABLE'],
+      },
+    },
+  ],
+};
+const CHANNEL_OPTIONS = {
+  'grpc.service_config': JSON.stringify(SERVICE_CONFIG),
+  'grpc.max_reconnect_backoff_ms': 5000,
+  'grpc.keepalive_time_ms': 30000,
+  'grpc.keepalive_timeout_ms': 10000,
+};
+
 const deadline = () => new Date(Date.now() + DEADLINE_MS);
 
 function unary(client, method, request) {
@@ -105,12 +134,13 @@ function chatRequest(content, maxTokens) {
 
 async function main(clients) {
   const credentials = grpc.credentials.createInsecure();
-  const health = new Health(TARGET, credentials);
-  const models = new contract.ModelService(TARGET, credentials);
-  const inference = new contract.InferenceService(TARGET, credentials);
+  const health = new Health(TARGET, credentials, CHANNEL_OPTIONS);
+  const models = new contract.ModelService(TARGET, credentials, CHANNEL_OPTIONS);
+  const inference = new contract.InferenceService(TARGET, credentials, CHANNEL_OPTIONS);
   clients.push(health, models, inference);
 
   const { status } = await unary(health, 'Check', { service: '' });
+  console.log(`SERVICE_CONFIG ${JSON.stringify(SERVICE_CONFIG)}`);
   console.log(`HEALTH ${status}`);
   if (status !== 'SERVING') throw new Error(`server is ${status}`);
 
