@@ -476,7 +476,9 @@ def publish_version(
     before its manifest), then swap in ``manifest(current, n)`` only if the manifest is unchanged.
     If another writer published in between, the file is deleted (nothing names it) and the attempt
     starts again on the new manifest, after a random pause that doubles with each attempt (at most
-    1 s). Version numbers increase but may skip one a losing writer held for a moment.
+    1 s). Version numbers increase but may skip one a losing writer held for a moment. A
+    successful save deletes the files it stepped over (a crashed writer's), so they do not
+    pile up against the store's quotas.
 
     So a manifest only ever names files that were whole before it was written, versions never
     overwrite each other, and of writers racing on one name each either publishes a version above
@@ -496,13 +498,20 @@ def publish_version(
     for attempt in range(attempts):
         current = store.read_tagged(manifest_key)
         version = first_version(current)
+        skipped: list[int] = []
         for _ in range(64):  # bounded: each step is a file some writer left, which is rare
             if store.create(version_key(version), data):
                 break
+            skipped.append(version)
             version += 1
         else:
             break
         if store.swap(manifest_key, manifest(current, version), current):
+            # The files skipped are above the manifest this swap replaced, so no manifest names
+            # them: a writer that died before its manifest left them, or one racing this save
+            # holds them, whose swap (on an older manifest) now fails. Either way, garbage.
+            for orphan in skipped:
+                store.delete(version_key(orphan))
             return version, current
         store.delete(version_key(version))
         time.sleep(random.uniform(0.0, min(1.0, 0.025 * 2**attempt)))  # jittered: racers spread out

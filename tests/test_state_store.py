@@ -84,31 +84,54 @@ def test_create_is_exclusive_and_swap_compares(make_store):
     assert store.sizes() == {}
 
 
+def _listing_manifest(current, version):
+    """A manifest listing every version published (the test's own, not a store's format)."""
+    versions = json.loads(current.data)["versions"] if current else []
+    return json.dumps({"versions": [*versions, version]}).encode()
+
+
+def _next_version(current):
+    return json.loads(current.data)["versions"][-1] + 1 if current else 1
+
+
+def _publish(store, data: bytes) -> int:
+    version_key = "v{}".format
+    return publish_version(
+        store, "m.json", version_key, data, first_version=_next_version, manifest=_listing_manifest
+    )[0]
+
+
+def test_a_crashed_writers_files_are_stepped_over_then_deleted(make_store):
+    store = make_store()
+    assert _publish(store, b"first") == 1
+    # A writer created v2 and v3, then died before writing the manifest.
+    assert store.create("v2", b"orphan") and store.create("v3", b"orphan")
+    assert _publish(store, b"second") == 4
+    assert json.loads(store.read("m.json"))["versions"] == [1, 4]
+    assert set(store.sizes()) == {"m.json", "v1", "v4"}
+    assert store.read("v4") == b"second"
+
+
+def test_large_files_go_up_in_parts_and_stay_exclusive(s3):
+    """s3fs sends a file of two chunks or more (100 MB at its default 50 MB) as a multipart
+    upload and checks If-None-Match on its completion; here with 5 MiB chunks (S3's smallest
+    part), so the create of a large version is as exclusive as a small one's."""
+    store = open_state_store(f"s3://state/{uuid.uuid4().hex}", s3, timeout_s=30.0)
+    path, chunk = store._path("big"), 5 * 2**20
+    store.fs.pipe_file(path, b"a" * (2 * chunk + 1), chunksize=chunk, mode="create")
+    with pytest.raises(FileExistsError):
+        store.fs.pipe_file(path, b"b" * (2 * chunk + 1), chunksize=chunk, mode="create")
+    assert store.read("big")[:1] == b"a"
+
+
 def test_racing_publishers_leave_one_consistent_latest_version(make_store):
     """Three writers publish 4 versions each at once: every publish lands once, in order, and only
     files the manifest names are left."""
     store = make_store()
 
-    def manifest(current, version):
-        versions = json.loads(current.data)["versions"] if current else []
-        return json.dumps({"versions": [*versions, version]}).encode()
-
-    def first(current):
-        return json.loads(current.data)["versions"][-1] + 1 if current else 1
-
     def writer(n: int) -> list[int]:
         replica = make_store()  # its own client, as another server would have
-        return [
-            publish_version(
-                replica,
-                "m.json",
-                lambda v: f"v{v}",
-                f"w{n}-{i}".encode(),
-                first_version=first,
-                manifest=manifest,
-            )[0]
-            for i in range(4)
-        ]
+        return [_publish(replica, f"w{n}-{i}".encode()) for i in range(4)]
 
     with ThreadPoolExecutor(3) as pool:
         published = [v for vs in pool.map(writer, range(3)) for v in vs]
