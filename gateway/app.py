@@ -134,7 +134,8 @@ def create_app(
     app.add_middleware(RequestIdMiddleware)
     install_cors(app, cors_origins)  # outermost: error responses carry the CORS headers too
 
-    authenticated = [Depends(require_api_key)]
+    # Without keys the check would pass every request: leave the dependency out (one less per call).
+    authenticated = [Depends(require_api_key)] if config.api_keys else []
     # Probes (/health, and /metrics beside it) are open unless auth_public_health is off.
     probes = [] if auth_public_health else authenticated
     app.include_router(health.router, dependencies=probes, responses=HEALTH_ERROR_RESPONSES)

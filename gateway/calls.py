@@ -15,7 +15,7 @@ from fastapi import Depends, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
-from gateway.dependencies import CallMetadata, Clients, Metadata
+from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
 from gateway.grpc_clients import GrpcClients
 from gateway.schemas.generation import SamplingRequest
 from gateway.streaming import StreamTranslator, collect_stream, stream_generation, unary_call
@@ -83,9 +83,19 @@ class RpcContext:
         )
 
 
-def get_rpc(request: Request, clients: Clients, metadata: Metadata) -> RpcContext:
-    """Return the :class:`RpcContext` of this request."""
-    return RpcContext(request=request, clients=clients, metadata=metadata)
+async def get_rpc(request: Request) -> RpcContext:
+    """Return the :class:`RpcContext` of this request.
+
+    One dependency, not three: each dependency FastAPI resolves costs a pass of its solver per
+    request, so the stubs and the metadata are looked up here directly.
+
+    Raises:
+        RuntimeError: The app's lifespan has not run (see :func:`gateway.dependencies.get_clients`).
+
+    """
+    return RpcContext(
+        request=request, clients=await get_clients(request), metadata=await get_call_metadata(request)
+    )
 
 
 Rpc = Annotated[RpcContext, Depends(get_rpc)]

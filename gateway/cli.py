@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 from collections.abc import Sequence
 
 from gateway import tracing
@@ -18,6 +19,7 @@ from gateway.cors import parse_cors_origins
 from gateway.https import gateway_tls, run_uvicorn
 from gateway.settings import GatewaySettings
 from gateway.tls import TlsConfigError
+from gateway.workers import run_workers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--cors-origins", help="comma-separated origins allowed cross-origin calls")
     parser.add_argument("--max-message-bytes", type=int, help="largest request body / gRPC message")
+    parser.add_argument("--workers", type=int, help="gateway processes sharing the port (default 1)")
     parser.add_argument("--shutdown-grace-s", type=float, help="seconds streams get on shutdown (default 10)")
     parser.add_argument(
         "--log-level", choices=["critical", "error", "warning", "info", "debug"], help="default info"
@@ -64,11 +67,48 @@ def load_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``universal-runtime-gateway``: load settings and serve until interrupted."""
+    """Entry point of ``universal-runtime-gateway``: load settings and serve until interrupted.
+
+    With ``workers`` above 1, that many processes serve one socket (:mod:`gateway.workers`).
+
+    Raises:
+        SystemExit: A setting is invalid, the server could not start, or a worker failed.
+
+    """
     settings = load_settings(argv)
+    _configure_logging(settings)
+    if settings.workers == 1:
+        serve(settings)
+        return
+    status = run_workers(
+        settings.workers,
+        serve_worker,
+        settings,
+        host=settings.host,
+        port=settings.port,
+        grace_s=settings.shutdown_grace_s + 2.0,
+    )
+    if status:
+        raise SystemExit(status)
+
+
+def _configure_logging(settings: GatewaySettings) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+
+
+def serve(settings: GatewaySettings, sockets: list[socket.socket] | None = None) -> None:
+    """Build the gateway from ``settings`` and serve it in this process until interrupted.
+
+    Args:
+        settings: The gateway's settings.
+        sockets: Already-bound listening sockets (a worker's); ``None`` binds ``host:port``.
+
+    Raises:
+        SystemExit: A setting is invalid (one line naming it), or the server could not start.
+
+    """
     try:
         https, grpc_credentials = gateway_tls(settings)
         tracing.configure_gateway(settings.otlp_endpoint)  # before the app's channel is made
@@ -91,11 +131,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     run_uvicorn(
         app,
         https,
+        sockets=sockets,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=settings.shutdown_grace_s + 2.0,
     )
+
+
+def serve_worker(settings: GatewaySettings, sock: socket.socket) -> None:
+    """One worker process of :func:`main` (module level, so ``spawn`` can start it): serve on ``sock``."""
+    _configure_logging(settings)
+    serve(settings, [sock])
 
 
 if __name__ == "__main__":

@@ -26,8 +26,11 @@ def uvicorn_server(app: Any, https: Https | None, **options: Any) -> uvicorn.Ser
     return _ReloadingServer(uvicorn.Config(app, **options, **https.uvicorn_options()), https)
 
 
-def run_uvicorn(app: Any, https: Https | None, **options: Any) -> None:
+def run_uvicorn(app: Any, https: Https | None, *, sockets: Any = None, **options: Any) -> None:
     """Serve like ``uvicorn.run(app, **options)`` (one process), with HTTPS when ``https`` is set.
+
+    ``sockets``: already-bound listening sockets to serve on (a worker's, :mod:`gateway.workers`)
+    instead of binding ``host:port``.
 
     Raises:
         SystemExit: uvicorn's start-up failure status (3) when the server could not start.
@@ -35,7 +38,7 @@ def run_uvicorn(app: Any, https: Https | None, **options: Any) -> None:
     """
     server = uvicorn_server(app, https, **options)
     with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+        server.run(sockets=sockets)
     if not server.started:
         sys.exit(STARTUP_FAILURE)
 

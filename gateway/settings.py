@@ -71,6 +71,12 @@ class GatewaySettings(BaseSettings):
     max_message_bytes: int = Field(
         default=DEFAULT_MAX_MESSAGE_BYTES, gt=0, description="Largest HTTP body / gRPC message, bytes."
     )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Gateway processes sharing the port; more than 1 only helps with spare cores.",
+    )
     shutdown_grace_s: float = Field(
         default=DEFAULT_SHUTDOWN_GRACE_S, ge=0, description="Seconds in-flight streams get on shutdown."
     )

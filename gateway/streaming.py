@@ -54,10 +54,15 @@ def _consume_outcome(task: asyncio.Future[Any]) -> None:
 async def call_until_disconnect(request: Request, call: _Cancellable, awaitable: Awaitable[T]) -> T:
     """Await ``awaitable`` (a gRPC call or a read of one), cancelling ``call`` if the client leaves.
 
+    One watcher task per call waits for the client's disconnect and cancels ``call`` from its
+    done callback; the call itself is awaited in place (no task, no ``asyncio.wait``), which keeps
+    a trivial call's cost to one task.
+
     Args:
         request: The HTTP request whose disconnect cancels the call; its body must be fully read.
         call: The gRPC call to cancel.
-        awaitable: What to wait for, usually ``call`` itself or ``call.read()``.
+        awaitable: What to wait for, usually ``call`` itself or ``call.read()``; it must end with
+            ``asyncio.CancelledError`` once ``call`` is cancelled (gRPC calls and their reads do).
 
     Returns:
         The awaitable's result.
@@ -67,23 +72,26 @@ async def call_until_disconnect(request: Request, call: _Cancellable, awaitable:
         grpc.aio.AioRpcError: The call failed.
 
     """
-    result = asyncio.ensure_future(awaitable)
-    disconnected = asyncio.ensure_future(_wait_for_disconnect(request))
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+
+    def on_disconnect(done: asyncio.Future[None]) -> None:
+        _consume_outcome(done)
+        if not done.cancelled():
+            call.cancel()
+
+    watcher.add_done_callback(on_disconnect)
     try:
-        await asyncio.wait({result, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        return await awaitable
     except asyncio.CancelledError:
         call.cancel()
-        result.cancel()
-        raise
+        if not watcher.done() or watcher.cancelled():
+            raise  # this task was cancelled, not the call by a disconnect
+        logger.info("client disconnected; gRPC call cancelled")
+        raise GatewayError(
+            HTTP_CLIENT_CLOSED_REQUEST, "Client closed the request", code="client_closed_request"
+        ) from None
     finally:
-        disconnected.cancel()
-    if result.done():
-        return result.result()
-    call.cancel()
-    result.cancel()
-    result.add_done_callback(_consume_outcome)
-    logger.info("client disconnected; gRPC call cancelled")
-    raise GatewayError(HTTP_CLIENT_CLOSED_REQUEST, "Client closed the request", code="client_closed_request")
+        watcher.cancel()
 
 
 class StreamTranslator(Protocol):

@@ -5,14 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
+from gateway.responses import JsonResponse
 from gateway.schemas.embeddings import EmbeddingRequest, EmbeddingResponse
 from gateway.translate.embeddings import embeddings_from_proto, to_embed_request
 
 router = APIRouter(tags=["encoders"])
 
 
-@router.post("/v1/embeddings")
-async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> EmbeddingResponse:
+# The model documents the answer; the route returns it already encoded (see gateway.responses).
+@router.post("/v1/embeddings", response_model=EmbeddingResponse)
+async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> JsonResponse:
     """Embed one or more texts; returns OpenAI's embeddings list (float lists or base64 strings).
 
     Raises:
@@ -21,7 +23,6 @@ async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> EmbeddingRespon
     """
     rpc = rpc.for_model(body.model)
     response = await rpc.unary(rpc.clients.inference.Embed, to_embed_request(body))
-    # A typed return lets FastAPI serialize with pydantic-core (fast for long float lists).
-    return EmbeddingResponse.model_validate(
+    return JsonResponse(
         embeddings_from_proto(response, requested_model=body.model, encoding_format=body.encoding_format)
     )

@@ -58,8 +58,8 @@ class EmbeddingUsage(BaseModel):
 class EmbeddingResponse(BaseModel):
     """Response of ``POST /v1/embeddings`` (OpenAI's shape).
 
-    Declared as the route's return type so FastAPI serializes it straight to JSON bytes with
-    pydantic-core instead of walking every float with ``jsonable_encoder``.
+    The route's documented ``response_model``; the route itself returns the answer already
+    encoded (:class:`gateway.responses.JsonResponse`), so it is never validated a second time.
     """
 
     object: Literal["list"] = "list"
