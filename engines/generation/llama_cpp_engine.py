@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 KV_HEADROOM_BYTES = 1 << 30  # memory left for everything else when sizing the KV cache
 PENALTY_LAST_N = 64  # tokens the repetition/presence/frequency penalties look back over
+# Prompt tokens prefilled per step beside running sequences: on 2 CPU cores about as long as a
+# few decode steps of 8 sequences, so a long prompt slows running streams without stopping them.
+DEFAULT_STEP_PREFILL_TOKENS = 128
 
 
 @dataclass(eq=False)
@@ -73,6 +76,8 @@ class LlamaCppGenerationEngine(GenerationEngine):
     Catalog options: ``n_ctx`` (tokens per sequence; default from the training context and
     free memory, see :mod:`engines.generation.context_size`), ``max_context`` (that default's
     cap, 4096), ``max_sequences`` (default 8), ``n_batch`` (tokens per decode, default 512),
+    ``step_prefill_tokens`` (prompt tokens prefilled per step while other sequences run, default
+    128: the longest a new prompt holds up running streams is one such chunk per step),
     ``prompt_cache`` (default true: a slot keeps its last prompt's KV cells and a new prompt
     sharing their prefix prefills only the rest, see :mod:`engines.generation.prompt_cache`),
     ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
@@ -83,7 +88,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
     backend = "llama_cpp"
     int_options = (
         *GenerationEngine.int_options,
-        *("n_ctx", "max_context", "n_batch", "n_threads", "n_gpu_layers"),
+        *("n_ctx", "max_context", "n_batch", "n_threads", "n_gpu_layers", "step_prefill_tokens"),
     )
 
     @classmethod
@@ -162,6 +167,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
         )
         threads = int(self.option("n_threads", cpu_threads()))
         self._n_batch = int(self.option("n_batch", 512))
+        self._step_prefill_tokens = max(
+            2, int(self.option("step_prefill_tokens", DEFAULT_STEP_PREFILL_TOKENS))
+        )
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_seq_max = self.max_sequences
         ctx_params.n_ctx = per_sequence * self.max_sequences
@@ -351,7 +359,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
                 state.next_input = None
             self._decode()
             results.extend(self._sample(sequence, i) for i, sequence in enumerate(decoding))
-        budget = self._n_batch - len(decoding)
+        budget = self._prefill_budget(running, len(decoding))
         for sequence in running:
             state = sequence.engine_state
             prompt = sequence.prompt_tokens
@@ -370,6 +378,19 @@ class LlamaCppGenerationEngine(GenerationEngine):
             if end == len(prompt):
                 results.append(self._sample(sequence, end - start - 1))
         return results
+
+    def _prefill_budget(self, running: list[GenerationSequence], decoding: int) -> int:
+        """Prompt tokens this step may prefill (all prefilling sequences together).
+
+        A prompt alone in the batch is prefilled in chunks of ``n_batch``: nothing waits on it.
+        Beside other sequences, at most ``step_prefill_tokens`` per step, so a long prompt adds at
+        most one such chunk to the running streams' step time, and of several new prompts the
+        first ones are answered (first token) before the later ones are prefilled.
+        """
+        capacity = self._n_batch - decoding
+        if len(running) == 1:
+            return capacity
+        return min(capacity, self._step_prefill_tokens)
 
     def _begin_batch(self) -> None:
         self._batch.batch.n_tokens = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import grpc
 import pytest
@@ -111,3 +112,52 @@ async def test_full_queue_is_resource_exhausted_overloaded(inference, server):
     assert error_info(caught.value).reason == "OVERLOADED"
     first.cancel()
     second.cancel()
+
+
+async def test_running_streams_keep_producing_while_a_long_prompt_is_prefilled(inference, server):
+    """A 2,000-token prompt is prefilled in chunks of ``step_prefill_tokens`` (128), one per step
+    beside the running stream's token: the stream gets a token at every one of those ~16 steps
+    instead of waiting for the whole prompt."""
+    no_end = [g.LogitBias(token_id=token, bias=-100) for token in (0, 1, 2)]
+    running = inference.GenerateStream(
+        g.GenerateStreamRequest(
+            model=CHAT_MODEL,
+            prompt="Count to one thousand: one, two, three,",
+            parameters=g.GenerationParameters(max_tokens=400, temperature=0, logit_bias=no_end),
+        )
+    )
+    received = [0]  # tokens of the running stream read so far
+    decoding = asyncio.Event()
+
+    async def keep_reading() -> None:
+        while (message := await running.read()) is not grpc.aio.EOF:
+            received[0] += len(message.token_ids)
+            if received[0] >= 3:
+                decoding.set()
+
+    reader = asyncio.create_task(keep_reading())
+    try:
+        await asyncio.wait_for(decoding.wait(), 60)
+        engine = server.manager.get(CHAT_MODEL).engine
+        # Unique words first, so no slot holds a cached prefix of it: ~2,000 tokens in all.
+        long_prompt = f"{uuid.uuid4().hex} " + " ".join(f"w{i}" for i in range(505))
+        prompt_tokens = len(engine.model.tokenize(long_prompt.encode(), add_bos=True, special=True))
+        assert 1900 <= prompt_tokens <= 2030
+        long_call = inference.GenerateStream(
+            g.GenerateStreamRequest(
+                model=CHAT_MODEL,
+                prompt=long_prompt,
+                parameters=g.GenerationParameters(max_tokens=4, temperature=0),
+            )
+        )
+        at_send = received[0]
+        first = await long_call.read()
+        during = received[0] - at_send
+        print(f"\nrunning stream: {during} tokens while a {prompt_tokens}-token prompt was prefilled")
+        assert first.token_ids, "the long prompt's stream answered"
+        assert during >= 10, f"the running stream got only {during} tokens during the prefill"
+        long_call.cancel()
+    finally:
+        running.cancel()
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
