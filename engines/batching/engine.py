@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from engines.base import Engine, ModelSpec
 from engines.batching.batcher import BatchingConfig, DynamicBatcher
-from engines.device import torch_module_memory
+from engines.device import cpu_threads, torch_module_memory
+from engines.encoder_runtime import ExportedModel, RuntimeChoice, export_encoder
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage
+
+log = logging.getLogger(__name__)
+
+# Traced by the export: two texts of different lengths, so padding and the attention mask are exercised.
+EXPORT_SAMPLE_TEXTS = ("A short one.", "A somewhat longer sentence, so that the batch needs padding.")
 
 
 class BatchedEncoderEngine(Engine):
@@ -23,6 +30,10 @@ class BatchedEncoderEngine(Engine):
     model: Any = None
     batcher: DynamicBatcher | None = None
     runs_torch = True
+    runtimes: ClassVar[tuple[str, ...]] = ("torch",)
+    """Values of the catalog option ``runtime`` this backend offers (see :mod:`engines.encoder_runtime`)."""
+    runtime_bytes = 0
+    """Bytes of the exported model a runtime other than torch holds (its files' size)."""
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
@@ -35,6 +46,59 @@ class BatchedEncoderEngine(Engine):
         """
         super().check_spec(spec)
         BatchingConfig.from_options(spec.options)
+        RuntimeChoice.from_options(spec.options, cls.runtimes).check_installed()
+
+    def export_for_runtime(self, model: Any, tokenizer: Any, output: str) -> ExportedModel | None:
+        """``model`` exported for the catalog's ``runtime``/``quantize``, or None to keep it in torch.
+
+        Torch is kept for ``runtime: torch`` and on devices other than the CPU (ONNX Runtime's and
+        OpenVINO's builds here are CPU ones), with a warning in that second case.
+
+        Args:
+            model: the transformers model (float32 on the CPU) the engine would call.
+            tokenizer: its tokenizer (the export traces its output for two sample texts).
+            output: the output field the engine reads (``last_hidden_state``, ``logits``).
+
+        Raises:
+            FailedPreconditionError: the runtime's packages are not installed (RUNTIME_NOT_INSTALLED).
+            Exception: the export failed.
+
+        """
+        choice = RuntimeChoice.from_options(self.spec.options, self.runtimes)
+        if not choice.exported:
+            return None
+        if self.device != "cpu":
+            log.warning(
+                "runtime %s runs on the CPU only; model %s stays in torch on %s",
+                choice.runtime,
+                self.spec.name,
+                self.device,
+            )
+            return None
+        exported = export_encoder(
+            model,
+            tokenizer(list(EXPORT_SAMPLE_TEXTS), padding=True, return_tensors="pt"),
+            output,
+            choice=choice,
+            source=resolve_source(self.spec.source).location,
+            cache_dir=self.option("cache_dir"),
+            threads=int(self.option("threads", cpu_threads())),
+        )
+        self.runtime_bytes = exported.nbytes
+        return exported
+
+    def swap_transformer(self, module: Any) -> None:
+        """Run the transformers model inside sentence-transformers ``module`` with the catalog's runtime.
+
+        ``module`` is a sentence-transformers ``Transformer`` (the first module of a
+        ``SentenceTransformer`` or ``CrossEncoder``); its model is replaced in place, so the
+        library's tokenization, pooling and activation stay as they are. A no-op for torch.
+        """
+        output = module.modality_config["text"]["method_output_name"]
+        exported = self.export_for_runtime(module.model, module.tokenizer, output)
+        if exported is not None:
+            del module.model  # a registered submodule; an attribute that is no module takes its place
+            module.model = exported
 
     def estimated_load_bytes(self) -> int:
         """Size of the model folder on disk (a local source), else unknown."""
@@ -62,8 +126,8 @@ class BatchedEncoderEngine(Engine):
         """Drop references besides ``self.model`` (override: tokenizers, pipelines)."""
 
     def memory_usage(self) -> MemoryUsage:
-        """Parameter and buffer bytes of ``self.model`` by device."""
+        """Parameter and buffer bytes of ``self.model`` by device, plus an exported model's files."""
         if self.model is None:
             return MemoryUsage()
-        ram, vram = torch_module_memory(self.model)
-        return MemoryUsage(ram_bytes=ram, vram_bytes=vram)
+        ram, vram = torch_module_memory(self.model) if hasattr(self.model, "parameters") else (0, 0)
+        return MemoryUsage(ram_bytes=ram + self.runtime_bytes, vram_bytes=vram)

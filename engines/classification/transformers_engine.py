@@ -9,6 +9,7 @@ import numpy as np
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
 from engines.device import torch_dtype_for
+from engines.encoder_runtime import RUNTIMES
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import FailedPreconditionError
 from engines.registry import register_backend
@@ -25,11 +26,13 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
     logit (the ``text-classification`` pipeline's ``function_to_apply`` convention).
 
     Catalog options: ``dtype``, ``max_seq_length`` (default: the smaller of the tokenizer's
-    ``model_max_length`` and the model's ``max_position_embeddings``) and the batching limits of
+    ``model_max_length`` and the model's ``max_position_embeddings``), ``runtime``/``quantize``/
+    ``cache_dir`` (see :mod:`engines.encoder_runtime`) and the batching limits of
     :class:`~engines.batching.BatchingConfig`.
     """
 
     backend = "transformers_classifier"
+    runtimes = RUNTIMES
     int_options = ("max_seq_length",)
     tasks = frozenset({Task.CLASSIFY})
 
@@ -46,6 +49,7 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
             local_files_only=local,
         ).to(self.device)
         self.model.eval()
+        self.model = self.export_for_runtime(self.model, self.tokenizer, "logits") or self.model
         model_config = self.model.config
         self.labels = [str(model_config.id2label[i]) for i in range(model_config.num_labels)]
         limit = self.option("max_seq_length") or min(
@@ -68,7 +72,7 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
             texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
         ).to(self.device)
         with torch.inference_mode():
-            logits = self.model(**encoded).logits
+            logits = self.model(**encoded)["logits"]
         return list(logits.float().cpu().numpy())
 
     async def classify(self, request: ClassificationRequest) -> ClassificationResult:

@@ -16,6 +16,7 @@ import numpy as np
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
 from engines.device import torch_dtype_for
+from engines.encoder_runtime import RUNTIMES
 from engines.encoder_types import ClassificationRequest, ClassificationResult, RerankRequest, RerankResult
 from engines.errors import FailedPreconditionError, InvalidArgumentError
 from engines.registry import register_backend
@@ -42,12 +43,15 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
     """Embeddings from a ``SentenceTransformer`` model; also cosine rerank and zero-shot classify.
 
     Catalog options: ``dtype`` (``float32``/``float16``/``bfloat16``; default by device),
-    ``max_seq_length`` (override the model's), ``zero_shot_temperature`` (default 0.05) and the
-    batching limits of :class:`~engines.batching.BatchingConfig` (``max_batch_tokens``,
-    ``max_batch_size``, ``max_wait_ms``, ``max_queue``).
+    ``max_seq_length`` (override the model's), ``zero_shot_temperature`` (default 0.05),
+    ``runtime``/``quantize``/``cache_dir`` (ONNX Runtime or OpenVINO, int8; see
+    :mod:`engines.encoder_runtime`) and the batching limits of
+    :class:`~engines.batching.BatchingConfig` (``max_batch_tokens``, ``max_batch_size``,
+    ``max_wait_ms``, ``max_queue``).
     """
 
     backend = "sentence_transformers"
+    runtimes = RUNTIMES
     int_options = ("max_seq_length",)
     tasks = frozenset({Task.EMBED, Task.RERANK, Task.CLASSIFY})
 
@@ -64,6 +68,7 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
             local_files_only=resolved.path is not None,
         )
         self.model.eval()
+        self.swap_transformer(self.model[0])
         if self.option("max_seq_length"):
             self.model.max_seq_length = int(self.option("max_seq_length"))
         self.tokens = TokenCounter(self.model.tokenizer, self.model.max_seq_length, self.spec.name)

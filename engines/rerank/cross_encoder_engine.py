@@ -14,6 +14,7 @@ import numpy as np
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
 from engines.device import torch_dtype_for
+from engines.encoder_runtime import RUNTIMES
 from engines.encoder_types import RerankRequest, RerankResult
 from engines.errors import InvalidArgumentError
 from engines.registry import register_backend
@@ -31,11 +32,13 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
     model with several logits the score is the softmax probability of the last class (the
     "relevant" class of two-class rerankers).
 
-    Catalog options: ``dtype``, ``max_length`` (override the model's maximum pair length) and
-    the batching limits of :class:`~engines.batching.BatchingConfig`.
+    Catalog options: ``dtype``, ``max_length`` (override the model's maximum pair length),
+    ``runtime``/``quantize``/``cache_dir`` (see :mod:`engines.encoder_runtime`) and the batching
+    limits of :class:`~engines.batching.BatchingConfig`.
     """
 
     backend = "cross_encoder"
+    runtimes = RUNTIMES
     int_options = ("max_length",)
     tasks = frozenset({Task.RERANK})
 
@@ -53,6 +56,7 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
             max_length=int(max_length) if max_length else None,
         )
         self.model.eval()
+        self.swap_transformer(self.model[0])
         tokenizer = self.model.tokenizer
         # ``max_length`` was renamed ``max_seq_length`` in sentence-transformers 6.
         limit = getattr(self.model, "max_seq_length", None) or self.model.max_length
