@@ -22,7 +22,16 @@ from engines.encoder_types import (
     RerankResult,
 )
 from engines.ocr.types import OcrLimits, OcrOptions, OcrPage
-from engines.types import EmbeddingRequest, EmbeddingResult, GenerationDelta, GenerationRequest, Task
+from engines.types import (
+    DetokenizeRequest,
+    EmbeddingRequest,
+    EmbeddingResult,
+    GenerationDelta,
+    GenerationRequest,
+    Task,
+    TokenizeRequest,
+    TokenizeResult,
+)
 
 if TYPE_CHECKING:
     from engines.ocr.documents import Document, PdfFile
@@ -112,7 +121,41 @@ class OcrReader(Protocol):
         ...
 
 
-Capability = TypeVar("Capability", Embedder, Reranker, Classifier, EntityExtractor, TextGenerator, OcrReader)
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text or chat → token ids, and ids → text, with the model's own tokenizer.
+
+    No catalog task names it: every model whose engine has a tokenizer offers it (see
+    :data:`TASKLESS_CAPABILITIES`).
+    """
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        """Token ids of the prompt, or of the messages rendered by the chat template.
+
+        Raises:
+            InputTooLongError: the text is over the model's character limit (see
+                :func:`engines.batching.tokens.character_limit`).
+            InvalidArgumentError: messages for a model without a chat template (NO_CHAT_TEMPLATE),
+                or that the template rejects (CHAT_TEMPLATE_ERROR).
+            FailedPreconditionError: offsets the tokenizer cannot give (OFFSETS_NOT_SUPPORTED).
+
+        """
+        ...
+
+    async def detokenize(self, request: DetokenizeRequest) -> str:
+        """The text of the token ids.
+
+        Raises:
+            InvalidArgumentError: an id outside the vocabulary (TOKEN_OUT_OF_VOCABULARY), or too
+                many ids (INPUT_TOO_LONG; see :func:`engines.tokenization.check_token_ids`).
+
+        """
+        ...
+
+
+Capability = TypeVar(
+    "Capability", Embedder, Reranker, Classifier, EntityExtractor, TextGenerator, OcrReader, Tokenizer
+)
 
 #: The catalog task each capability serves: a model must list it to be acquired as that capability.
 CAPABILITY_TASKS: dict[type, Task] = {
@@ -123,3 +166,7 @@ CAPABILITY_TASKS: dict[type, Task] = {
     TextGenerator: Task.GENERATE,
     OcrReader: Task.OCR,
 }
+
+#: Capabilities a model offers whenever its engine has them, whatever tasks its catalog entry lists,
+#: by the name errors give them.
+TASKLESS_CAPABILITIES: dict[type, str] = {Tokenizer: "tokenize"}

@@ -184,6 +184,16 @@ class GenerationUsage:
         return self.prompt_tokens + self.completion_tokens
 
 
+class EmbeddingEncoding(enum.StrEnum):
+    """How vectors are returned; values are sentence-transformers' ``quantize_embeddings`` precisions."""
+
+    FLOAT = "float32"
+    INT8 = "int8"
+    UINT8 = "uint8"
+    BINARY = "binary"
+    UBINARY = "ubinary"
+
+
 @dataclass(slots=True)
 class EmbeddingRequest:
     """An embedding job over ``inputs`` (non-empty strings)."""
@@ -194,11 +204,69 @@ class EmbeddingRequest:
     truncation: Truncation = Truncation.END
     prompt_name: str | None = None
     prompt: str | None = None
+    encoding: EmbeddingEncoding = EmbeddingEncoding.FLOAT
 
 
 @dataclass(slots=True)
 class EmbeddingResult:
-    """Vectors of shape (len(inputs), dimensions), float32, and the tokens consumed."""
+    """Vectors of shape (len(inputs), dimensions), float32, and the tokens consumed.
+
+    ``quantized`` is set for an encoding other than FLOAT: shape (len(inputs), dimensions) int8
+    or uint8 for INT8/UINT8, (len(inputs), ceil(dimensions / 8)) for BINARY/UBINARY.
+    """
 
     vectors: np.ndarray
     prompt_tokens: int
+    quantized: np.ndarray | None = None
+    encoding: EmbeddingEncoding = EmbeddingEncoding.FLOAT
+
+
+@dataclass(slots=True)
+class TokenizeRequest:
+    """A tokenize job: exactly one of ``prompt`` and ``messages`` is set.
+
+    Attributes:
+        prompt: text tokenized as it is.
+        messages: a conversation rendered with the model's chat template first.
+        add_special_tokens: add the tokenizer's special tokens; None: as the model's own calls do
+            (a raw prompt gets them; templated text only what the template writes).
+        add_generation_prompt: with messages, end with the assistant turn's opening.
+        return_token_strings: fill :attr:`TokenizeResult.token_strings`.
+        return_offsets: fill :attr:`TokenizeResult.offsets`.
+
+    """
+
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    return_token_strings: bool = False
+    return_offsets: bool = False
+
+
+@dataclass(slots=True)
+class TokenizeResult:
+    """Token ids of a text and what was asked with them.
+
+    Attributes:
+        token_ids: ids in order.
+        max_context_tokens: the model's longest input in tokens.
+        token_strings: vocabulary string per id (when asked).
+        offsets: ``(start, end)`` character span per id in the tokenized text (when asked).
+        rendered_prompt: with messages, the text the chat template rendered.
+
+    """
+
+    token_ids: list[int]
+    max_context_tokens: int
+    token_strings: list[str] = field(default_factory=list)
+    offsets: list[tuple[int, int]] = field(default_factory=list)
+    rendered_prompt: str | None = None
+
+
+@dataclass(slots=True)
+class DetokenizeRequest:
+    """A detokenize job: token ids (unchecked) and whether special tokens are left out of the text."""
+
+    token_ids: list[int]
+    skip_special_tokens: bool = False

@@ -28,6 +28,7 @@ from gateway.routes import (
     ner,
     ocr,
     rerank,
+    tokenize,
 )
 from gateway.routing import ROUTING_MODES, ModelAffinityRouter
 from gateway.schemas.errors import ERROR_RESPONSES, HEALTH_ERROR_RESPONSES, METRICS_ERROR_RESPONSES
@@ -59,7 +60,7 @@ def create_app(
     Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
     ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /health``; encoders: ``POST /v1/rerank``,
     ``POST /v1/classify``, ``POST|GET /v1/classifiers``, ``DELETE /v1/classifiers/{name}``,
-    ``POST /v1/ner``. Every response carries an
+    ``POST /v1/ner``; tokenizers: ``POST /tokenize``, ``POST /detokenize``. Every response carries an
     ``x-request-id`` header (the client's, or a new one), also sent to the server as gRPC metadata.
 
     Args:
@@ -140,6 +141,6 @@ def create_app(
     probes = [] if auth_public_health else authenticated
     app.include_router(health.router, dependencies=probes, responses=HEALTH_ERROR_RESPONSES)
     app.include_router(metrics.router, dependencies=probes, responses=METRICS_ERROR_RESPONSES)
-    for module in (chat, completions, embeddings, models, ocr, anomaly, rerank, classify, ner):
+    for module in (chat, completions, embeddings, models, ocr, anomaly, rerank, classify, ner, tokenize):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
     return app

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from engines.base import Engine, ModelSpec
-from engines.capabilities import CAPABILITY_TASKS, Capability
+from engines.capabilities import CAPABILITY_TASKS, TASKLESS_CAPABILITIES, Capability
 from engines.device import available_memory_bytes, release_device_memory
 from engines.errors import (
     FailedPreconditionError,
@@ -218,7 +218,8 @@ class ModelManager:
         Args:
             name: catalog name (or allowed hub id).
             capability: what the caller will use (``Embedder``, ``TextGenerator``, ...; see
-                :mod:`engines.capabilities`); the model must serve its task.
+                :mod:`engines.capabilities`); the model must serve its task, or for a capability
+                without a task (``Tokenizer``) its backend must have it, checked before loading.
             keep_alive: optional override of the model's keep-alive from now on.
 
         Raises:
@@ -231,13 +232,19 @@ class ModelManager:
             ModelLoadError: loading failed (the model's status then says why).
 
         """
-        task = CAPABILITY_TASKS[capability]
+        task = CAPABILITY_TASKS.get(capability)
         managed = self.get(name, task)
         self._refuse_malformed(managed.spec)
-        if task not in managed.spec.tasks:
+        what = task.value if task is not None else TASKLESS_CAPABILITIES[capability]
+        if task is not None and task not in managed.spec.tasks:
             served = ", ".join(t.value for t in managed.spec.tasks)
             raise TaskNotSupportedError(
                 f"model {name!r} cannot do {task.value}; it serves: {served}", model=name, task=task.value
+            )
+        if task is None and not _provides(self._preflight(managed.spec), capability):
+            # Refused before a load: an OCR model is not loaded only to learn it has no tokenizer.
+            raise TaskNotSupportedError(
+                f"model {name!r} (backend {managed.spec.backend}) cannot {what}", model=name, task=what
             )
         override = parse_keep_alive(keep_alive) if keep_alive else None
         engine = await self._hold(managed)
@@ -245,9 +252,9 @@ class ModelManager:
             if not _provides(type(engine), capability):
                 # A catalog entry listing a task its backend cannot do: the operator's mistake.
                 raise TaskNotSupportedError(
-                    f"model {name!r} (backend {managed.spec.backend}) cannot do {task.value}",
+                    f"model {name!r} (backend {managed.spec.backend}) cannot do {what}",
                     model=name,
-                    task=task.value,
+                    task=what,
                 )
             yield engine
         finally:

@@ -41,6 +41,7 @@ from service.tasks.classifiers import ClassifierTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
+from service.tasks.tokenization import TokenizationTask
 from service.tls import InternalSocket, add_port, server_tls_files
 from service.tracing import configure_tracing
 
@@ -65,6 +66,8 @@ TEXT_METHODS = tuple(
         "ExtractEntities",
         "Rerank",
         "FitClassifier",
+        "Tokenize",
+        "Detokenize",
     )
 )
 
@@ -173,6 +176,7 @@ def inference_servicer(
             max_window=settings.anomaly_max_window,
             fit_timeout_s=settings.anomaly_fit_timeout_s,
         ),
+        tokenization=TokenizationTask(manager),
     )
 
 

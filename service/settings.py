@@ -66,7 +66,7 @@ class Settings(BaseSettings):
         4 * 1024 * 1024,
         gt=0,
         description="Largest request of the text RPCs (Generate, GenerateStream, Embed, Classify, "
-        "ExtractEntities, Rerank, FitClassifier), refused before it is parsed.",
+        "ExtractEntities, Rerank, FitClassifier, Tokenize, Detokenize), refused before it is parsed.",
     )
     max_send_message_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Largest response sent.")
     max_queue_wait_s: float = Field(

@@ -10,6 +10,7 @@ from universal_runtime.v1 import anomaly_pb2 as a
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc
+from universal_runtime.v1 import tokenization_pb2 as t
 
 from service.server import start_server
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, error_info
@@ -65,3 +66,13 @@ async def test_methods_without_a_text_limit_keep_grpcs_own(small_limit):
         timeout=60,
     )
     assert len(response.scores) == 5_000
+
+
+async def test_oversized_tokenize_and_detokenize_requests_are_refused(small_limit):
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await small_limit.Tokenize(t.TokenizeRequest(model=CHAT_MODEL, prompt=OVER), timeout=30)
+    assert_too_large(caught.value, "Tokenize")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        ids = [300] * (TEXT_LIMIT // 2)  # two bytes per id on the wire
+        await small_limit.Detokenize(t.DetokenizeRequest(model=CHAT_MODEL, token_ids=ids), timeout=30)
+    assert_too_large(caught.value, "Detokenize")

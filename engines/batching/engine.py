@@ -8,10 +8,12 @@ from typing import Any, ClassVar
 
 from engines.base import Engine, ModelSpec
 from engines.batching.batcher import BatchingConfig, DynamicBatcher
+from engines.batching.tokens import TokenCounter
 from engines.device import cpu_threads, torch_module_memory
 from engines.encoder_runtime import ExportedModel, RuntimeChoice, export_encoder
 from engines.sources import path_size_bytes, resolve_source
-from engines.types import MemoryUsage
+from engines.tokenization import no_chat_template
+from engines.types import DetokenizeRequest, MemoryUsage, TokenizeRequest, TokenizeResult
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +24,14 @@ EXPORT_SAMPLE_TEXTS = ("A short one.", "A somewhat longer sentence, so that the 
 class BatchedEncoderEngine(Engine):
     """An engine whose torch model is ``self.model`` and whose forward passes go through ``self.batcher``.
 
-    Subclasses implement :meth:`load`, which sets ``self.model`` and calls :meth:`make_batcher`;
-    size estimate, memory accounting and unloading (batcher closed first, so queued callers get
-    UNAVAILABLE instead of waiting) are shared.
+    Subclasses implement :meth:`load`, which sets ``self.model`` and ``self.tokens`` and calls
+    :meth:`make_batcher`; size estimate, memory accounting, unloading (batcher closed first, so
+    queued callers get UNAVAILABLE instead of waiting) and Tokenize/Detokenize are shared.
     """
 
     model: Any = None
     batcher: DynamicBatcher | None = None
+    tokens: TokenCounter
     runs_torch = True
     runtimes: ClassVar[tuple[str, ...]] = ("torch",)
     """Values of the catalog option ``runtime`` this backend offers (see :mod:`engines.encoder_runtime`)."""
@@ -131,3 +134,32 @@ class BatchedEncoderEngine(Engine):
             return MemoryUsage()
         ram, vram = torch_module_memory(self.model) if hasattr(self.model, "parameters") else (0, 0)
         return MemoryUsage(ram_bytes=ram + self.runtime_bytes, vram_bytes=vram)
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        """The model tokenizer's ids of ``request.prompt``, untruncated, on the model's lane.
+
+        ``max_context_tokens`` is the model's maximum sequence length; special tokens ([CLS],
+        [SEP]) are added unless ``add_special_tokens`` is false, as the model's own calls add them.
+
+        Raises:
+            InvalidArgumentError: chat messages (encoders have no chat template: NO_CHAT_TEMPLATE).
+            InputTooLongError: the text is over 32 characters per token of the model's window.
+            FailedPreconditionError: offsets of a slow tokenizer (OFFSETS_NOT_SUPPORTED).
+
+        """
+        if request.messages is not None:
+            raise no_chat_template(self.spec.name)
+        ids, strings, offsets = await self.executor.run(
+            self.tokens.tokenize,
+            request.prompt or "",
+            add_special_tokens=request.add_special_tokens is not False,
+            return_token_strings=request.return_token_strings,
+            return_offsets=request.return_offsets,
+        )
+        return TokenizeResult(ids, self.tokens.max_length, strings, offsets)
+
+    async def detokenize(self, request: DetokenizeRequest) -> str:
+        """The text of ``request.token_ids``, decoded on the lane (see :meth:`TokenCounter.detokenize`)."""
+        return await self.executor.run(
+            self.tokens.detokenize, request.token_ids, skip_special_tokens=request.skip_special_tokens
+        )

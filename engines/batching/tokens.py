@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engines.errors import InputTooLongError, InvalidArgumentError
+from engines.tokenization import Offsets, check_token_ids, hf_detokenize, hf_tokenize
 from engines.types import Truncation
 
 #: Characters per token of the window that a text may have before it is cut or refused without
@@ -157,3 +158,38 @@ class TokenCounter:
         if truncation is Truncation.START and any(n > self.max_length for n in raw):
             return self.keep_last_tokens(texts, raw), used
         return list(texts), used
+
+    # -- Tokenize / Detokenize ----------------------------------------------------------------
+
+    def tokenize(
+        self, text: str, *, add_special_tokens: bool, return_token_strings: bool, return_offsets: bool
+    ) -> tuple[list[int], list[str], Offsets]:
+        """Ids (and the strings and offsets asked for) of one whole text, untruncated (blocking).
+
+        Raises:
+            InputTooLongError: ``text`` is over :attr:`max_chars` characters (see :meth:`clip`).
+            FailedPreconditionError: offsets of a slow tokenizer (OFFSETS_NOT_SUPPORTED).
+
+        """
+        [text] = self.clip([text], Truncation.ERROR, field="prompt")
+        with self._lock:
+            return hf_tokenize(
+                self._tokenizer,
+                text,
+                add_special_tokens=add_special_tokens,
+                return_token_strings=return_token_strings,
+                return_offsets=return_offsets,
+                model=self.model,
+            )
+
+    def detokenize(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
+        """The text of ``ids`` (blocking).
+
+        Raises:
+            InvalidArgumentError: an id outside the vocabulary, or more ids than :attr:`max_chars`
+                (see :func:`engines.tokenization.check_token_ids`).
+
+        """
+        checked = check_token_ids(ids, len(self._tokenizer), self.max_chars, self.model)
+        with self._lock:
+            return hf_detokenize(self._tokenizer, checked, skip_special_tokens=skip_special_tokens)

@@ -17,7 +17,7 @@ from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import ModelLoadError
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
-from engines.types import MemoryUsage, Task
+from engines.types import DetokenizeRequest, MemoryUsage, Task, TokenizeRequest, TokenizeResult
 
 DEFAULT_HEAD = "LogisticRegression.joblib"
 
@@ -160,3 +160,11 @@ class EmbeddingHeadClassificationEngine(Engine):
 
         """
         return await self.classifier.classify(request)
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        """The encoder's tokenization (see :meth:`BatchedEncoderEngine.tokenize`)."""
+        return await self.encoder.tokenize(request)
+
+    async def detokenize(self, request: DetokenizeRequest) -> str:
+        """The encoder's decoding (see :meth:`BatchedEncoderEngine.detokenize`)."""
+        return await self.encoder.detokenize(request)

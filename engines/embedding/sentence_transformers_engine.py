@@ -16,6 +16,7 @@ import numpy as np
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
 from engines.device import torch_dtype_for
+from engines.embedding.quantization import CALIBRATION_TEXTS, needs_calibration, quantize
 from engines.encoder_runtime import RUNTIMES
 from engines.encoder_types import ClassificationRequest, ClassificationResult, RerankRequest, RerankResult
 from engines.errors import FailedPreconditionError, InvalidArgumentError
@@ -23,7 +24,7 @@ from engines.registry import register_backend
 from engines.rerank.ranking import ranked
 from engines.scoring import classifications, softmax
 from engines.sources import resolve_source
-from engines.types import EmbeddingRequest, EmbeddingResult, Task, Truncation
+from engines.types import EmbeddingEncoding, EmbeddingRequest, EmbeddingResult, Task, Truncation
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,8 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
             self.model.max_seq_length = int(self.option("max_seq_length"))
         self.tokens = TokenCounter(self.model.tokenizer, self.model.max_seq_length, self.spec.name)
         self.batcher = self.make_batcher(self._encode_batch)
+        self._calibration: np.ndarray | None = None  # raw vectors of the int8/uint8 calibration set
+        self._calibration_lock = asyncio.Lock()
 
     @property
     def dimensions(self) -> int:
@@ -145,7 +148,9 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
         https://arxiv.org/abs/2205.13147); ``normalize`` then scales each to unit L2 norm.
 
         Returns:
-            vectors of shape (len(inputs), dimensions or the model's size), float32.
+            vectors of shape (len(inputs), dimensions or the model's size), float32, and for an
+            encoding other than FLOAT the same vectors quantized (see
+            :mod:`engines.embedding.quantization`; int8/uint8 ranges from the model's calibration set).
 
         Raises:
             InvalidArgumentError: ``dimensions`` larger than the model's, unknown prompt name.
@@ -162,11 +167,45 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
             )
         texts = self._prefixed(request.inputs, request.prompt_name, request.prompt)
         vectors, used = await self.encode(texts, request.truncation)
+        vectors = self._as_requested(vectors, request)
+        quantized = None
+        if request.encoding is not EmbeddingEncoding.FLOAT:
+            calibration = None
+            if needs_calibration(request.encoding):
+                calibration = self._as_requested(await self._calibration_vectors(), request)
+            quantized = quantize(vectors, request.encoding, calibration)
+        return EmbeddingResult(
+            vectors=vectors, prompt_tokens=used, quantized=quantized, encoding=request.encoding
+        )
+
+    @staticmethod
+    def _as_requested(vectors: np.ndarray, request: EmbeddingRequest) -> np.ndarray:
+        """Raw model vectors cut to ``dimensions`` and normalized as ``request`` asks, float32."""
         if request.dimensions:
             vectors = vectors[:, : request.dimensions]
         if request.normalize:
             vectors = unit_rows(vectors)
-        return EmbeddingResult(vectors=np.ascontiguousarray(vectors, dtype=np.float32), prompt_tokens=used)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    async def _calibration_vectors(self) -> np.ndarray:
+        """Raw vectors of :data:`~engines.embedding.quantization.CALIBRATION_TEXTS`, embedded once.
+
+        Embedded through the batcher in groups of at most ``max_queue`` texts (a small queue never
+        makes calibration impossible) by the first int8/uint8 request; later ones reuse them.
+
+        Raises:
+            ResourceExhaustedError: the batch queue is full (OVERLOADED); the next request retries.
+
+        """
+        async with self._calibration_lock:
+            if self._calibration is None:
+                step = max(1, min(len(CALIBRATION_TEXTS), self.batcher.config.max_queue))
+                parts = [
+                    (await self.encode(list(CALIBRATION_TEXTS[i : i + step])))[0]
+                    for i in range(0, len(CALIBRATION_TEXTS), step)
+                ]
+                self._calibration = np.concatenate(parts)
+            return self._calibration
 
     def _role_prompt(self, role: str) -> str | None:
         """``role`` (``query``/``document``) when the model defines a prompt of that name, else None."""

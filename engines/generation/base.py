@@ -22,7 +22,17 @@ from engines.errors import InputTooLongError, InvalidArgumentError
 from engines.generation.scheduler import ContinuousBatchScheduler, StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import message_dict, messages_with_tools, output_postprocessor
-from engines.types import FinishReason, GenerationDelta, GenerationRequest, SamplingParams, Task
+from engines.tokenization import Offsets, check_token_ids, no_chat_template
+from engines.types import (
+    DetokenizeRequest,
+    FinishReason,
+    GenerationDelta,
+    GenerationRequest,
+    SamplingParams,
+    Task,
+    TokenizeRequest,
+    TokenizeResult,
+)
 
 log = logging.getLogger(__name__)
 
@@ -153,24 +163,72 @@ class GenerationEngine(Engine):
                 rejects the messages (reason CHAT_TEMPLATE_ERROR).
 
         """
+        return self._tokenize(self.prompt_text(request), templated=request.messages is not None)
+
+    def prompt_text(self, request: GenerationRequest, *, add_generation_prompt: bool = True) -> str:
+        """The text a request's prompt is tokenized from: the raw prompt, or the rendered messages.
+
+        Raises:
+            InputTooLongError, InvalidArgumentError: as :meth:`tokenize_prompt`.
+
+        """
         self._check_characters(request)
         if request.messages is None:
-            return self._tokenize(request.prompt or "", templated=False)
+            return request.prompt or ""
         if self._chat_template is None:
-            raise InvalidArgumentError(
-                f"model {self.spec.name!r} has no chat template; send a raw prompt instead",
-                reason="NO_CHAT_TEMPLATE",
-                model=self.spec.name,
-            )
+            raise no_chat_template(self.spec.name)
         messages, tools = messages_with_tools(request, self._template_has_tools, self._template_has_developer)
         try:
-            text = self._render_chat([message_dict(m) for m in messages], tools)
+            return self._render_chat([message_dict(m) for m in messages], tools, add_generation_prompt)
         except Exception as exc:  # template errors (raise_exception in the template) are client errors
             raise InvalidArgumentError(
                 f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
                 reason="CHAT_TEMPLATE_ERROR",
             ) from None
-        return self._tokenize(text, templated=True)
+
+    # -- Tokenize / Detokenize (the Tokenizer capability) -----------------------------------------
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        """Token ids of the prompt or rendered messages, on the model's lane (see ``Tokenizer``).
+
+        With ``add_special_tokens`` unset the ids are exactly those :meth:`prepare` feeds the model,
+        so their count is Generate's ``prompt_tokens`` for the same prompt or messages.
+        """
+        return await self.executor.run(self._tokenize_job, request)
+
+    def _tokenize_job(self, request: TokenizeRequest) -> TokenizeResult:
+        templated = request.messages is not None
+        text = self.prompt_text(
+            GenerationRequest(request_id="", prompt=request.prompt, messages=request.messages),
+            add_generation_prompt=request.add_generation_prompt,
+        )
+        ids = self._tokenize(text, templated=templated, add_special=request.add_special_tokens)
+        return TokenizeResult(
+            token_ids=ids,
+            max_context_tokens=self.context_length,
+            token_strings=self._token_strings(ids) if request.return_token_strings else [],
+            offsets=(
+                self._offsets(text, ids, templated=templated, add_special=request.add_special_tokens)
+                if request.return_offsets
+                else []
+            ),
+            rendered_prompt=text if templated else None,
+        )
+
+    async def detokenize(self, request: DetokenizeRequest) -> str:
+        """The text of ``request.token_ids``, decoded on the model's lane (see ``Tokenizer``)."""
+        ids = check_token_ids(
+            request.token_ids,
+            self.tokenizer_vocabulary_size,
+            character_limit(self.context_length),
+            self.spec.name,
+        )
+        return await self.executor.run(self._detokenize, ids, request.skip_special_tokens)
+
+    @property
+    def tokenizer_vocabulary_size(self) -> int:
+        """Ids the tokenizer can decode (``0 ..`` this ``- 1``); the model's :attr:`vocab_size` by default."""
+        return self.vocab_size
 
     def _check_characters(self, request: GenerationRequest) -> None:
         """Refuse a prompt that cannot fit the context before it is templated or tokenized.
@@ -244,16 +302,41 @@ class GenerationEngine(Engine):
         return min(room, request.params.max_tokens or room)
 
     @abc.abstractmethod
-    def _render_chat(self, messages: list[dict[str, Any]], tools: list | None) -> str:
-        """Render OpenAI-style ``messages`` with the chat template, ending with the assistant prompt.
+    def _render_chat(
+        self, messages: list[dict[str, Any]], tools: list | None, add_generation_prompt: bool = True
+    ) -> str:
+        """Render OpenAI-style ``messages`` with the chat template.
 
-        Called only when the model has a chat template; any exception is reported to the
-        client as CHAT_TEMPLATE_ERROR.
+        The text ends with the assistant turn's opening when ``add_generation_prompt``. Called only
+        when the model has a chat template; any exception is reported to the client as
+        CHAT_TEMPLATE_ERROR.
         """
 
     @abc.abstractmethod
-    def _tokenize(self, text: str, *, templated: bool) -> list[int]:
-        """Token ids of ``text``; ``templated`` text carries its own special tokens (BOS included)."""
+    def _tokenize(self, text: str, *, templated: bool, add_special: bool | None = None) -> list[int]:
+        """Token ids of ``text``; ``templated`` text carries its own special tokens (BOS included).
+
+        ``add_special`` overrides whether the tokenizer adds its special tokens (None: by ``templated``).
+        """
+
+    @abc.abstractmethod
+    def _token_strings(self, ids: list[int]) -> list[str]:
+        """The vocabulary string of each id (blocking)."""
+
+    @abc.abstractmethod
+    def _offsets(self, text: str, ids: list[int], *, templated: bool, add_special: bool | None) -> Offsets:
+        """Character span in ``text`` of each of ``ids`` (blocking).
+
+        ``ids`` are what :meth:`_tokenize` gave for the same arguments.
+
+        Raises:
+            FailedPreconditionError: the tokenizer cannot give them (OFFSETS_NOT_SUPPORTED).
+
+        """
+
+    @abc.abstractmethod
+    def _detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
+        """The text of ``ids``, all in the vocabulary (blocking)."""
 
     @abc.abstractmethod
     def _new_state(self, request: GenerationRequest) -> SequenceState:

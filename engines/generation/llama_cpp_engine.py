@@ -32,6 +32,7 @@ from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import output_constraint
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
+from engines.tokenization import Offsets, offsets_from_pieces, offsets_not_supported
 from engines.types import GenerationRequest, MemoryUsage, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -303,13 +304,57 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _render_chat(self, messages: list[dict[str, Any]], tools: list | None) -> str:
-        return self._formatter(messages=messages, tools=tools).prompt
+    def _render_chat(
+        self, messages: list[dict[str, Any]], tools: list | None, add_generation_prompt: bool = True
+    ) -> str:
+        # The formatter reads the flag from itself; this runs on the lane only, one call at a time.
+        self._formatter.add_generation_prompt = add_generation_prompt
+        try:
+            return self._formatter(messages=messages, tools=tools).prompt
+        finally:
+            self._formatter.add_generation_prompt = True
 
-    def _tokenize(self, text: str, *, templated: bool) -> list[int]:
-        # A template that writes BOS itself must not get a second one.
-        add_bos = not (templated and self._bos_text and text.startswith(self._bos_text))
+    def _tokenize(self, text: str, *, templated: bool, add_special: bool | None = None) -> list[int]:
+        # A template that writes BOS itself must not get a second one. llama.cpp adds BOS (and EOS)
+        # only where the model's metadata asks for them.
+        add_bos = add_special
+        if add_bos is None:
+            add_bos = not (templated and self._bos_text and text.startswith(self._bos_text))
         return self.model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def _token_strings(self, ids: list[int]) -> list[str]:
+        import llama_cpp
+
+        return [
+            llama_cpp.llama_vocab_get_text(self.model.vocab, token).decode("utf-8", errors="replace")
+            for token in ids
+        ]
+
+    def _offsets(self, text: str, ids: list[int], *, templated: bool, add_special: bool | None) -> Offsets:
+        # llama.cpp reports no offsets: spans come from the bytes each token spells (special
+        # tokens by their text, as the templated prompt writes them).
+        spans = offsets_from_pieces(text, [self._piece(token, special=True) for token in ids])
+        if spans is None:
+            raise offsets_not_supported(self.spec.name, "its tokens do not spell the text byte for byte")
+        return spans
+
+    def _detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
+        import ctypes
+
+        import llama_cpp
+
+        tokens = (llama_cpp.llama_token * max(1, len(ids)))(*ids)
+        size = max(64, 16 * len(ids))
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            # remove_special drops the BOS/EOS the model adds; unparse_special writes the text of
+            # special tokens (left out when they are skipped).
+            n = llama_cpp.llama_detokenize(
+                self.model.vocab, tokens, len(ids), buffer, size, skip_special_tokens, not skip_special_tokens
+            )
+            if n >= 0:
+                return buffer.raw[:n].decode("utf-8", errors="replace")
+            size = -n  # a negative result is the size the text needs
 
     def _new_state(self, request: GenerationRequest) -> _SlotState:
         return _SlotState(

@@ -42,6 +42,7 @@ from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import output_constraint
 from engines.registry import register_backend
 from engines.sources import ResolvedSource, path_size_bytes, resolve_source
+from engines.tokenization import Offsets, hf_detokenize, hf_tokenize
 from engines.types import GenerationRequest, MemoryUsage
 
 if TYPE_CHECKING:
@@ -255,15 +256,44 @@ class TransformersGenerationEngine(GenerationEngine):
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _render_chat(self, messages: list[dict[str, Any]], tools: list | None) -> str:
+    def _render_chat(
+        self, messages: list[dict[str, Any]], tools: list | None, add_generation_prompt: bool = True
+    ) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
         )
 
-    def _tokenize(self, text: str, *, templated: bool) -> list[int]:
+    def _tokenize(self, text: str, *, templated: bool, add_special: bool | None = None) -> list[int]:
+        return self._encode(text, templated=templated, add_special=add_special)[0]
+
+    def _encode(
+        self, text: str, *, templated: bool, add_special: bool | None, offsets: bool = False
+    ) -> tuple[list[int], Offsets]:
         # Rendered text carries its own special tokens (BOS where the template puts one); a raw
         # prompt gets the tokenizer's.
-        return list(self.tokenizer(text, add_special_tokens=not templated)["input_ids"])
+        ids, _, spans = hf_tokenize(
+            self.tokenizer,
+            text,
+            add_special_tokens=not templated if add_special is None else add_special,
+            return_token_strings=False,
+            return_offsets=offsets,
+            model=self.spec.name,
+        )
+        return ids, spans
+
+    def _token_strings(self, ids: list[int]) -> list[str]:
+        return [str(token) for token in self.tokenizer.convert_ids_to_tokens(ids)]
+
+    def _offsets(self, text: str, ids: list[int], *, templated: bool, add_special: bool | None) -> Offsets:
+        return self._encode(text, templated=templated, add_special=add_special, offsets=True)[1]
+
+    def _detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
+        return hf_detokenize(self.tokenizer, ids, skip_special_tokens=skip_special_tokens)
+
+    @property
+    def tokenizer_vocabulary_size(self) -> int:
+        """The tokenizer's ids (the output layer may have more rows, for padding)."""
+        return len(self.tokenizer)
 
     def _new_state(self, request: GenerationRequest) -> _SequenceState:
         """Sampler of the sequence, with an llguidance constraint when JSON output is asked for."""

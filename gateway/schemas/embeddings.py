@@ -19,8 +19,11 @@ class EmbeddingRequest(TextsRequestModel):
     Attributes:
         model: Catalog name of the embedding model.
         input: One text or a list of texts (token-id arrays are not supported).
-        encoding_format: ``"float"`` (lists of numbers) or ``"base64"`` (little-endian float32
-            bytes, base64-encoded, as OpenAI encodes them).
+        encoding_format: ``"float"`` (lists of numbers), ``"base64"`` (little-endian float32
+            bytes, base64-encoded, as OpenAI encodes them), or quantized as sentence-transformers'
+            ``quantize_embeddings`` does: ``"int8"``/``"uint8"`` (one integer per dimension, ranges
+            calibrated per model), ``"binary"``/``"ubinary"`` (sign bits packed 8 per integer,
+            ``ceil(dimensions / 8)`` of them, as int8 or uint8).
         dimensions: Keep only the first ``dimensions`` values (Matryoshka truncation).
         normalize: Extension: scale vectors to unit length (default true, like OpenAI's vectors).
         truncation: Extension: handling of over-long inputs: ``"end"`` (drop the end, the server
@@ -32,7 +35,7 @@ class EmbeddingRequest(TextsRequestModel):
 
     """
 
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: Literal["float", "base64", "int8", "uint8", "binary", "ubinary"] = "float"
     dimensions: Int32 | None = None
     normalize: bool = True
     truncation: Literal["end", "start", "error"] | bool | None = None
@@ -45,7 +48,7 @@ class EmbeddingObject(BaseModel):
 
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | list[int] | str
 
 
 class EmbeddingUsage(BaseModel):

@@ -5,6 +5,7 @@ Response shape: https://platform.openai.com/docs/api-reference/embeddings/object
 
 from __future__ import annotations
 
+import array
 import base64
 import struct
 from collections.abc import Sequence
@@ -16,6 +17,18 @@ from gateway.schemas.embeddings import EmbeddingRequest
 from gateway.translate.common import set_fields
 from gateway.translate.encoders import TRUNCATION_POLICIES, list_json, texts_fields
 
+#: ``encoding_format`` to the proto's EmbeddingEncoding: base64 is float32 bytes made here.
+ENCODINGS: dict[str, int] = {
+    "float": encoders_pb2.EMBEDDING_ENCODING_FLOAT,
+    "base64": encoders_pb2.EMBEDDING_ENCODING_FLOAT,
+    "int8": encoders_pb2.EMBEDDING_ENCODING_INT8,
+    "uint8": encoders_pb2.EMBEDDING_ENCODING_UINT8,
+    "binary": encoders_pb2.EMBEDDING_ENCODING_BINARY,
+    "ubinary": encoders_pb2.EMBEDDING_ENCODING_UBINARY,
+}
+#: Encodings whose bytes are signed (two's complement).
+SIGNED_ENCODINGS = frozenset({"int8", "binary"})
+
 
 def to_embed_request(request: EmbeddingRequest) -> encoders_pb2.EmbedRequest:
     """Convert an OpenAI embeddings request to ``EmbedRequest`` (``normalize`` defaults to true)."""
@@ -23,7 +36,13 @@ def to_embed_request(request: EmbeddingRequest) -> encoders_pb2.EmbedRequest:
         **texts_fields(request),
         **set_fields(request, "normalize", "dimensions", "prompt_name", "prompt"),
         truncation=TRUNCATION_POLICIES[request.truncation],
+        encoding=ENCODINGS[request.encoding_format],
     )
+
+
+def packed_integers(data: bytes, *, signed: bool) -> list[int]:
+    """The integers of a quantized vector's bytes: -128..127 when ``signed``, else 0..255."""
+    return array.array("b" if signed else "B", data).tolist()
 
 
 def encode_base64(values: Sequence[float]) -> str:
@@ -40,12 +59,17 @@ def embeddings_from_proto(
     """Convert an ``EmbedResponse`` to OpenAI's embeddings list.
 
     Shape: ``{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model",
-    "usage": {"prompt_tokens", "total_tokens"}}``; ``embedding`` is a list of floats, or a base64
-    string when ``encoding_format`` is ``"base64"``.
+    "usage": {"prompt_tokens", "total_tokens"}}``; ``embedding`` is a list of floats, a base64
+    string when ``encoding_format`` is ``"base64"``, or a list of integers for the quantized ones.
     """
     data = []
     for item in response.embeddings:
-        values = list(item.values)
-        embedding: list[float] | str = encode_base64(values) if encoding_format == "base64" else values
+        embedding: list[float] | list[int] | str
+        if encoding_format == "base64":
+            embedding = encode_base64(item.values)
+        elif encoding_format == "float":
+            embedding = list(item.values)
+        else:
+            embedding = packed_integers(item.packed_values, signed=encoding_format in SIGNED_ENCODINGS)
         data.append({"object": "embedding", "index": item.index, "embedding": embedding})
     return list_json(response, requested_model=requested_model, data=data)

@@ -52,7 +52,14 @@ TOOL_CHOICES = enum_table(
 )
 
 
-def _messages(request) -> list[ChatMessage]:
+def chat_messages(request) -> list[ChatMessage]:
+    """The validated chat messages of a request with a ``messages`` field (Generate, Tokenize).
+
+    Raises:
+        InvalidArgumentError: an unset role, or empty content (except an assistant turn that
+            calls tools).
+
+    """
     messages = []
     for i, message in enumerate(request.messages):
         role = ROLE_NAMES.get(message.role)
@@ -187,7 +194,7 @@ def generation_request(
     return GenerationRequest(
         request_id=request_id,
         prompt=None if has_messages else prompt,
-        messages=_messages(request) if has_messages else None,
+        messages=chat_messages(request) if has_messages else None,
         params=params,
         response_format=_response_format(request.parameters),
         tools=tools,

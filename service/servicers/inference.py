@@ -13,9 +13,10 @@ from universal_runtime.v1 import (
     generation_pb2,
     inference_service_pb2_grpc,
     ocr_pb2,
+    tokenization_pb2,
 )
 
-from service.convert import anomaly, encoders, generation, ocr
+from service.convert import anomaly, encoders, generation, ocr, tokenization
 from service.convert.embedding import embed_response, embedding_request
 from service.request_context import note_model, request_id_var
 from service.settings import Settings
@@ -24,6 +25,7 @@ from service.tasks.classifiers import ClassifierTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
+from service.tasks.tokenization import TokenizationTask
 
 Context = grpc.aio.ServicerContext
 EncoderRequest = (
@@ -32,6 +34,7 @@ EncoderRequest = (
     | encoders_pb2.ClassifyRequest
     | encoders_pb2.ExtractEntitiesRequest
 )
+ModelRequest = EncoderRequest | tokenization_pb2.TokenizeRequest | tokenization_pb2.DetokenizeRequest
 Job = TypeVar("Job")
 Result = TypeVar("Result")
 
@@ -41,7 +44,8 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
 
     Args:
         settings: request limits the converters enforce (inputs, tokens, choices, rows, bytes).
-        generation, encoders, classifiers, ocr, anomaly: the tasks (see :mod:`service.tasks`).
+        generation, encoders, classifiers, ocr, anomaly, tokenization: the tasks (see
+            :mod:`service.tasks`).
 
     """
 
@@ -54,6 +58,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         classifiers: ClassifierTask,
         ocr: OcrTask,
         anomaly: AnomalyTask,
+        tokenization: TokenizationTask,
     ) -> None:
         self._settings = settings
         self._generation = generation
@@ -61,6 +66,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self._classifiers = classifiers
         self._ocr = ocr
         self._anomaly = anomaly
+        self._tokenization = tokenization
 
     # -- generation -------------------------------------------------------------------------
 
@@ -100,7 +106,18 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         respond: Callable[[str, Result], Message],
     ) -> Message:
         """The shape of every encoder RPC: convert (``max_batch_inputs`` texts), call, convert back."""
-        job = convert(request, max_inputs=self._settings.max_batch_inputs)
+        return await self._model_call(
+            request, convert(request, max_inputs=self._settings.max_batch_inputs), call, respond
+        )
+
+    @staticmethod
+    async def _model_call(
+        request: ModelRequest,
+        job: Job,
+        call: Callable[[str, str | None, Job], Awaitable[Result]],
+        respond: Callable[[str, Result], Message],
+    ) -> Message:
+        """Call a task with a converted request for ``request.model`` (and its keep-alive), convert back."""
         note_model(request.model)
         result = await call(request.model, request.keep_alive or None, job)
         return respond(request.model, result)
@@ -123,6 +140,30 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         """Find named entities in each input."""
         return await self._encoder_call(
             request, encoders.entity_request, self._encoders.extract_entities, encoders.entities_response
+        )
+
+    # -- tokenization -----------------------------------------------------------------------
+
+    async def Tokenize(
+        self, request: tokenization_pb2.TokenizeRequest, context: Context
+    ) -> tokenization_pb2.TokenizeResponse:
+        """Token ids of a prompt, or of chat messages rendered with the model's chat template."""
+        return await self._model_call(
+            request,
+            tokenization.tokenize_request(request),
+            self._tokenization.tokenize,
+            tokenization.tokenize_response,
+        )
+
+    async def Detokenize(
+        self, request: tokenization_pb2.DetokenizeRequest, context: Context
+    ) -> tokenization_pb2.DetokenizeResponse:
+        """The text of token ids."""
+        return await self._model_call(
+            request,
+            tokenization.detokenize_request(request),
+            self._tokenization.detokenize,
+            tokenization.detokenize_response,
         )
 
     # -- classifiers ------------------------------------------------------------------------

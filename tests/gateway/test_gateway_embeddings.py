@@ -87,6 +87,6 @@ async def test_token_array_input_rejected(client: httpx.AsyncClient, fake: FakeS
 
 
 async def test_bad_encoding_format_rejected(client: httpx.AsyncClient) -> None:
-    response = await client.post(URL, json={"model": "m", "input": "a", "encoding_format": "int8"})
+    response = await client.post(URL, json={"model": "m", "input": "a", "encoding_format": "int4"})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "encoding_format"

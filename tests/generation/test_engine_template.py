@@ -44,13 +44,24 @@ class FakeEngine(GenerationEngine, StandInEngine):
     def token_bytes(self, token_id: int) -> bytes:
         return bytes([token_id])
 
-    def _render_chat(self, messages: list[dict[str, Any]], tools: list | None) -> str:
+    def _render_chat(
+        self, messages: list[dict[str, Any]], tools: list | None, add_generation_prompt: bool = True
+    ) -> str:
         if self.render_error is not None:
             raise self.render_error
         return "".join(m["content"] for m in messages)
 
-    def _tokenize(self, text: str, *, templated: bool) -> list[int]:
+    def _tokenize(self, text: str, *, templated: bool, add_special: bool | None = None) -> list[int]:
         return [ord(c) for c in text]
+
+    def _token_strings(self, ids: list[int]) -> list[str]:
+        return [chr(i) for i in ids]
+
+    def _offsets(self, text: str, ids: list[int], *, templated: bool, add_special: bool | None) -> list:
+        return [(i, i + 1) for i in range(len(ids))]
+
+    def _detokenize(self, ids: list[int], skip_special_tokens: bool) -> str:
+        return "".join(chr(i) for i in ids)
 
     def _new_state(self, request: GenerationRequest) -> SequenceState:
         return SequenceState(sampler=None, logprobs=False, top_logprobs=0)

@@ -25,57 +25,59 @@ _sym_db = _symbol_database.Default()
 from universal_runtime.v1 import common_pb2 as universal__runtime_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#universal_runtime/v1/encoders.proto\x12\x14universal_runtime.v1\x1a!universal_runtime/v1/common.proto\"\xc9\x01\n\x0c\x45mbedRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x11\n\tnormalize\x18\x03 \x01(\x08\x12\x12\n\ndimensions\x18\x04 \x01(\x05\x12:\n\ntruncation\x18\x05 \x01(\x0e\x32&.universal_runtime.v1.TruncationPolicy\x12\x13\n\x0bprompt_name\x18\x06 \x01(\t\x12\x0e\n\x06prompt\x18\x07 \x01(\t\x12\x12\n\nkeep_alive\x18\x08 \x01(\t\"*\n\tEmbedding\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0e\n\x06values\x18\x02 \x03(\x02\"\x93\x01\n\rEmbedResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x33\n\nembeddings\x18\x02 \x03(\x0b\x32\x1f.universal_runtime.v1.Embedding\x12\x12\n\ndimensions\x18\x03 \x01(\x05\x12*\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\"\xd6\x01\n\x0f\x43lassifyRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x13\n\x0bmulti_label\x18\x03 \x01(\x08\x12\x12\n\nall_scores\x18\x04 \x01(\x08\x12\x11\n\tthreshold\x18\x05 \x01(\x02\x12\x18\n\x10\x63\x61ndidate_labels\x18\x06 \x03(\t\x12\x12\n\nkeep_alive\x18\x07 \x01(\t\x12:\n\ntruncation\x18\x08 \x01(\x0e\x32&.universal_runtime.v1.TruncationPolicy\"*\n\nLabelScore\x12\r\n\x05label\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\"\xab\x01\n\x0e\x43lassification\x12\r\n\x05index\x18\x01 \x01(\x05\x12\r\n\x05label\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\x12:\n\x10predicted_labels\x18\x04 \x03(\x0b\x32 .universal_runtime.v1.LabelScore\x12\x30\n\x06scores\x18\x05 \x03(\x0b\x32 .universal_runtime.v1.LabelScore\"\x8c\x01\n\x10\x43lassifyResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12=\n\x0f\x63lassifications\x18\x02 \x03(\x0b\x32$.universal_runtime.v1.Classification\x12*\n\x05usage\x18\x03 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\"n\n\x16\x45xtractEntitiesRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x11\n\tmin_score\x18\x03 \x01(\x02\x12\x0e\n\x06labels\x18\x04 \x03(\t\x12\x12\n\nkeep_alive\x18\x05 \x01(\t\"P\n\x06\x45ntity\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x05\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x05\x12\r\n\x05score\x18\x05 \x01(\x02\"K\n\nEntityList\x12\r\n\x05index\x18\x01 \x01(\x05\x12.\n\x08\x65ntities\x18\x02 \x03(\x0b\x32\x1c.universal_runtime.v1.Entity\"\x87\x01\n\x17\x45xtractEntitiesResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x31\n\x07results\x18\x02 \x03(\x0b\x32 .universal_runtime.v1.EntityList\x12*\n\x05usage\x18\x03 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\"\xb9\x01\n\rRerankRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x11\n\tdocuments\x18\x03 \x03(\t\x12\r\n\x05top_n\x18\x04 \x01(\x05\x12\x18\n\x10return_documents\x18\x05 \x01(\x08\x12:\n\ntruncation\x18\x06 \x01(\x0e\x32&.universal_runtime.v1.TruncationPolicy\x12\x12\n\nkeep_alive\x18\x07 \x01(\t\"H\n\x0cRerankResult\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x17\n\x0frelevance_score\x18\x02 \x01(\x02\x12\x10\n\x08\x64ocument\x18\x03 \x01(\t\"\x80\x01\n\x0eRerankResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x33\n\x07results\x18\x02 \x03(\x0b\x32\".universal_runtime.v1.RerankResult\x12*\n\x05usage\x18\x03 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\"0\n\x11\x43lassifierExample\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\"\x95\x01\n\x0e\x43lassifierInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\x12\x0e\n\x06labels\x18\x03 \x03(\t\x12\x15\n\rexample_count\x18\x04 \x01(\x05\x12\x1a\n\x12\x63reated_at_unix_ms\x18\x05 \x01(\x03\x12\x19\n\x11training_accuracy\x18\x06 \x01(\x02\"\x9f\x01\n\x14\x46itClassifierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\x12\x39\n\x08\x65xamples\x18\x03 \x03(\x0b\x32\'.universal_runtime.v1.ClassifierExample\x12\x11\n\toverwrite\x18\x04 \x01(\x08\x12\x12\n\nkeep_alive\x18\x05 \x01(\t\"Q\n\x15\x46itClassifierResponse\x12\x38\n\nclassifier\x18\x01 \x01(\x0b\x32$.universal_runtime.v1.ClassifierInfo\"\x18\n\x16ListClassifiersRequest\"T\n\x17ListClassifiersResponse\x12\x39\n\x0b\x63lassifiers\x18\x01 \x03(\x0b\x32$.universal_runtime.v1.ClassifierInfo\"\'\n\x17\x44\x65leteClassifierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"T\n\x18\x44\x65leteClassifierResponse\x12\x38\n\nclassifier\x18\x01 \x01(\x0b\x32$.universal_runtime.v1.ClassifierInfo*\x8a\x01\n\x10TruncationPolicy\x12!\n\x1dTRUNCATION_POLICY_UNSPECIFIED\x10\x00\x12\x1b\n\x17TRUNCATION_POLICY_ERROR\x10\x01\x12\x19\n\x15TRUNCATION_POLICY_END\x10\x02\x12\x1b\n\x17TRUNCATION_POLICY_START\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#universal_runtime/v1/encoders.proto\x12\x14universal_runtime.v1\x1a!universal_runtime/v1/common.proto\"\x84\x02\n\x0c\x45mbedRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x11\n\tnormalize\x18\x03 \x01(\x08\x12\x12\n\ndimensions\x18\x04 \x01(\x05\x12:\n\ntruncation\x18\x05 \x01(\x0e\x32&.universal_runtime.v1.TruncationPolicy\x12\x13\n\x0bprompt_name\x18\x06 \x01(\t\x12\x0e\n\x06prompt\x18\x07 \x01(\t\x12\x12\n\nkeep_alive\x18\x08 \x01(\t\x12\x39\n\x08\x65ncoding\x18\t \x01(\x0e\x32\'.universal_runtime.v1.EmbeddingEncoding\"A\n\tEmbedding\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0e\n\x06values\x18\x02 \x03(\x02\x12\x15\n\rpacked_values\x18\x03 \x01(\x0c\"\xce\x01\n\rEmbedResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x33\n\nembeddings\x18\x02 \x03(\x0b\x32\x1f.universal_runtime.v1.Embedding\x12\x12\n\ndimensions\x18\x03 \x01(\x05\x12*\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\x12\x39\n\x08\x65ncoding\x18\x05 \x01(\x0e\x32\'.universal_runtime.v1.EmbeddingEncoding\"\xd6\x01\n\x0f\x43lassifyRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x13\n\x0bmulti_label\x18\x03 \x01(\x08\x12\x12\n\nall_scores\x18\x04 \x01(\x08\x12\x11\n\tthreshold\x18\x05 \x01(\x02\x12\x18\n\x10\x63\x61ndidate_labels\x18\x06 \x03(\t\x12\x12\n\nkeep_alive\x18\x07 \x01(\t\x12:\n\ntruncation\x18\x08 \x01(\x0e\x32&.universal_runtime.v1.TruncationPolicy\"*\n\nLabelScore\x12\r\n\x05label\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\"\xab\x01\n\x0e\x43lassification\x12\r\n\x05index\x18\x01 \x01(\x05\x12\r\n\x05label\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\x12:\n\x10predicted_labels\x18\x04 \x03(\x0b\x32 .universal_runtime.v1.LabelScore\x12\x30\n\x06scores\x18\x05 \x03(\x0b\x32 .universal_runtime.v1.LabelScore\"\x8c\x01\n\x10\x43lassifyResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12=\n\x0f\x63lassifications\x18\x02 \x03(\x0b\x32$.universal_runtime.v1.Classification\x12*\n\x05usage\x18\x03 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\"n\n\x16\x45xtractEntitiesRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x11\n\tmin_score\x18\x03 \x01(\x02\x12\x0e\n\x06labels\x18\x04 \x03(\t\x12\x12\n\nkeep_alive\x18\x05 \x01(\t\"P\n\x06\x45ntity\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x05\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x05\x12\r\n\x05score\x18\x05 \x01(\x02\"K\n\nEntityList\x12\r\n\x05index\x18\x01 \x01(\x05\x12.\n\x08\x65ntities\x18\x02 \x03(\x0b\x32\x1c.universal_runtime.v1.Entity\"\x87\x01\n\x17\x45xtractEntitiesResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x31\n\x07results\x18\x02 \x03(\x0b\x32 .universal_runtime.v1.EntityList\x12*\n\x05usage\x18\x03 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\"\xb9\x01\n\rRerankRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x11\n\tdocuments\x18\x03 \x03(\t\x12\r\n\x05top_n\x18\x04 \x01(\x05\x12\x18\n\x10return_documents\x18\x05 \x01(\x08\x12:\n\ntruncation\x18\x06 \x01(\x0e\x32&.universal_runtime.v1.TruncationPolicy\x12\x12\n\nkeep_alive\x18\x07 \x01(\t\"H\n\x0cRerankResult\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x17\n\x0frelevance_score\x18\x02 \x01(\x02\x12\x10\n\x08\x64ocument\x18\x03 \x01(\t\"\x80\x01\n\x0eRerankResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x33\n\x07results\x18\x02 \x03(\x0b\x32\".universal_runtime.v1.RerankResult\x12*\n\x05usage\x18\x03 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\"0\n\x11\x43lassifierExample\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\"\x95\x01\n\x0e\x43lassifierInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\x12\x0e\n\x06labels\x18\x03 \x03(\t\x12\x15\n\rexample_count\x18\x04 \x01(\x05\x12\x1a\n\x12\x63reated_at_unix_ms\x18\x05 \x01(\x03\x12\x19\n\x11training_accuracy\x18\x06 \x01(\x02\"\x9f\x01\n\x14\x46itClassifierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\x12\x39\n\x08\x65xamples\x18\x03 \x03(\x0b\x32\'.universal_runtime.v1.ClassifierExample\x12\x11\n\toverwrite\x18\x04 \x01(\x08\x12\x12\n\nkeep_alive\x18\x05 \x01(\t\"Q\n\x15\x46itClassifierResponse\x12\x38\n\nclassifier\x18\x01 \x01(\x0b\x32$.universal_runtime.v1.ClassifierInfo\"\x18\n\x16ListClassifiersRequest\"T\n\x17ListClassifiersResponse\x12\x39\n\x0b\x63lassifiers\x18\x01 \x03(\x0b\x32$.universal_runtime.v1.ClassifierInfo\"\'\n\x17\x44\x65leteClassifierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"T\n\x18\x44\x65leteClassifierResponse\x12\x38\n\nclassifier\x18\x01 \x01(\x0b\x32$.universal_runtime.v1.ClassifierInfo*\x8a\x01\n\x10TruncationPolicy\x12!\n\x1dTRUNCATION_POLICY_UNSPECIFIED\x10\x00\x12\x1b\n\x17TRUNCATION_POLICY_ERROR\x10\x01\x12\x19\n\x15TRUNCATION_POLICY_END\x10\x02\x12\x1b\n\x17TRUNCATION_POLICY_START\x10\x03*\xcf\x01\n\x11\x45mbeddingEncoding\x12\"\n\x1e\x45MBEDDING_ENCODING_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45MBEDDING_ENCODING_FLOAT\x10\x01\x12\x1b\n\x17\x45MBEDDING_ENCODING_INT8\x10\x02\x12\x1c\n\x18\x45MBEDDING_ENCODING_UINT8\x10\x03\x12\x1d\n\x19\x45MBEDDING_ENCODING_BINARY\x10\x04\x12\x1e\n\x1a\x45MBEDDING_ENCODING_UBINARY\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'universal_runtime.v1.encoders_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TRUNCATIONPOLICY']._serialized_start=2561
-  _globals['_TRUNCATIONPOLICY']._serialized_end=2699
+  _globals['_TRUNCATIONPOLICY']._serialized_start=2702
+  _globals['_TRUNCATIONPOLICY']._serialized_end=2840
+  _globals['_EMBEDDINGENCODING']._serialized_start=2843
+  _globals['_EMBEDDINGENCODING']._serialized_end=3050
   _globals['_EMBEDREQUEST']._serialized_start=97
-  _globals['_EMBEDREQUEST']._serialized_end=298
-  _globals['_EMBEDDING']._serialized_start=300
-  _globals['_EMBEDDING']._serialized_end=342
-  _globals['_EMBEDRESPONSE']._serialized_start=345
-  _globals['_EMBEDRESPONSE']._serialized_end=492
-  _globals['_CLASSIFYREQUEST']._serialized_start=495
-  _globals['_CLASSIFYREQUEST']._serialized_end=709
-  _globals['_LABELSCORE']._serialized_start=711
-  _globals['_LABELSCORE']._serialized_end=753
-  _globals['_CLASSIFICATION']._serialized_start=756
-  _globals['_CLASSIFICATION']._serialized_end=927
-  _globals['_CLASSIFYRESPONSE']._serialized_start=930
-  _globals['_CLASSIFYRESPONSE']._serialized_end=1070
-  _globals['_EXTRACTENTITIESREQUEST']._serialized_start=1072
-  _globals['_EXTRACTENTITIESREQUEST']._serialized_end=1182
-  _globals['_ENTITY']._serialized_start=1184
-  _globals['_ENTITY']._serialized_end=1264
-  _globals['_ENTITYLIST']._serialized_start=1266
-  _globals['_ENTITYLIST']._serialized_end=1341
-  _globals['_EXTRACTENTITIESRESPONSE']._serialized_start=1344
-  _globals['_EXTRACTENTITIESRESPONSE']._serialized_end=1479
-  _globals['_RERANKREQUEST']._serialized_start=1482
-  _globals['_RERANKREQUEST']._serialized_end=1667
-  _globals['_RERANKRESULT']._serialized_start=1669
-  _globals['_RERANKRESULT']._serialized_end=1741
-  _globals['_RERANKRESPONSE']._serialized_start=1744
-  _globals['_RERANKRESPONSE']._serialized_end=1872
-  _globals['_CLASSIFIEREXAMPLE']._serialized_start=1874
-  _globals['_CLASSIFIEREXAMPLE']._serialized_end=1922
-  _globals['_CLASSIFIERINFO']._serialized_start=1925
-  _globals['_CLASSIFIERINFO']._serialized_end=2074
-  _globals['_FITCLASSIFIERREQUEST']._serialized_start=2077
-  _globals['_FITCLASSIFIERREQUEST']._serialized_end=2236
-  _globals['_FITCLASSIFIERRESPONSE']._serialized_start=2238
-  _globals['_FITCLASSIFIERRESPONSE']._serialized_end=2319
-  _globals['_LISTCLASSIFIERSREQUEST']._serialized_start=2321
-  _globals['_LISTCLASSIFIERSREQUEST']._serialized_end=2345
-  _globals['_LISTCLASSIFIERSRESPONSE']._serialized_start=2347
-  _globals['_LISTCLASSIFIERSRESPONSE']._serialized_end=2431
-  _globals['_DELETECLASSIFIERREQUEST']._serialized_start=2433
-  _globals['_DELETECLASSIFIERREQUEST']._serialized_end=2472
-  _globals['_DELETECLASSIFIERRESPONSE']._serialized_start=2474
-  _globals['_DELETECLASSIFIERRESPONSE']._serialized_end=2558
+  _globals['_EMBEDREQUEST']._serialized_end=357
+  _globals['_EMBEDDING']._serialized_start=359
+  _globals['_EMBEDDING']._serialized_end=424
+  _globals['_EMBEDRESPONSE']._serialized_start=427
+  _globals['_EMBEDRESPONSE']._serialized_end=633
+  _globals['_CLASSIFYREQUEST']._serialized_start=636
+  _globals['_CLASSIFYREQUEST']._serialized_end=850
+  _globals['_LABELSCORE']._serialized_start=852
+  _globals['_LABELSCORE']._serialized_end=894
+  _globals['_CLASSIFICATION']._serialized_start=897
+  _globals['_CLASSIFICATION']._serialized_end=1068
+  _globals['_CLASSIFYRESPONSE']._serialized_start=1071
+  _globals['_CLASSIFYRESPONSE']._serialized_end=1211
+  _globals['_EXTRACTENTITIESREQUEST']._serialized_start=1213
+  _globals['_EXTRACTENTITIESREQUEST']._serialized_end=1323
+  _globals['_ENTITY']._serialized_start=1325
+  _globals['_ENTITY']._serialized_end=1405
+  _globals['_ENTITYLIST']._serialized_start=1407
+  _globals['_ENTITYLIST']._serialized_end=1482
+  _globals['_EXTRACTENTITIESRESPONSE']._serialized_start=1485
+  _globals['_EXTRACTENTITIESRESPONSE']._serialized_end=1620
+  _globals['_RERANKREQUEST']._serialized_start=1623
+  _globals['_RERANKREQUEST']._serialized_end=1808
+  _globals['_RERANKRESULT']._serialized_start=1810
+  _globals['_RERANKRESULT']._serialized_end=1882
+  _globals['_RERANKRESPONSE']._serialized_start=1885
+  _globals['_RERANKRESPONSE']._serialized_end=2013
+  _globals['_CLASSIFIEREXAMPLE']._serialized_start=2015
+  _globals['_CLASSIFIEREXAMPLE']._serialized_end=2063
+  _globals['_CLASSIFIERINFO']._serialized_start=2066
+  _globals['_CLASSIFIERINFO']._serialized_end=2215
+  _globals['_FITCLASSIFIERREQUEST']._serialized_start=2218
+  _globals['_FITCLASSIFIERREQUEST']._serialized_end=2377
+  _globals['_FITCLASSIFIERRESPONSE']._serialized_start=2379
+  _globals['_FITCLASSIFIERRESPONSE']._serialized_end=2460
+  _globals['_LISTCLASSIFIERSREQUEST']._serialized_start=2462
+  _globals['_LISTCLASSIFIERSREQUEST']._serialized_end=2486
+  _globals['_LISTCLASSIFIERSRESPONSE']._serialized_start=2488
+  _globals['_LISTCLASSIFIERSRESPONSE']._serialized_end=2572
+  _globals['_DELETECLASSIFIERREQUEST']._serialized_start=2574
+  _globals['_DELETECLASSIFIERREQUEST']._serialized_end=2613
+  _globals['_DELETECLASSIFIERRESPONSE']._serialized_start=2615
+  _globals['_DELETECLASSIFIERRESPONSE']._serialized_end=2699
 # @@protoc_insertion_point(module_scope)

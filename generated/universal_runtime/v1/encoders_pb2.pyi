@@ -14,13 +14,28 @@ class TruncationPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRUNCATION_POLICY_ERROR: _ClassVar[TruncationPolicy]
     TRUNCATION_POLICY_END: _ClassVar[TruncationPolicy]
     TRUNCATION_POLICY_START: _ClassVar[TruncationPolicy]
+
+class EmbeddingEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EMBEDDING_ENCODING_UNSPECIFIED: _ClassVar[EmbeddingEncoding]
+    EMBEDDING_ENCODING_FLOAT: _ClassVar[EmbeddingEncoding]
+    EMBEDDING_ENCODING_INT8: _ClassVar[EmbeddingEncoding]
+    EMBEDDING_ENCODING_UINT8: _ClassVar[EmbeddingEncoding]
+    EMBEDDING_ENCODING_BINARY: _ClassVar[EmbeddingEncoding]
+    EMBEDDING_ENCODING_UBINARY: _ClassVar[EmbeddingEncoding]
 TRUNCATION_POLICY_UNSPECIFIED: TruncationPolicy
 TRUNCATION_POLICY_ERROR: TruncationPolicy
 TRUNCATION_POLICY_END: TruncationPolicy
 TRUNCATION_POLICY_START: TruncationPolicy
+EMBEDDING_ENCODING_UNSPECIFIED: EmbeddingEncoding
+EMBEDDING_ENCODING_FLOAT: EmbeddingEncoding
+EMBEDDING_ENCODING_INT8: EmbeddingEncoding
+EMBEDDING_ENCODING_UINT8: EmbeddingEncoding
+EMBEDDING_ENCODING_BINARY: EmbeddingEncoding
+EMBEDDING_ENCODING_UBINARY: EmbeddingEncoding
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("model", "inputs", "normalize", "dimensions", "truncation", "prompt_name", "prompt", "keep_alive")
+    __slots__ = ("model", "inputs", "normalize", "dimensions", "truncation", "prompt_name", "prompt", "keep_alive", "encoding")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     NORMALIZE_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +44,7 @@ class EmbedRequest(_message.Message):
     PROMPT_NAME_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
     model: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     normalize: bool
@@ -37,27 +53,32 @@ class EmbedRequest(_message.Message):
     prompt_name: str
     prompt: str
     keep_alive: str
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., truncation: _Optional[_Union[TruncationPolicy, str]] = ..., prompt_name: _Optional[str] = ..., prompt: _Optional[str] = ..., keep_alive: _Optional[str] = ...) -> None: ...
+    encoding: EmbeddingEncoding
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., normalize: _Optional[bool] = ..., dimensions: _Optional[int] = ..., truncation: _Optional[_Union[TruncationPolicy, str]] = ..., prompt_name: _Optional[str] = ..., prompt: _Optional[str] = ..., keep_alive: _Optional[str] = ..., encoding: _Optional[_Union[EmbeddingEncoding, str]] = ...) -> None: ...
 
 class Embedding(_message.Message):
-    __slots__ = ("index", "values")
+    __slots__ = ("index", "values", "packed_values")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    PACKED_VALUES_FIELD_NUMBER: _ClassVar[int]
     index: int
     values: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, index: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+    packed_values: bytes
+    def __init__(self, index: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ..., packed_values: _Optional[bytes] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
-    __slots__ = ("model", "embeddings", "dimensions", "usage")
+    __slots__ = ("model", "embeddings", "dimensions", "usage", "encoding")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
     model: str
     embeddings: _containers.RepeatedCompositeFieldContainer[Embedding]
     dimensions: int
     usage: _common_pb2.Usage
-    def __init__(self, model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., dimensions: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
+    encoding: EmbeddingEncoding
+    def __init__(self, model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., dimensions: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., encoding: _Optional[_Union[EmbeddingEncoding, str]] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
     __slots__ = ("model", "inputs", "multi_label", "all_scores", "threshold", "candidate_labels", "keep_alive", "truncation")

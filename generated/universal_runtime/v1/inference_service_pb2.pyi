@@ -2,6 +2,7 @@ from universal_runtime.v1 import anomaly_pb2 as _anomaly_pb2
 from universal_runtime.v1 import encoders_pb2 as _encoders_pb2
 from universal_runtime.v1 import generation_pb2 as _generation_pb2
 from universal_runtime.v1 import ocr_pb2 as _ocr_pb2
+from universal_runtime.v1 import tokenization_pb2 as _tokenization_pb2
 from google.protobuf import descriptor as _descriptor
 from typing import ClassVar as _ClassVar
 

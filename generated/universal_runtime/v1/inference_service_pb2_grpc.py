@@ -7,6 +7,7 @@ from universal_runtime.v1 import anomaly_pb2 as universal__runtime_dot_v1_dot_an
 from universal_runtime.v1 import encoders_pb2 as universal__runtime_dot_v1_dot_encoders__pb2
 from universal_runtime.v1 import generation_pb2 as universal__runtime_dot_v1_dot_generation__pb2
 from universal_runtime.v1 import ocr_pb2 as universal__runtime_dot_v1_dot_ocr__pb2
+from universal_runtime.v1 import tokenization_pb2 as universal__runtime_dot_v1_dot_tokenization__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -113,6 +114,16 @@ class InferenceServiceStub:
                 '/universal_runtime.v1.InferenceService/DeleteAnomalyDetector',
                 request_serializer=universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorRequest.SerializeToString,
                 response_deserializer=universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorResponse.FromString,
+                _registered_method=True)
+        self.Tokenize = channel.unary_unary(
+                '/universal_runtime.v1.InferenceService/Tokenize',
+                request_serializer=universal__runtime_dot_v1_dot_tokenization__pb2.TokenizeRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_tokenization__pb2.TokenizeResponse.FromString,
+                _registered_method=True)
+        self.Detokenize = channel.unary_unary(
+                '/universal_runtime.v1.InferenceService/Detokenize',
+                request_serializer=universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeResponse.FromString,
                 _registered_method=True)
 
 
@@ -228,6 +239,20 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Tokenize(self, request, context):
+        """Tokenizes a prompt or a chat conversation (chat template applied) with a model's tokenizer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Detokenize(self, request, context):
+        """Decodes token ids to text with a model's tokenizer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -305,6 +330,16 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.DeleteAnomalyDetector,
                     request_deserializer=universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorRequest.FromString,
                     response_serializer=universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorResponse.SerializeToString,
+            ),
+            'Tokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Tokenize,
+                    request_deserializer=universal__runtime_dot_v1_dot_tokenization__pb2.TokenizeRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_tokenization__pb2.TokenizeResponse.SerializeToString,
+            ),
+            'Detokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Detokenize,
+                    request_deserializer=universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -714,6 +749,60 @@ class InferenceService:
             '/universal_runtime.v1.InferenceService/DeleteAnomalyDetector',
             universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorRequest.SerializeToString,
             universal__runtime_dot_v1_dot_anomaly__pb2.DeleteAnomalyDetectorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Tokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/Tokenize',
+            universal__runtime_dot_v1_dot_tokenization__pb2.TokenizeRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_tokenization__pb2.TokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Detokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/Detokenize',
+            universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeResponse.FromString,
             options,
             channel_credentials,
             insecure,
