@@ -10,7 +10,8 @@ BUF := npx --yes @bufbuild/buf@1.75.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Extras `make install` installs; the container image leaves out dev (deploy/Dockerfile). openvino (with
 # onnx) lets tests/encoders run the ONNX Runtime and OpenVINO encoder runtimes: ~230 MB, ~15 s from pip's cache.
-EXTRAS ?= models,dev,otel,s3,openvino
+# clients: LangChain, LiteLLM and Cohere's SDK for tests/clients (each skips when its package is missing).
+EXTRAS ?= models,dev,otel,s3,openvino,clients
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1

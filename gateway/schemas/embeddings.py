@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from gateway.schemas.base import Int32
 from gateway.schemas.encoder_base import TextsRequestModel
@@ -18,12 +18,15 @@ class EmbeddingRequest(TextsRequestModel):
 
     Attributes:
         model: Catalog name of the embedding model.
-        input: One text or a list of texts (token-id arrays are not supported).
+        input: One text or a list of texts. Token-id arrays (a list of ints, or a list of such
+            lists) are accepted by the schema, so that the answer is a clear 400
+            ``token_ids_not_supported`` rather than a validation error: see
+            :data:`gateway.translate.embeddings.TOKEN_IDS_NOT_SUPPORTED`.
         encoding_format: ``"float"`` (lists of numbers), ``"base64"`` (little-endian float32
             bytes, base64-encoded, as OpenAI encodes them), or quantized as sentence-transformers'
             ``quantize_embeddings`` does: ``"int8"``/``"uint8"`` (one integer per dimension, ranges
             calibrated per model), ``"binary"``/``"ubinary"`` (sign bits packed 8 per integer,
-            ``ceil(dimensions / 8)`` of them, as int8 or uint8).
+            ``ceil(dimensions / 8)`` of them, as int8 or uint8); null means ``"float"``.
         dimensions: Keep only the first ``dimensions`` values (Matryoshka truncation).
         normalize: Extension: scale vectors to unit length (default true, like OpenAI's vectors).
         truncation: Extension: handling of over-long inputs: ``"end"`` (drop the end, the server
@@ -35,12 +38,24 @@ class EmbeddingRequest(TextsRequestModel):
 
     """
 
+    input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64", "int8", "uint8", "binary", "ubinary"] = "float"
     dimensions: Int32 | None = None
     normalize: bool = True
     truncation: Literal["end", "start", "error"] | bool | None = None
     prompt_name: str | None = None
     prompt: str | None = None
+
+    @field_validator("encoding_format", mode="before")
+    @classmethod
+    def _null_means_default(cls, value: object) -> object:
+        # LiteLLM sends "encoding_format": null, which OpenAI's API takes as the default.
+        return "float" if value is None else value
+
+    @property
+    def has_token_ids(self) -> bool:
+        """Whether ``input`` holds token ids rather than texts."""
+        return isinstance(self.input, list) and any(not isinstance(item, str) for item in self.input)
 
 
 class EmbeddingObject(BaseModel):

@@ -1,8 +1,10 @@
-"""Request body of ``POST /v1/rerank`` (the Cohere / Jina rerank API plus runtime extensions).
+"""Request body of the rerank routes (the Cohere / Jina / vLLM rerank APIs plus runtime extensions).
 
-Sources of the shapes: https://docs.cohere.com/reference/rerank and
-https://jina.ai/reranker/ (``POST /v1/rerank``); both send ``model``, ``query``, ``documents``,
-``top_n`` and ``return_documents``.
+Sources of the shapes: https://docs.cohere.com/reference/rerank (``POST /v2/rerank``, and the older
+``/v1/rerank``), https://jina.ai/reranker/ (``POST /v1/rerank``) and vLLM's ``/rerank``; all send
+``model``, ``query``, ``documents`` and ``top_n``; Cohere v1 and Jina add ``return_documents``.
+Cohere v2's ``max_tokens_per_doc`` is accepted and logged like any unknown field (the model's own
+length limit and ``truncation`` apply instead).
 """
 
 from __future__ import annotations
@@ -16,18 +18,22 @@ from gateway.schemas.encoder_base import EncoderRequestModel
 
 
 class RerankDocument(BaseModel):
-    """A document given as an object (Cohere's and Jina's ``{"text": ...}`` form)."""
+    """A document given as an object (Cohere's and Jina's ``{"text": ...}`` form).
+
+    Other keys (Cohere v1's extra fields such as ``title``) are ignored: only ``text`` is ranked.
+    """
 
     text: str
 
 
 class RerankRequest(EncoderRequestModel):
-    """Body of ``POST /v1/rerank``.
+    """Body of ``POST /v1/rerank``, ``POST /rerank`` and ``POST /v2/rerank``.
 
     Attributes:
         model: Catalog name of the reranker (a cross-encoder, or an embedding model).
         query: The search query.
-        documents: Texts, or objects with a ``text`` field, to rank against the query.
+        documents: Texts, or objects with a ``text`` field, to rank against the query; an empty
+            list is the server's INVALID_ARGUMENT (400).
         top_n: Return only the best ``top_n`` results (all when unset).
         return_documents: Echo each document as ``{"text": ...}`` in its result (default false).
         truncation: Extension: ``"end"`` (the default, the tokenizer cuts long pairs) or

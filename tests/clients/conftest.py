@@ -1,0 +1,34 @@
+"""Client tests: third-party clients (LangChain, LiteLLM, Cohere, the OpenAI Node SDK) against a real gateway.
+
+Each module gets one gateway (uvicorn on a free port) in front of the session's in-process gRPC
+server with the real test models. Clients are called through their async APIs, or from a worker
+thread, because the gateway runs on the test's own event loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from gateway.app import create_app
+from tests.conftest import MAX_MESSAGE_BYTES
+from tests.gateway.gateway_fakes import serve_with_uvicorn
+
+
+def require(module: str) -> None:
+    """Skip the calling module when ``module`` cannot be imported, naming the extra that installs it."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        pytest.skip(
+            f"{module} is not installed ({exc}); pip install -e '.[clients]'", allow_module_level=True
+        )
+
+
+@pytest.fixture(scope="module")
+async def gateway_url(server) -> str:
+    """Base URL (no path) of a gateway in front of the session's server, for this module."""
+    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES)
+    async with serve_with_uvicorn(app) as url:
+        yield url

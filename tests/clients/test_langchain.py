@@ -1,0 +1,97 @@
+"""LangChain's OpenAI integration (``langchain-openai``) → gateway → SmolLM2 and MiniLM.
+
+Offline: LangChain sends nothing anywhere else unless tracing is on, so tracing is switched off
+explicitly (``LANGSMITH_TRACING``); ``OpenAIEmbeddings`` gets ``check_embedding_ctx_length=False``
+so it sends texts, not tiktoken ids (which would need tiktoken's files and which the gateway
+refuses: README, "Embeddings and token ids").
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from pydantic import BaseModel, Field
+
+from tests.clients.conftest import require
+from tests.conftest import CHAT_MODEL, EMBED_MODEL
+
+require("langchain_openai")
+
+from langchain_core.messages import AIMessageChunk  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langchain_openai import ChatOpenAI, OpenAIEmbeddings  # noqa: E402
+
+os.environ["LANGSMITH_TRACING"] = "false"
+os.environ["LANGCHAIN_TRACING_V2"] = "false"
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Get the current weather for a city."""
+    return f"Sunny in {city}"
+
+
+class Place(BaseModel):
+    """A city and the country it is in."""
+
+    city: str = Field(max_length=20)
+    country: str = Field(max_length=20)
+
+
+def chat(url: str, **kwargs) -> ChatOpenAI:
+    return ChatOpenAI(
+        model=CHAT_MODEL, base_url=f"{url}/v1", api_key="unused", temperature=0, max_retries=0, **kwargs
+    )
+
+
+async def test_chat_streams_tokens_and_usage(gateway_url):
+    llm = chat(gateway_url, max_tokens=16, stream_usage=True)
+    chunks = [chunk async for chunk in llm.astream("What is the capital of France?")]
+    assert all(isinstance(c, AIMessageChunk) for c in chunks)
+    assert sum(1 for c in chunks if c.content) >= 3, "tokens must arrive as separate chunks"
+    message = chunks[0]
+    for chunk in chunks[1:]:
+        message += chunk
+    assert message.content.strip()
+    assert message.response_metadata.get("finish_reason") in {"stop", "length"}
+    usage = message.usage_metadata
+    assert usage and usage["output_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+async def test_bind_tools_returns_a_parsed_tool_call(gateway_url):
+    # Naming the function forces a tool call: a 135M model rarely chooses one by itself.
+    llm = chat(gateway_url, max_tokens=60).bind_tools([get_weather], tool_choice="get_weather")
+    message = await llm.ainvoke("What is the weather in Paris right now?")
+    (call,) = message.tool_calls
+    assert call["name"] == "get_weather" and call["id"]
+    assert isinstance(call["args"]["city"], str) and call["args"]["city"]
+    assert message.response_metadata["finish_reason"] == "tool_calls"
+
+
+async def test_structured_output_json_schema(gateway_url):
+    llm = chat(gateway_url, max_tokens=80).with_structured_output(Place, method="json_schema")
+    place = await llm.ainvoke("Name a city in Europe and its country.")
+    assert isinstance(place, Place)
+    assert place.city and place.country
+
+
+async def test_embeddings(gateway_url):
+    embeddings = OpenAIEmbeddings(
+        model=EMBED_MODEL,
+        base_url=f"{gateway_url}/v1",
+        api_key="unused",
+        check_embedding_ctx_length=False,
+        max_retries=0,
+    )
+    vectors = np.array(
+        await embeddings.aembed_documents(["How do I reset my password?", "The tide is high today."]),
+        dtype=np.float32,
+    )
+    query = np.array(await embeddings.aembed_query("I forgot my password"), dtype=np.float32)
+    assert vectors.shape == (2, 384) and query.shape == (384,)
+    assert np.linalg.norm(query) == pytest.approx(1.0, abs=1e-4)
+    scores = vectors @ query
+    assert scores[0] > scores[1] + 0.2
