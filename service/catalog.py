@@ -11,6 +11,10 @@ File format (see ``default_catalog.yaml``)::
         keep_alive: 5m               # optional, see service.keep_alive
         pinned: false                # optional
         options: {n_ctx: 2048}       # optional, backend-specific
+
+Which file the server reads: ``UR_CATALOG_PATH`` (``--catalog``) when set, and only that file;
+otherwise the embedded default with the user catalog (:func:`user_catalog_path`, where
+``universal-runtime pull`` adds models) merged over it, its entries replacing same-named ones.
 """
 
 from __future__ import annotations
@@ -84,10 +88,21 @@ def _validation_summary(exc: ValidationError) -> str:
     )
 
 
-def load_catalog(path: Path | None = None) -> Catalog:
-    """Read a catalog file (or the embedded default when ``path`` is None).
+#: File name of the user catalog inside the data dir (``UR_DATA_DIR``).
+USER_CATALOG_NAME = "catalog.yaml"
 
-    A malformed entry does not stop the others: it is returned in :attr:`Catalog.invalid`.
+
+def user_catalog_path(data_dir: Path) -> Path:
+    """The user catalog: ``<data_dir>/catalog.yaml`` (it may not exist)."""
+    return Path(data_dir) / USER_CATALOG_NAME
+
+
+def load_catalog(path: Path | None = None, *, user_path: Path | None = None) -> Catalog:
+    """Read a catalog file, or the embedded default when ``path`` is None.
+
+    With ``path`` None and a ``user_path`` that exists, that file's entries are merged over the
+    default's (same name: the user's entry wins, valid or not). A malformed entry does not stop
+    the others: it is returned in :attr:`Catalog.invalid`.
 
     Raises:
         CatalogError: unreadable file, invalid YAML, or not a mapping with a ``models`` mapping.
@@ -102,6 +117,18 @@ def load_catalog(path: Path | None = None) -> Catalog:
         except OSError as exc:
             raise CatalogError(f"cannot read catalog {path}: {exc}") from exc
         origin = str(path)
+    catalog = _parse(text, origin)
+    if path is None and user_path is not None and Path(user_path).is_file():
+        user = load_catalog(Path(user_path))
+        for name in user.specs.keys() | user.invalid.keys():
+            catalog.specs.pop(name, None)
+            catalog.invalid.pop(name, None)
+        catalog.specs.update(user.specs)
+        catalog.invalid.update(user.invalid)
+    return catalog
+
+
+def _parse(text: str, origin: str) -> Catalog:
     try:
         parsed = CatalogFile.model_validate(yaml.safe_load(text) or {"models": {}})
     except (yaml.YAMLError, ValidationError) as exc:

@@ -1,4 +1,8 @@
-"""``universal-runtime``: run the gRPC server, and the REST gateway beside it by default."""
+"""``universal-runtime``: run the gRPC server, and the REST gateway beside it by default.
+
+``universal-runtime [serve] [flags]`` serves; ``universal-runtime ps|ls|load|unload|health|pull``
+are the operator subcommands of :mod:`service.admin`.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,15 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engines.process_lane import preload_modules
 from gateway.api_keys import load_api_keys
 from gateway.tls import TlsConfigError
+from service.admin.main import COMMANDS, run
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
@@ -25,7 +32,11 @@ if TYPE_CHECKING:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line flags; each overrides the matching ``UR_*`` environment variable."""
-    parser = argparse.ArgumentParser(prog="universal-runtime", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="universal-runtime [serve]",
+        description="Run the gRPC server, and the REST gateway beside it by default.",
+        epilog=f"Other commands: {', '.join(COMMANDS)}; see 'universal-runtime COMMAND --help'.",
+    )
     parser.add_argument("--grpc-host")
     parser.add_argument("--grpc-port", type=int)
     parser.add_argument("--gateway-host")
@@ -127,8 +138,21 @@ def check_startup_settings(settings: Settings, *, with_gateway: bool) -> None:
         raise SystemExit(f"universal-runtime: {err}") from None
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``universal-runtime`` console script."""
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``universal-runtime`` console script.
+
+    ``serve`` (or no command) runs the server; the other commands go to :func:`service.admin.main.run`.
+
+    Raises:
+        SystemExit: with the command's exit status, or with a one-line message when the server
+            cannot start.
+
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        raise SystemExit(run(argv))
+    if argv and argv[0] == "serve":
+        argv = argv[1:]
     args = parse_args(argv)
     configure_logging(args.log_level)
     overrides = {

@@ -24,7 +24,7 @@ from engines.state_store import open_state_store
 from engines.storage import StoreQuota
 from gateway.api_keys import load_api_keys
 from service import metrics
-from service.catalog import load_catalog
+from service.catalog import load_catalog, user_catalog_path
 from service.concurrency import ConcurrencyLimitInterceptor
 from service.interceptors import (
     AuthInterceptor,
@@ -204,7 +204,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     api_keys = load_api_keys(settings.api_key, settings.api_keys_file)
     tls_files = server_tls_files(settings)
     executors = ExecutorPool()
-    catalog = load_catalog(settings.catalog_path)
+    catalog = load_catalog(settings.catalog_path, user_path=user_catalog_path(settings.data_dir))
     manager = ModelManager(catalog.specs, settings, executors, invalid=catalog.invalid)
     set_metrics_enabled(settings.metrics_enabled)
     # Bad entries are logged and marked ERROR; the server still serves the others.

@@ -26,7 +26,9 @@ class Settings(BaseSettings):
     gateway_host: str = Field("127.0.0.1", description="Interface the REST gateway binds to.")
     gateway_port: int = Field(8000, ge=0, le=65535, description="REST gateway port.")
     catalog_path: Path | None = Field(
-        None, description="Model catalog YAML; unset uses the embedded default."
+        None,
+        description="Model catalog YAML; unset uses the embedded default with <data_dir>/catalog.yaml "
+        "(where `universal-runtime pull` adds models) merged over it.",
     )
     data_dir: Path = Field(
         default_factory=lambda: Path.home() / ".cache" / "universal-runtime",

@@ -1,0 +1,184 @@
+"""``ps``, ``ls``, ``load`` and ``unload``: ModelService calls, shown as tables or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, TextIO
+
+from universal_runtime.v1 import model_service_pb2 as pb
+from universal_runtime.v1 import model_service_pb2_grpc
+
+from service.admin.connection import Connection
+from service.admin.output import format_bytes, format_duration, write_json, write_table
+
+#: Deadline of LoadModel/UnloadModel when --timeout is not given: a cold load of a large model,
+#: or an unload that waits for long streams to end, takes minutes, not seconds.
+LIFECYCLE_TIMEOUT_S = 600.0
+
+#: States in which a model holds (or is about to hold, or still holds) memory: what ``ps`` lists.
+_IN_MEMORY = (pb.MODEL_STATUS_LOADING, pb.MODEL_STATUS_READY, pb.MODEL_STATUS_UNLOADING)
+
+
+def task_name(task: int) -> str:
+    """``pb.TASK_EMBED`` → ``"embed"`` (the catalog's spelling)."""
+    return pb.Task.Name(task).removeprefix("TASK_").lower()
+
+
+def status_name(status: int) -> str:
+    """``pb.MODEL_STATUS_READY`` → ``"ready"``."""
+    return pb.ModelStatus.Name(status).removeprefix("MODEL_STATUS_").lower()
+
+
+def expires_in(model: pb.Model, now_ms: int) -> str:
+    """When an idle model unloads, for people: ``"4m12s"``, ``"never"``, ``"in use"`` or ``"-"``."""
+    if model.status != pb.MODEL_STATUS_READY:
+        return "-"
+    if model.pinned:
+        return "never (pinned)"
+    if model.keep_alive == "-1":
+        return "never"
+    if model.active_requests:
+        return "in use"  # the countdown starts when the last request ends
+    if model.expires_at_unix_ms:
+        return format_duration((model.expires_at_unix_ms - now_ms) / 1000)
+    return "-"
+
+
+def model_json(model: pb.Model, now_ms: int) -> dict[str, Any]:
+    """One model as a JSON object: catalog fields, state, memory in bytes, times in Unix ms.
+
+    ``expires_in_s`` is seconds until an idle unload, or null when none is scheduled.
+    """
+    return {
+        "name": model.name,
+        "tasks": [task_name(t) for t in model.tasks],
+        "backend": model.backend,
+        "source": model.source,
+        "status": status_name(model.status),
+        "status_detail": model.status_detail,
+        "device": model.device,
+        "ram_bytes": model.memory.ram_bytes,
+        "vram_bytes": model.memory.vram_bytes,
+        "keep_alive": model.keep_alive,
+        "pinned": model.pinned,
+        "loaded_at_unix_ms": model.loaded_at_unix_ms,
+        "expires_at_unix_ms": model.expires_at_unix_ms,
+        "expires_in_s": (
+            max(0.0, (model.expires_at_unix_ms - now_ms) / 1000) if model.expires_at_unix_ms else None
+        ),
+        "active_requests": model.active_requests,
+    }
+
+
+def _call(conn: Connection, rpc: str, request: object, timeout_s: float | None = None) -> Any:
+    """Call ``ModelService.<rpc>`` on a channel of its own (one call per command)."""
+    with conn.channel() as channel:
+        stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        return conn.call(getattr(stub, rpc), request, timeout_s=timeout_s)
+
+
+def _list(conn: Connection, args: argparse.Namespace, *, loaded_only: bool) -> list[pb.Model]:
+    return list(_call(conn, "ListModels", pb.ListModelsRequest(loaded_only=loaded_only)).models)
+
+
+def _lifecycle(
+    conn: Connection, args: argparse.Namespace, rpc: str, request: object, out: TextIO
+) -> pb.Model:
+    """Call LoadModel/UnloadModel with the long default deadline; prints the model as JSON with --json."""
+    model = _call(conn, rpc, request, args.timeout or LIFECYCLE_TIMEOUT_S).model
+    if args.json:
+        write_json(out, model_json(model, int(time.time() * 1000)))
+    return model
+
+
+def run_ps(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:
+    """Models in memory (loading, ready or unloading), like ``ollama ps``.
+
+    Raises:
+        CommandError: the server could not be reached or refused the call.
+
+    """
+    models = [m for m in _list(conn, args, loaded_only=False) if m.status in _IN_MEMORY]
+    now_ms = int(time.time() * 1000)
+    if args.json:
+        write_json(out, [model_json(m, now_ms) for m in models])
+        return
+    headers = ("NAME", "BACKEND", "DEVICE", "RAM", "VRAM", "KEEP ALIVE", "EXPIRES IN", "ACTIVE", "STATUS")
+    rows = [
+        (
+            m.name,
+            m.backend,
+            m.device,
+            format_bytes(m.memory.ram_bytes),
+            format_bytes(m.memory.vram_bytes),
+            m.keep_alive,
+            expires_in(m, now_ms),
+            str(m.active_requests),
+            status_name(m.status),
+        )
+        for m in models
+    ]
+    write_table(out, headers, rows)
+
+
+def run_ls(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:
+    """The server's catalog: every model with its tasks, backend, source and whether it is loaded.
+
+    Raises:
+        CommandError: the server could not be reached or refused the call.
+
+    """
+    models = _list(conn, args, loaded_only=False)
+    now_ms = int(time.time() * 1000)
+    if args.json:
+        write_json(out, [model_json(m, now_ms) for m in models])
+        return
+    headers = ("NAME", "TASKS", "BACKEND", "SOURCE", "LOADED")
+    rows = [
+        (m.name, ",".join(task_name(t) for t in m.tasks), m.backend, m.source, _loaded_column(m))
+        for m in models
+    ]
+    write_table(out, headers, rows)
+
+
+def _loaded_column(model: pb.Model) -> str:
+    if model.status == pb.MODEL_STATUS_READY:
+        return "yes"
+    if model.status == pb.MODEL_STATUS_NOT_LOADED:
+        return "no"
+    return status_name(model.status)  # loading, unloading, error
+
+
+def run_load(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:
+    """Load ``args.name`` now, optionally with a keep-alive and pinning; waits until it is ready.
+
+    Raises:
+        CommandError: unknown model, bad keep-alive, no memory, a failed load, or no server.
+
+    """
+    request = pb.LoadModelRequest(name=args.name, keep_alive=args.keep_alive or "")
+    if args.pin is not None:
+        request.pinned = args.pin
+    model = _lifecycle(conn, args, "LoadModel", request, out)
+    if args.json:
+        return
+    vram = f", {format_bytes(model.memory.vram_bytes)} VRAM" if model.memory.vram_bytes else ""
+    pinned = ", pinned" if model.pinned else ""
+    out.write(
+        f"loaded {model.name} on {model.device} ({format_bytes(model.memory.ram_bytes)} RAM{vram}, "
+        f"keep-alive {model.keep_alive}{pinned})\n"
+    )
+
+
+def run_unload(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:
+    """Unload ``args.name`` once its in-flight requests finish (``--force`` for a pinned one).
+
+    Raises:
+        CommandError: unknown model, pinned without ``--force``, or no server.
+
+    """
+    request = pb.UnloadModelRequest(name=args.name, force=args.force)
+    model = _lifecycle(conn, args, "UnloadModel", request, out)
+    if not args.json:
+        out.write(f"unloaded {model.name} ({model.status_detail})\n")
