@@ -25,6 +25,7 @@ from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2, inference_service_pb2_grpc, model_service_pb2, ocr_pb2
 from universal_runtime.v1 import model_service_pb2 as m
+from universal_runtime.v1 import tokenization_pb2 as t
 
 from service.server import start_server
 from service.settings import Settings
@@ -102,6 +103,10 @@ SEEDS = {
     ],
     "ListAnomalyDetectors": [a.ListAnomalyDetectorsRequest()],
     "DeleteAnomalyDetector": [a.DeleteAnomalyDetectorRequest(detector=f"{DETECTOR}-other")],
+    "Tokenize": [
+        t.TokenizeRequest(model=CHAT, messages=_CHAT_MESSAGES, return_token_strings=True, return_offsets=True)
+    ],
+    "Detokenize": [t.DetokenizeRequest(model=EMBED, token_ids=[101, 1037, 4937, 102])],
     "ListModels": [m.ListModelsRequest()],
     "GetModel": [m.GetModelRequest(name=EMBED)],
     "LoadModel": [m.LoadModelRequest(name=EMBED, keep_alive="5m")],
