@@ -231,3 +231,22 @@ def test_generation_reports_cold_and_warm_scenarios(tiny_runs):
     assert names == ["cold, 1 stream", "warm, 1 stream"]
     readme = (out / "generation" / "README.md").read_text()
     assert "TTFT p50 ms" in readme and "commit `" in readme
+
+
+def test_generation_measures_the_batched_decode_ceiling_in_cold_scenarios(tiny_runs):
+    out, runs = tiny_runs
+    assert runs["generation"][0] == 0, runs["generation"][1][-3000:]
+    payload = json.loads((out / "generation" / "generation.json").read_text())
+    assert payload["contenders"]["llama-batched"] == {
+        "label": "llama.cpp batched decode (no server)",
+        "role": "ceiling",
+        "reason": None,
+    }
+    cold, warm = payload["scenarios"]
+    ceiling = cold["results"]["llama-batched"]["metrics"]
+    assert ceiling["agg_tok_s"]["median"] > 0 and ceiling["ttft_p50_ms"]["median"] > 0
+    assert ceiling["tokens_mean"]["median"] == payload["settings"]["max_new_tokens"]
+    assert cold["results"]["ours-grpc"]["ceiling_ratio"]["median"] > 0
+    assert "llama-batched" not in warm["results"]  # no prompt cache: cold only
+    readme = (out / "generation" / "README.md").read_text()
+    assert f"{results.TIMES} ceiling (aggregate tok/s)" in readme and "| (ceiling) |" in readme
