@@ -61,7 +61,7 @@ BAD_ENTRIES = {
             "options": {"quantize": "q4_1"},
         },
         "INVALID_MODEL_OPTION",
-        "option quantize must be one of q4_0, q8_0, got 'q4_1'",
+        "option quantize must be one of f16, q4_0, q8_0, got 'q4_1'",
     ),
     "bad-batching": (
         {

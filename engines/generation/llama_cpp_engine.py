@@ -114,7 +114,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
     sharing their prefix prefills only the rest, see :mod:`engines.generation.prompt_cache`),
     ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
     (default all on CUDA builds when the device is CUDA, else 0), ``chat_template`` (override
-    the GGUF's template), ``quantize`` (``q4_0`` or ``q8_0``: serve the file requantized to that
+    the GGUF's template), ``quantize`` (``q4_0``, ``q8_0`` or ``f16``: serve the file requantized to that
     type, made once and cached, see :mod:`engines.generation.requantize`), ``cache_dir`` (where
     that copy goes; default ``$XDG_CACHE_HOME/universal-runtime/converted`` or ``~/.cache/...``).
     """

@@ -1,7 +1,7 @@
 """A GGUF file requantized once into another type, cached beside the other converted copies.
 
-llama.cpp's batched CPU fast paths (llamafile sgemm, weight repacking) cover Q4_0 and Q8_0 but
-not Q4_1, so a Q4_1 file gains far less from batching many sequences than the same weights in
+llama.cpp's batched CPU fast paths (llamafile sgemm, weight repacking) cover Q4_0, Q8_0 and F16
+but not Q4_1, so a Q4_1 file gains far less from batching many sequences than the same weights in
 Q4_0 (``bench/README.md``, GGUF quality table). The ``llama_cpp`` backend's ``quantize`` catalog
 option names the type to serve; the first load writes the copy with ``llama_model_quantize``
 (``allow_requantize``: the source is already quantized) and later loads reuse it.
@@ -28,8 +28,9 @@ from engines.generation.converted_cache import converted_root, source_key
 log = logging.getLogger(__name__)
 
 #: The ``quantize`` option's values and their ``llama_ftype`` (``LLAMA_FTYPE_MOSTLY_*`` in llama.h):
-#: the types whose batched matrix products llama.cpp speeds up on CPU.
-QUANTIZE_TYPES: dict[str, int] = {"q4_0": 2, "q8_0": 7}
+#: types whose batched matrix products llama.cpp speeds up on CPU. F16 holds a 4-bit file's
+#: weights exactly (at about 2.7 times the size): the lossless one.
+QUANTIZE_TYPES: dict[str, int] = {"q4_0": 2, "q8_0": 7, "f16": 1}
 
 
 def quantize_option(value: Any) -> str | None:

@@ -45,7 +45,7 @@ def source(tmp_path) -> Path:
 def test_quantize_option_is_a_closed_set():
     assert quantize_option(None) is None
     assert quantize_option("Q4_0") == "q4_0" and quantize_option("q8_0") == "q8_0"
-    with pytest.raises(ValueError, match=r"option quantize must be one of q4_0, q8_0, got 'q4_1'"):
+    with pytest.raises(ValueError, match=r"option quantize must be one of f16, q4_0, q8_0, got 'q4_1'"):
         quantize_option("q4_1")
 
 
@@ -114,7 +114,9 @@ def test_bad_quantize_option_is_refused_by_the_catalog_check():
         source=GGUF_SOURCE,
         options={"quantize": "q2_k"},
     )
-    with pytest.raises(InvalidArgumentError, match="option quantize must be one of q4_0, q8_0") as caught:
+    with pytest.raises(
+        InvalidArgumentError, match="option quantize must be one of f16, q4_0, q8_0"
+    ) as caught:
         LlamaCppGenerationEngine.check_spec(spec)
     assert caught.value.reason == "INVALID_MODEL_OPTION"
     LlamaCppGenerationEngine.check_spec(
