@@ -159,7 +159,9 @@ def markdown(payload: dict[str, Any]) -> str:
     """The area's section for ``bench/README.md``: context line, table, unavailable contenders, notes.
 
     With a ``ceiling`` in the payload (:meth:`bench.runner.Report.set_ceiling`), the table has a
-    column more: each contender's ratio to the ceiling contender in that scenario.
+    column more: each contender's ratio to the ceiling contender in that scenario. The payload's
+    ``tables`` (each ``{"title", "header": [str], "rows": [[str]]}``: figures that are not
+    per-repetition, e.g. deterministic quality scores) follow the main table.
     """
     headline = payload["headline"]
     ceiling = payload.get("ceiling")
@@ -190,6 +192,10 @@ def markdown(payload: dict[str, Any]) -> str:
             lines.append(
                 f"| {scenario['name']} | {label} | " + " | ".join(cells) + f" | {result['errors']} |"
             )
+    for table in payload.get("tables", []):
+        lines += ["", f"{table['title']}:", "", "| " + " | ".join(table["header"]) + " |"]
+        lines.append("|" + "---|" * len(table["header"]))
+        lines += ["| " + " | ".join(row) + " |" for row in table["rows"]]
     unavailable = {n: c["reason"] for n, c in payload["contenders"].items() if c.get("reason")}
     if unavailable:
         lines += [

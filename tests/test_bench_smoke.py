@@ -250,3 +250,27 @@ def test_generation_measures_the_batched_decode_ceiling_in_cold_scenarios(tiny_r
     assert "llama-batched" not in warm["results"]  # no prompt cache: cold only
     readme = (out / "generation" / "README.md").read_text()
     assert f"{results.TIMES} ceiling (aggregate tok/s)" in readme and "| (ceiling) |" in readme
+
+
+def test_gguf_quality_compares_the_requantized_types(tmp_path):
+    """The GGUF quality area in tiny mode: copies requantized into a tmp cache, quality and ceiling."""
+    out = tmp_path / "out"
+    cache = tmp_path / "cache"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.gguf_quality", "--tiny", "--out", str(out), "--cache-dir", str(cache)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads((out / "gguf_quality.json").read_text())
+    assert sorted(payload["quality"]) == ["f16", "q4_0", "q4_1", "q8_0"]
+    assert payload["quality"]["q4_1"]["agreement"]["exact"] == len(payload["settings"]["prompts"])
+    for quality in payload["quality"].values():
+        assert quality["perplexity"] > 1 and len(quality["answers"]) == len(payload["settings"]["prompts"])
+    assert sorted(p.name.split("-")[-2] for p in cache.glob("*.gguf")) == ["f16", "q4_0", "q8_0"]
+    (scenario,) = payload["scenarios"]
+    assert all(scenario["results"][name]["metrics"]["agg_tok_s"]["median"] > 0 for name in payload["quality"])
+    readme = (out / "README.md").read_text()
+    assert "<!-- bench:gguf_quality:begin -->" in readme and "| Q4_0 (requantized) |" in readme
