@@ -9,7 +9,9 @@ option names the type to serve; the first load writes the copy with ``llama_mode
 The copy is named by the source file's identity (path, size, mtime) and the target type
 (:func:`engines.generation.converted_cache.source_key`), written under a temporary name and
 renamed into place, and made under an exclusive file lock, so that two loads (two models of one
-file, or two server processes sharing the cache) never quantize the same file twice.
+file, or two server processes sharing the cache) never quantize the same file twice. The empty
+``<copy>.lock`` file stays beside the copy (removing it could let a third load lock a new file
+while a second still holds the old one).
 """
 
 from __future__ import annotations
