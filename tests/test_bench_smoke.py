@@ -269,7 +269,7 @@ def test_gguf_quality_compares_the_requantized_types(tmp_path):
     assert payload["quality"]["q4_1"]["agreement"]["exact"] == len(payload["settings"]["prompts"])
     for quality in payload["quality"].values():
         assert quality["perplexity"] > 1 and len(quality["answers"]) == len(payload["settings"]["prompts"])
-    assert sorted(p.name.split("-")[-2] for p in cache.glob("*.gguf")) == ["f16", "q4_0", "q8_0"]
+    assert sorted(p.stem.rsplit("-", 1)[1] for p in cache.glob("*/*.gguf")) == ["f16", "q4_0", "q8_0"]
     (scenario,) = payload["scenarios"]
     assert all(scenario["results"][name]["metrics"]["agg_tok_s"]["median"] > 0 for name in payload["quality"])
     readme = (out / "README.md").read_text()

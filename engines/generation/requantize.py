@@ -6,26 +6,23 @@ Q4_0 (``bench/README.md``, GGUF quality table). The ``llama_cpp`` backend's ``qu
 option names the type to serve; the first load writes the copy with ``llama_model_quantize``
 (``allow_requantize``: the source is already quantized) and later loads reuse it.
 
-The copy is named by the source file's identity (path, size, mtime) and the target type
-(:func:`engines.generation.converted_cache.source_key`), written under a temporary name and
-renamed into place, and made under an exclusive file lock, so that two loads (two models of one
-file, or two server processes sharing the cache) never quantize the same file twice. The empty
-``<copy>.lock`` file stays beside the copy (removing it could let a third load lock a new file
-while a second still holds the old one).
+The copy lives in a folder of the converted cache (:mod:`engines.converted_cache`) named by the
+source file's identity (:func:`~engines.converted_cache.source_fingerprint`: path, size, mtime)
+and the target type, and is made by :func:`~engines.converted_cache.build_once`: in a temporary
+folder renamed into place, under a file lock, so that two loads (two models of one file, or two
+server processes sharing the cache) never quantize the same file twice.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from engines.generation.converted_cache import converted_root, source_key
+from engines.converted_cache import build_once, converted_root, source_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -71,23 +68,14 @@ def llama_quantize(source: Path, target: Path, ftype: int) -> None:
 def cached_path(source: Path, quantize: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where the ``quantize`` copy of ``source`` is cached (it may not exist yet).
 
+    ``<cache>/<source stem>-<type>-<fingerprint>/<source stem>-<type>.gguf``.
+
     Raises:
         OSError: ``source`` cannot be read.
 
     """
-    key = source_key(source, quantize)
-    return converted_root(cache_dir) / f"{source.stem}-{quantize}-{key}.gguf"
-
-
-@contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path`` (created if missing) for the block."""
-    with lock_path.open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    folder = converted_root(cache_dir) / f"{source.stem}-{quantize}-{source_fingerprint(source)}"
+    return folder / f"{source.stem}-{quantize}.gguf"
 
 
 def requantized(
@@ -101,8 +89,8 @@ def requantized(
     Args:
         source: The GGUF file as the catalog names it.
         quantize: A key of :data:`QUANTIZE_TYPES` (see :func:`quantize_option`).
-        cache_dir: The cache folder (default :func:`engines.generation.converted_cache.converted_root`).
-        quantizer: ``quantizer(source, temporary_target, ftype)`` writes the copy (tests pass a stand-in).
+        cache_dir: The cache folder (default :func:`engines.converted_cache.converted_root`).
+        quantizer: ``quantizer(source, target, ftype)`` writes the copy (tests pass a stand-in).
 
     Raises:
         ValueError: ``quantize`` is not an allowed type.
@@ -114,21 +102,13 @@ def requantized(
     if name is None:
         raise ValueError("requantized() needs a target type")
     target = cached_path(source, name, cache_dir)
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(target.with_name(target.name + ".lock")):
-        if target.is_file():  # another load made it while this one waited for the lock
-            return target
-        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-        log.info("requantizing %s to %s (cached in %s)", source, name, target)
-        start = time.monotonic()
-        try:
-            quantizer(source, partial, QUANTIZE_TYPES[name])
-            os.replace(partial, target)  # atomic: a reader sees no file or the whole file
-        finally:
-            partial.unlink(missing_ok=True)
-        log.info("requantized %s in %.1f s", target.name, time.monotonic() - start)
+    start = time.monotonic()
+    if build_once(
+        target.parent, lambda folder: quantizer(source, folder / target.name, QUANTIZE_TYPES[name])
+    ):
+        log.info(
+            "requantized %s to %s in %.1f s (cached in %s)", source, name, time.monotonic() - start, target
+        )
     return target
 
 

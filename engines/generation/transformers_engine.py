@@ -22,6 +22,7 @@ Sampling (penalties, temperature, top-k/p, min-p, seeds) is per sequence in torc
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -31,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.base import ModelSpec
+from engines.converted_cache import converted_root
 from engines.device import torch_dtype_for, torch_module_memory
 from engines.errors import ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
-from engines.generation.converted_cache import converted_root, source_key
 from engines.generation.gguf_info import gguf_parameter_count
 from engines.generation.logprobs import token_logprobs
 from engines.generation.scheduler import StepResult
@@ -117,8 +118,10 @@ class TransformersGenerationEngine(GenerationEngine):
 
     def _converted_dir(self, gguf: Path) -> Path:
         """Where the dequantized copy of ``gguf`` lives: keyed by path, size and mtime of the file."""
+        stat = gguf.stat()
+        key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
         # Keyed by the file, so catalog entries sharing it share the copy.
-        return converted_root(self.option("cache_dir")) / f"{gguf.stem}-{source_key(gguf)}"
+        return converted_root(self.option("cache_dir")) / f"{gguf.stem}-{key}"
 
     def estimated_load_bytes(self) -> int:
         """Weights at the load dtype: from the GGUF's tensor shapes, or the size of a local folder.

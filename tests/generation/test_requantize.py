@@ -13,7 +13,13 @@ import pytest
 from engines.base import ModelSpec
 from engines.errors import InvalidArgumentError
 from engines.generation.llama_cpp_engine import LlamaCppGenerationEngine
-from engines.generation.requantize import QUANTIZE_TYPES, model_file, quantize_option, requantized
+from engines.generation.requantize import (
+    QUANTIZE_TYPES,
+    cached_path,
+    model_file,
+    quantize_option,
+    requantized,
+)
 from tests.conftest import GGUF_SOURCE
 
 
@@ -54,9 +60,11 @@ def test_second_call_reuses_the_cached_copy(source, tmp_path):
     cache = tmp_path / "cache"
     first = requantized(source, "q4_0", cache, quantizer)
     again = requantized(source, "Q4_0", cache, quantizer)
-    assert first == again and first.parent == cache and first.read_bytes() == b"GGUF weights\x02"
+    assert first == again and first.parent.parent == cache and first.read_bytes() == b"GGUF weights\x02"
     assert [ftype for _, _, ftype in quantizer.calls] == [QUANTIZE_TYPES["q4_0"]]
-    assert sorted(p.name for p in cache.iterdir()) == [first.name, first.name + ".lock"]  # no leftovers
+    folder = first.parent.name
+    assert folder.startswith("model.Q4_1-q4_0-") and first.name == "model.Q4_1-q4_0.gguf"
+    assert sorted(p.name for p in cache.iterdir()) == [f".{folder}.lock", folder]  # no leftovers
 
 
 def test_the_key_follows_the_type_and_the_source_file(source, tmp_path):
@@ -88,6 +96,7 @@ def test_a_failed_quantize_leaves_nothing_behind(source, tmp_path):
     with pytest.raises(RuntimeError, match="quantize failed"):
         requantized(source, "q8_0", tmp_path / "cache", CountingQuantizer(fail=True))
     assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
+    assert not cached_path(source, "q8_0", tmp_path / "cache").exists()
 
 
 def test_model_file_without_the_option_is_the_source(source):
@@ -100,7 +109,7 @@ def test_real_requantize_writes_a_q4_0_gguf_llama_cpp_loads(tmp_path):
 
     shipped = resolve_source(GGUF_SOURCE).path
     copy = model_file(shipped, {"quantize": "q4_0", "cache_dir": str(tmp_path)})
-    assert copy.parent == tmp_path and copy.name.endswith("-q4_0-" + copy.name.rsplit("-", 1)[1])
+    assert copy.parent.parent == tmp_path and copy.name == "SmolLM2-135M-Instruct.Q4_1-q4_0.gguf"
     vocab = llama_cpp.Llama(model_path=str(copy), vocab_only=True, verbose=False)
     assert vocab.metadata["general.file_type"] == str(QUANTIZE_TYPES["q4_0"])
     assert vocab.metadata["tokenizer.chat_template"]  # metadata is carried over
