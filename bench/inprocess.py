@@ -1,7 +1,10 @@
 """The in-process references, each in a worker process of its own (so it has the cores to itself).
 
-- ``llama``: llama-cpp-python's ``Llama.create_chat_completion(stream=True)`` called directly,
+- ``llama [GGUF]``: llama-cpp-python's ``Llama.create_chat_completion(stream=True)`` called directly,
   one request after another on one thread: the floor of serving overhead for generation.
+- ``llama-batched [GGUF]``: the bare llama.cpp batched-decode loop (:mod:`bench.batched_decode`)
+  on the GGUF our server serves (or the file named): the ceiling of batched generation. Its
+  ``generate_batched`` command runs the requests in waves of ``concurrency`` sequences.
 - ``st``: sentence-transformers ``SentenceTransformer.encode``: the reference for embeddings.
 - ``ocr``: ``RapidOCR()(image)`` and ``pytesseract.image_to_data`` on the decoded OCR page.
 - ``anomaly``: scikit-learn IsolationForest (on StandardScaler-scaled rows) and pyod ECOD,
@@ -12,11 +15,13 @@ then answers one JSON command per stdin line with one JSON line in the load clie
 (``{"mode", "concurrency": 1, "wall_s", "records": [...]}``)::
 
     {"op": "generate", "requests": 4, "max_tokens": 128, "warmup": 1, "duration_s": 60}
+    {"op": "generate_batched", "concurrency": 8, "requests": 8, "max_tokens": 128, "warmup": 1}
     {"op": "embed", "requests": 100, "batch": 32, "warmup": 1, "duration_s": 5}
     {"op": "ocr", "model": "rapidocr", "requests": 5, "warmup": 1, "duration_s": 5}
     {"op": "anomaly", "detector": "iforest", "rows": 10000, "requests": 5, "warmup": 1}
 
-Usage: ``python -m bench.inprocess KIND`` (``llama``, ``st``, ``ocr``, ``anomaly``).
+Usage: ``python -m bench.inprocess KIND [ARG]`` (``llama [GGUF]``, ``llama-batched [GGUF]``,
+``st``, ``ocr``, ``anomaly``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.workloads import (
@@ -49,8 +55,9 @@ N_CTX = 2048
 PROMPT_CACHE_BYTES = 1 << 30
 
 
-def load_llama() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
-    """Open the GGUF as the server does (all cores, n_ctx 2048); return a one-request function.
+def load_llama(model_path: str | None = None) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    """Open the GGUF (``model_path``, default the shipped Q4_1) as the server does (all cores,
+    n_ctx 2048); return a one-request function.
 
     Command keys: ``max_tokens``; ``salt`` (cold prompts, see :func:`bench.workloads.chat_messages`);
     ``prompt_cache`` (true: llama-cpp-python's own ``LlamaRAMCache``, which keeps many prompts'
@@ -59,7 +66,7 @@ def load_llama() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
     import llama_cpp
 
     llm = llama_cpp.Llama(
-        model_path=str(gguf_path()), n_ctx=N_CTX, n_threads=os.cpu_count() or 1, verbose=False
+        model_path=model_path or str(gguf_path()), n_ctx=N_CTX, n_threads=os.cpu_count() or 1, verbose=False
     )
     ram_cache = llama_cpp.LlamaRAMCache(capacity_bytes=PROMPT_CACHE_BYTES)
 
@@ -82,6 +89,39 @@ def load_llama() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
         return {"latency_s": time.perf_counter() - start, "ttft_s": ttft, "tokens": chunks}
 
     return generate
+
+
+def load_llama_batched(model_path: str | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Open ``model_path`` (default: the file our server serves) for the bare batched loop.
+
+    Returns a function of a whole ``generate_batched`` command (``concurrency``, ``requests``,
+    ``max_tokens``, ``warmup``, ``salt``): it generates the requests' prompts
+    (:func:`bench.workloads.chat_messages`) in waves of ``concurrency`` sequences and answers a
+    load-client-shaped result (see :func:`bench.batched_decode.run_waves`); a failure is
+    recorded as failed requests, as the load client records them.
+    """
+    from bench.batched_decode import CEILING_CELLS, CEILING_SEQUENCES, BatchedDecoder, run_waves
+    from bench.workloads import served_chat_model
+    from engines.device import cpu_threads
+
+    path = Path(model_path) if model_path else served_chat_model()[0]
+    decoder = BatchedDecoder(path, cpu_threads(), CEILING_SEQUENCES, CEILING_CELLS)
+
+    def generate_batched(command: dict[str, Any]) -> dict[str, Any]:
+        concurrency = int(command.get("concurrency", 1))
+        requests = int(command.get("requests", concurrency))
+        salt = command.get("salt")
+        try:
+            for i in range(int(command.get("warmup", 1))):  # as the load client warms up
+                run_waves(decoder, [decoder.chat_tokens(chat_messages(-1 - i, salt))], 1, 1)
+            prompts = [decoder.chat_tokens(chat_messages(i, salt)) for i in range(requests)]
+            max_tokens = int(command.get("max_tokens", MAX_NEW_TOKENS))
+            return run_waves(decoder, prompts, concurrency, max_tokens)
+        except Exception as exc:  # recorded like the load client does
+            error = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            return {"mode": "batched", "concurrency": concurrency, "wall_s": 0.0, "records": [error]}
+
+    return generate_batched
 
 
 def load_sentence_transformers() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
@@ -170,12 +210,14 @@ def load_anomaly() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
     return score
 
 
-LOADERS = {
+LOADERS: dict[str, Callable[..., Callable[..., dict[str, Any]]]] = {
     "llama": load_llama,
     "st": load_sentence_transformers,
     "ocr": load_ocr,
     "anomaly": load_anomaly,
 }
+#: Workers whose function answers a whole command at once (not one request at a time).
+WHOLE_COMMAND = {"llama-batched": load_llama_batched}
 
 
 def serve_commands(
@@ -205,21 +247,23 @@ def serve_commands(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Load the reference named in ``argv[0]`` and answer commands until stdin closes."""
-    kind = (argv or sys.argv[1:])[0]
+    """Load the worker named in ``argv[0]`` (arguments: ``argv[1:]``); answer commands until stdin closes."""
+    kind, *args = argv or sys.argv[1:]
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # llama.cpp and torch may print; stdout stays pure JSON lines
     import psutil
 
     rss_before = psutil.Process().memory_info().rss  # before the library is imported
     start = time.perf_counter()
-    call = LOADERS[kind]()
+    call = {**LOADERS, **WHOLE_COMMAND}[kind](*args)
     ready = {"ready": True, "load_s": time.perf_counter() - start, "rss_before_load_bytes": rss_before}
     out.write(json.dumps(ready) + "\n")
     out.flush()
     for line in sys.stdin:
         if line.strip():
-            out.write(json.dumps(serve_commands(call, json.loads(line))) + "\n")
+            command = json.loads(line)
+            answer = call(command) if kind in WHOLE_COMMAND else serve_commands(call, command)
+            out.write(json.dumps(answer) + "\n")
             out.flush()
 
 

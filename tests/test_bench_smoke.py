@@ -231,3 +231,46 @@ def test_generation_reports_cold_and_warm_scenarios(tiny_runs):
     assert names == ["cold, 1 stream", "warm, 1 stream"]
     readme = (out / "generation" / "README.md").read_text()
     assert "TTFT p50 ms" in readme and "commit `" in readme
+
+
+def test_generation_measures_the_batched_decode_ceiling_in_cold_scenarios(tiny_runs):
+    out, runs = tiny_runs
+    assert runs["generation"][0] == 0, runs["generation"][1][-3000:]
+    payload = json.loads((out / "generation" / "generation.json").read_text())
+    assert payload["contenders"]["llama-batched"] == {
+        "label": "llama.cpp batched decode (no server)",
+        "role": "ceiling",
+        "reason": None,
+    }
+    cold, warm = payload["scenarios"]
+    ceiling = cold["results"]["llama-batched"]["metrics"]
+    assert ceiling["agg_tok_s"]["median"] > 0 and ceiling["ttft_p50_ms"]["median"] > 0
+    assert ceiling["tokens_mean"]["median"] == payload["settings"]["max_new_tokens"]
+    assert cold["results"]["ours-grpc"]["ceiling_ratio"]["median"] > 0
+    assert "llama-batched" not in warm["results"]  # no prompt cache: cold only
+    readme = (out / "generation" / "README.md").read_text()
+    assert f"{results.TIMES} ceiling (aggregate tok/s)" in readme and "| (ceiling) |" in readme
+
+
+def test_gguf_quality_compares_the_requantized_types(tmp_path):
+    """The GGUF quality area in tiny mode: copies requantized into a tmp cache, quality and ceiling."""
+    out = tmp_path / "out"
+    cache = tmp_path / "cache"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.gguf_quality", "--tiny", "--out", str(out), "--cache-dir", str(cache)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads((out / "gguf_quality.json").read_text())
+    assert sorted(payload["quality"]) == ["f16", "q4_0", "q4_1", "q8_0"]
+    assert payload["quality"]["q4_1"]["agreement"]["exact"] == len(payload["settings"]["prompts"])
+    for quality in payload["quality"].values():
+        assert quality["perplexity"] > 1 and len(quality["answers"]) == len(payload["settings"]["prompts"])
+    assert sorted(p.stem.rsplit("-", 1)[1] for p in cache.glob("*/*.gguf")) == ["f16", "q4_0", "q8_0"]
+    (scenario,) = payload["scenarios"]
+    assert all(scenario["results"][name]["metrics"]["agg_tok_s"]["median"] > 0 for name in payload["quality"])
+    readme = (out / "README.md").read_text()
+    assert "<!-- bench:gguf_quality:begin -->" in readme and "| Q4_0 (requantized) |" in readme

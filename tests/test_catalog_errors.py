@@ -53,6 +53,16 @@ BAD_ENTRIES = {
         "INVALID_MODEL_OPTION",
         "option n_ctx must be an integer",
     ),
+    "bad-quantize": (
+        {
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"quantize": "q4_1"},
+        },
+        "INVALID_MODEL_OPTION",
+        "option quantize must be one of f16, q4_0, q8_0, got 'q4_1'",
+    ),
     "bad-batching": (
         {
             "tasks": ["embed"],

@@ -27,6 +27,7 @@ from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
 from engines.generation.logprobs import token_logprobs
 from engines.generation.prompt_cache import PromptCache
+from engines.generation.requantize import model_file, quantize_option
 from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import output_constraint
@@ -113,7 +114,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
     sharing their prefix prefills only the rest, see :mod:`engines.generation.prompt_cache`),
     ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
     (default all on CUDA builds when the device is CUDA, else 0), ``chat_template`` (override
-    the GGUF's template).
+    the GGUF's template), ``quantize`` (``q4_0``, ``q8_0`` or ``f16``: serve the file requantized to that
+    type, made once and cached, see :mod:`engines.generation.requantize`), ``cache_dir`` (where
+    that copy goes; default ``$XDG_CACHE_HOME/universal-runtime/converted`` or ``~/.cache/...``).
     """
 
     backend = "llama_cpp"
@@ -141,9 +144,13 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
-        """The base checks, and the source must be a local file (see :meth:`Engine.check_spec`)."""
+        """The base checks (:meth:`Engine.check_spec`); a local file source, a known ``quantize`` type."""
         super().check_spec(spec)
         cls._gguf_file(spec)
+        try:
+            quantize_option(spec.options.get("quantize"))
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc), reason="INVALID_MODEL_OPTION", option="quantize") from None
 
     @staticmethod
     def _gguf_file(spec: ModelSpec) -> Path:
@@ -157,7 +164,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         return resolved.path
 
     def _model_path(self) -> str:
-        return str(self._gguf_file(self.spec))
+        return str(model_file(self._gguf_file(self.spec), self.spec.options))
 
     def estimated_load_bytes(self) -> int:
         """The GGUF file size (weights are memory-mapped and mostly resident once used)."""

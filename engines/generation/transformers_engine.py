@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.base import ModelSpec
+from engines.converted_cache import converted_root
 from engines.device import torch_dtype_for, torch_module_memory
 from engines.errors import ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
@@ -119,16 +120,8 @@ class TransformersGenerationEngine(GenerationEngine):
         """Where the dequantized copy of ``gguf`` lives: keyed by path, size and mtime of the file."""
         stat = gguf.stat()
         key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-        base = self.option("cache_dir")
-        if base:
-            root = Path(base).expanduser()
-        else:
-            root = (
-                Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser()
-                / "universal-runtime"
-                / "converted"
-            )
-        return root / f"{gguf.stem}-{key}"  # keyed by the file, so catalog entries sharing it share it
+        # Keyed by the file, so catalog entries sharing it share the copy.
+        return converted_root(self.option("cache_dir")) / f"{gguf.stem}-{key}"
 
     def estimated_load_bytes(self) -> int:
         """Weights at the load dtype: from the GGUF's tensor shapes, or the size of a local folder.
