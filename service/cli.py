@@ -6,6 +6,8 @@ are the operator subcommands of :mod:`service.admin`.
 
 from __future__ import annotations
 
+# First: OpenMP settings must be in the environment before anything loads libgomp.
+import service.openmp  # noqa: F401  (isort: skip)
 import argparse
 import asyncio
 import contextlib
