@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
 from gateway.responses import JsonResponse
 from gateway.schemas.embeddings import EmbeddingRequest, EmbeddingResponse
+from gateway.token_ids import texts_from_token_ids
 from gateway.translate.embeddings import embeddings_from_proto, to_embed_request
 
 router = APIRouter(tags=["encoders"])
@@ -18,9 +21,13 @@ async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> JsonResponse:
     """Embed one or more texts; returns OpenAI's embeddings list (float lists or base64 strings).
 
     Raises:
+        GatewayError: 400 for token-id input that cannot be read (see :mod:`gateway.token_ids`).
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
 
     """
+    if body.has_token_ids:
+        # OpenAI's tokenizer ids back to text, off the event loop (bounded: MAX_TOKEN_IDS ids).
+        body = body.model_copy(update={"input": await asyncio.to_thread(texts_from_token_ids, body.input)})
     rpc = rpc.for_model(body.model)
     response = await rpc.unary(rpc.clients.inference.Embed, to_embed_request(body))
     return JsonResponse(

@@ -18,10 +18,9 @@ class EmbeddingRequest(TextsRequestModel):
 
     Attributes:
         model: Catalog name of the embedding model.
-        input: One text or a list of texts. Token-id arrays (a list of ints, or a list of such
-            lists) are accepted by the schema, so that the answer is a clear 400
-            ``token_ids_not_supported`` rather than a validation error: see
-            :data:`gateway.translate.embeddings.TOKEN_IDS_NOT_SUPPORTED`.
+        input: One text or a list of texts, or token ids as OpenAI takes them (a list of ints, or
+            a list of such lists): ids of tiktoken's cl100k_base, decoded to texts by the gateway
+            (:mod:`gateway.token_ids`).
         encoding_format: ``"float"`` (lists of numbers), ``"base64"`` (little-endian float32
             bytes, base64-encoded, as OpenAI encodes them), or quantized as sentence-transformers'
             ``quantize_embeddings`` does: ``"int8"``/``"uint8"`` (one integer per dimension, ranges

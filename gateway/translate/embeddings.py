@@ -13,7 +13,6 @@ from typing import Any
 
 from universal_runtime.v1 import encoders_pb2
 
-from gateway.errors import GatewayError
 from gateway.schemas.embeddings import EmbeddingRequest
 from gateway.translate.common import set_fields
 from gateway.translate.encoders import TRUNCATION_POLICIES, list_json, texts_fields
@@ -29,30 +28,13 @@ ENCODINGS: dict[str, int] = {
 }
 #: Encodings whose bytes are signed (two's complement).
 SIGNED_ENCODINGS = frozenset({"int8", "binary"})
-TOKEN_IDS_NOT_SUPPORTED = (
-    "input: token-id arrays are not supported; send the texts. Token ids only mean something in the "
-    "tokenizer that made them (OpenAI clients make tiktoken ids), not in this model's vocabulary. "
-    "LangChain's OpenAIEmbeddings: pass check_embedding_ctx_length=False."
-)
-"""Message of the 400 for token-id ``input``.
-
-OpenAI reads such arrays as ids of its own tiktoken vocabulary, which is what OpenAI clients send
-(LangChain's ``OpenAIEmbeddings`` does by default). Read as ids of the served model's tokenizer
-(vLLM's choice) they would embed unrelated text without any error; nothing maps one vocabulary onto
-another without the client's text. So they are refused (text-embeddings-inference does not take
-them either), with an answer that says what to send instead.
-"""
 
 
 def to_embed_request(request: EmbeddingRequest) -> encoders_pb2.EmbedRequest:
-    """Convert an OpenAI embeddings request to ``EmbedRequest`` (``normalize`` defaults to true).
+    """Convert an OpenAI embeddings request of texts to ``EmbedRequest`` (``normalize`` defaults to true).
 
-    Raises:
-        GatewayError: 400 ``token_ids_not_supported`` when ``input`` holds token ids.
-
+    Token-id ``input`` is decoded to texts before (:mod:`gateway.token_ids`).
     """
-    if request.has_token_ids:
-        raise GatewayError(400, TOKEN_IDS_NOT_SUPPORTED, code="token_ids_not_supported", param="input")
     return encoders_pb2.EmbedRequest(
         **texts_fields(request),
         **set_fields(request, "normalize", "dimensions", "prompt_name", "prompt"),

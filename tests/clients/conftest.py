@@ -8,6 +8,8 @@ thread, because the gateway runs on the test's own event loop.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +34,16 @@ async def gateway_url(server) -> str:
     app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES)
     async with serve_with_uvicorn(app) as url:
         yield url
+
+
+@pytest.fixture
+def tiktoken_files(monkeypatch):
+    """Point tiktoken's cache at the cl100k_base file LiteLLM ships (no download is possible here)."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or spec.origin is None:
+        pytest.skip(
+            "litellm (which ships tiktoken's cl100k_base file) is not installed: pip install -e '.[clients]'"
+        )
+    folder = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
+    return folder

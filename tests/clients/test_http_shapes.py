@@ -100,9 +100,40 @@ async def test_rerank_model_errors_like_other_routes(http, model, status, code):
     assert response.json()["error"]["code"] == code
 
 
-@pytest.mark.parametrize("ids", [[9906, 1917], [[9906, 1917], [15339]]])
-async def test_token_id_input_is_a_clear_400(http, ids):
-    response = await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": ids})
+async def embed(http, model_input) -> httpx.Response:
+    return await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": model_input})
+
+
+async def test_token_ids_are_read_as_cl100k_base_as_openai_reads_them(http, tiktoken_files):
+    import tiktoken
+
+    encoding = tiktoken.get_encoding("cl100k_base")
+    texts = ["a cat sat on the mat", "Paris is in France"]
+    by_text = (await embed(http, texts)).json()["data"]
+    by_ids = await embed(http, [encoding.encode(text) for text in texts])
+    assert by_ids.status_code == 200, by_ids.text
+    assert [d["embedding"] for d in by_ids.json()["data"]] == [d["embedding"] for d in by_text]
+    single = (await embed(http, encoding.encode(texts[0]))).json()["data"]
+    assert single[0]["embedding"] == by_text[0]["embedding"]
+
+
+@pytest.mark.parametrize(
+    ("ids", "code"),
+    [
+        ([9906, 10**6], "invalid_token_id"),
+        ([[9906], [-1]], "invalid_token_id"),
+        ([1] * 300_001, "input_too_long"),
+    ],
+)
+async def test_bad_token_ids_are_a_400(http, tiktoken_files, ids, code):
+    response = await embed(http, ids)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == code
+
+
+async def test_token_ids_without_the_encoding_file_are_a_clear_400(http, monkeypatch, tmp_path):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: the file is not there
+    response = await embed(http, [[9906, 1917], [15339]])
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["code"] == "token_ids_not_supported" and error["param"] == "input"

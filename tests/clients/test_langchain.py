@@ -1,9 +1,10 @@
 """LangChain's OpenAI integration (``langchain-openai``) → gateway → SmolLM2 and MiniLM.
 
 Offline: LangChain sends nothing anywhere else unless tracing is on, so tracing is switched off
-explicitly (``LANGSMITH_TRACING``); ``OpenAIEmbeddings`` gets ``check_embedding_ctx_length=False``
-so it sends texts, not tiktoken ids (which would need tiktoken's files and which the gateway
-refuses: README, "Embeddings and token ids").
+explicitly (``LANGSMITH_TRACING``). ``OpenAIEmbeddings`` is tested both ways: sending texts
+(``check_embedding_ctx_length=False``) and, by default, cl100k_base token ids, which need tiktoken's
+file (LiteLLM's copy here) and which the gateway reads back to texts (README, "Embeddings and
+token ids").
 """
 
 from __future__ import annotations
@@ -95,3 +96,13 @@ async def test_embeddings(gateway_url):
     assert np.linalg.norm(query) == pytest.approx(1.0, abs=1e-4)
     scores = vectors @ query
     assert scores[0] > scores[1] + 0.2
+
+
+async def test_embeddings_with_the_default_token_id_input(gateway_url, tiktoken_files):
+    """LangChain's default: texts cut into cl100k_base token chunks and sent as ids; the gateway
+    reads them back as OpenAI does, so the vectors equal those of the texts."""
+    texts = ["How do I reset my password?", "The tide is high today."]
+    common = {"model": EMBED_MODEL, "base_url": f"{gateway_url}/v1", "api_key": "unused", "max_retries": 0}
+    by_ids = await OpenAIEmbeddings(**common).aembed_documents(texts)
+    by_text = await OpenAIEmbeddings(**common, check_embedding_ctx_length=False).aembed_documents(texts)
+    np.testing.assert_allclose(np.array(by_ids), np.array(by_text), atol=1e-6)
