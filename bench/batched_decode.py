@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -240,15 +240,27 @@ class BatchedDecoder:
         return out
 
 
+class WaveGenerator(Protocol):
+    """Driven by :func:`run_waves`: :class:`BatchedDecoder`, :class:`bench.hf_batched.HFBatchedGenerator`."""
+
+    def chat_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        """Prompt token ids of chat ``messages``."""
+        ...
+
+    def generate(self, prompts: list[list[int]], max_tokens: int) -> Wave:
+        """Greedy-generate ``prompts`` together, up to ``max_tokens`` new tokens each."""
+        ...
+
+
 def run_waves(
-    decoder: BatchedDecoder, prompts: list[list[int]], concurrency: int, max_tokens: int
+    decoder: WaveGenerator, prompts: list[list[int]], concurrency: int, max_tokens: int
 ) -> dict[str, Any]:
     """Generate ``prompts`` in waves of ``concurrency``; a load-client-shaped result.
 
-    ``wall_s`` is the time of the waves' ``llama_decode`` loops, from each wave's first call
-    (its prefill) to its last step, summed; ``decode_s`` the part after the prefills, and
-    ``decode_tokens`` the tokens those steps produced. Each record has ``tokens`` (new tokens),
-    ``ttft_s`` and ``latency_s`` from its wave's start.
+    ``wall_s`` is the time of the waves' generation (for the llama.cpp loop: from each wave's
+    first ``llama_decode``, its prefill, to its last step), summed; ``decode_s`` the part after
+    the prefills, and ``decode_tokens`` the tokens those steps produced. Each record has
+    ``tokens`` (new tokens), ``ttft_s`` and ``latency_s`` from its wave's start.
     """
     records: list[dict[str, Any]] = []
     wall = decode = 0.0

@@ -7,11 +7,13 @@ of :mod:`bench.workloads`, 128 new tokens, greedy (temperature 0, repeat penalty
 Contenders: llama-cpp-python in-process in a worker of its own (the floor of overhead; it runs
 requests one after another); our ``GenerateStream`` over gRPC; our gateway's
 ``/v1/chat/completions`` stream (SSE); ``llama_cpp.server`` over HTTP/SSE. Our transformers
-engine at 1 and 8 cold streams when the catalog has a transformers generation model (or name
-one with ``BENCH_TRANSFORMERS_MODEL``). The ceiling, in the cold scenarios: the bare llama.cpp
-batched-decode loop on the same file (:mod:`bench.batched_decode`, a worker of its own), B
-sequences in one context, one ``llama_decode`` per step; every contender's aggregate tok/s is
-also given as a ratio to it (the "x ceiling" column), the figure issue 18 moves.
+engine at 1 and 8 cold streams (1 in tiny mode) when the catalog has a transformers generation
+model (or name one with ``BENCH_TRANSFORMERS_MODEL``). The ceiling, in the cold scenarios: the
+bare llama.cpp batched-decode loop on the same file (:mod:`bench.batched_decode`, a worker of
+its own), B sequences in one context, one ``llama_decode`` per step; every contender's aggregate
+tok/s is also given as a ratio to it (the "x ceiling" column), the figure issue 18 moves. The
+transformers rows have a ceiling of their own: transformers' ``model.generate`` on a batch of B
+left-padded prompts, in a worker of its own (:mod:`bench.hf_batched`).
 
 Two prompt states, as separate scenarios: **cold** (every request's prompt is new to every
 contender: :func:`bench.workloads.chat_messages` with a salt unique to the scenario, repetition,
@@ -43,7 +45,10 @@ HEADLINE = [
 ]
 #: The ceiling contender: the bare llama.cpp batched-decode loop (bench.batched_decode).
 CEILING, CEILING_LABEL = "llama-batched", "llama.cpp batched decode (no server)"
-#: Concurrency levels of our transformers engine (it is ~7x slower than llama.cpp on CPU).
+#: The transformers engine's ceiling: transformers' own batched generate (bench.hf_batched).
+TF_CEILING = "transformers-batched"
+TF_CEILING_LABEL = "transformers generate, batch of B left-padded prompts (in-process)"
+#: Concurrency levels of our transformers engine and its ceiling (~7x slower than llama.cpp on CPU).
 TRANSFORMERS_LEVELS = (1, 8)
 
 
@@ -158,20 +163,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ],
         )
         tf_model = transformers_model(ours.grpc_target)
-        tf: Contender | None = None
-        if tf_model and cfg.mode == "tiny":
-            report.note(f"our transformers engine ({tf_model}): skipped in tiny mode (slow to load)")
-        elif tf_model:
-            tf_args = ["--mode", "grpc-generate", "--target", ours.grpc_target, "--model", tf_model]
-            tf = report.add(
-                client_contender("ours-transformers", f"ours gRPC transformers ({tf_model})", "ours", tf_args)
+        tf: list[Contender] = []
+        if tf_model:
+            # Started before our server loads the model (at warm-up), so that a missing converted
+            # copy is made once, here, and the server finds it.
+            tf += report.start_reference(
+                "transformers-batched",
+                TF_CEILING,
+                TF_CEILING_LABEL,
+                "generate_batched",
+                "ceiling",
+                (tf_model,),
             )
+            report.ceiling_for(["ours-transformers"], TF_CEILING)
+            tf_args = ["--mode", "grpc-generate", "--target", ours.grpc_target, "--model", tf_model]
+            tf_label = f"ours gRPC transformers ({tf_model})"
+            tf.append(report.add(client_contender("ours-transformers", tf_label, "ours", tf_args)))
         else:
             report.note(
                 "our transformers engine: skipped, the catalog has no transformers generation model "
                 "(add one to the catalog or set BENCH_TRANSFORMERS_MODEL=<catalog name>)"
             )
-        report.warm_up([*contenders, *ceiling, *([tf] if tf else [])], warm)
+        report.warm_up([*contenders, *ceiling, *tf], warm)
         report.note(
             "the in-process reference runs requests one after another on one thread: its figures "
             "are the same floor at every concurrency (TTFT without queueing)"
@@ -186,6 +199,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"scenarios only (no prompt cache). {TIMES} ceiling: a contender's aggregate tok/s over "
             "the ceiling's, median of the per-repetition ratios"
         )
+        if tf:
+            report.note(
+                f"{TF_CEILING_LABEL}: the ceiling of our transformers rows (their {TIMES} ceiling is to "
+                "it, not to llama.cpp's), at the cold levels those rows run. The model our engine loads "
+                "(the engine's own load: the same converted copy, dtype and torch threads, and the "
+                "server's OpenMP defaults), the prompt ids our engine would feed, a run's requests in "
+                "waves of B (the scenario's streams), each wave one model.generate call on the prompts "
+                "left-padded together (greedy, do_sample=False, max_new_tokens as the scenario), a "
+                "sequence's tokens counted up to its first end token; wall time is the generate calls "
+                "(prompts tokenized and padded before). TTFT is the time from the call to the streamer's "
+                "first step of new tokens (the whole batch's prefill included), in the same call"
+            )
         report.note(
             "cold: every request's prompt is new to every contender (a system message opening with a "
             "request code unique to the scenario, repetition, contender and request, then SmolLM2's "
@@ -215,11 +240,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "max_tokens": max_tokens,
                 }
                 scenario = f"{state}, {level} stream{'s' if level > 1 else ''}"
-                cold_tf = tf and state == "cold" and level in TRANSFORMERS_LEVELS
+                cold_tf = state == "cold" and level in TRANSFORMERS_LEVELS
                 report.compare(
                     scenario,
                     params,
-                    contenders + (ceiling if state == "cold" else []) + ([tf] if cold_tf else []),
+                    contenders + (ceiling if state == "cold" else []) + (tf if cold_tf else []),
                     "llama-inprocess",
                     metrics,
                     vary=functools.partial(cold_salt, f"{report.started}/{scenario}")

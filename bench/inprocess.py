@@ -5,6 +5,10 @@
 - ``llama-batched [GGUF]``: the bare llama.cpp batched-decode loop (:mod:`bench.batched_decode`)
   on the GGUF our server serves (or the file named): the ceiling of batched generation. Its
   ``generate_batched`` command runs the requests in waves of ``concurrency`` sequences.
+- ``transformers-batched [CATALOG NAME]``: ``model.generate`` on a batch of left-padded prompts
+  (:mod:`bench.hf_batched`), with the model our transformers engine loads for the catalog entry
+  (default ``smollm2-135m-instruct-hf``): the ceiling of that engine. Same ``generate_batched``
+  command.
 - ``st``: sentence-transformers ``SentenceTransformer.encode``: the reference for embeddings.
 - ``ocr``: ``RapidOCR()(image)`` and ``pytesseract.image_to_data`` on the decoded OCR page.
 - ``anomaly``: scikit-learn IsolationForest (on StandardScaler-scaled rows) and pyod ECOD,
@@ -21,18 +25,19 @@ then answers one JSON command per stdin line with one JSON line in the load clie
     {"op": "anomaly", "detector": "iforest", "rows": 10000, "requests": 5, "warmup": 1}
 
 Usage: ``python -m bench.inprocess KIND [ARG]`` (``llama [GGUF]``, ``llama-batched [GGUF]``,
-``st``, ``ocr``, ``anomaly``).
+``transformers-batched [CATALOG NAME]``, ``st``, ``ocr``, ``anomaly``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.workloads import (
     ANOMALY_FIT_ROWS,
@@ -46,6 +51,9 @@ from bench.workloads import (
     ocr_page_png,
     sentence_batch,
 )
+
+if TYPE_CHECKING:
+    from bench.batched_decode import WaveGenerator
 
 #: Context size, as in the server's default catalog entry.
 N_CTX = 2048
@@ -94,34 +102,53 @@ def load_llama(model_path: str | None = None) -> Callable[[int, dict[str, Any]],
 def load_llama_batched(model_path: str | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Open ``model_path`` (default: the file our server serves) for the bare batched loop.
 
-    Returns a function of a whole ``generate_batched`` command (``concurrency``, ``requests``,
-    ``max_tokens``, ``warmup``, ``salt``): it generates the requests' prompts
-    (:func:`bench.workloads.chat_messages`) in waves of ``concurrency`` sequences and answers a
-    load-client-shaped result (see :func:`bench.batched_decode.run_waves`); a failure is
-    recorded as failed requests, as the load client records them.
+    Returns a function of a whole ``generate_batched`` command, see :func:`answer_waves`.
     """
-    from bench.batched_decode import CEILING_CELLS, CEILING_SEQUENCES, BatchedDecoder, run_waves
+    from bench.batched_decode import CEILING_CELLS, CEILING_SEQUENCES, BatchedDecoder
     from bench.workloads import served_chat_model
     from engines.device import cpu_threads
 
     path = Path(model_path) if model_path else served_chat_model()[0]
     decoder = BatchedDecoder(path, cpu_threads(), CEILING_SEQUENCES, CEILING_CELLS)
+    return functools.partial(answer_waves, decoder)
 
-    def generate_batched(command: dict[str, Any]) -> dict[str, Any]:
-        concurrency = int(command.get("concurrency", 1))
-        requests = int(command.get("requests", concurrency))
-        salt = command.get("salt")
-        try:
-            for i in range(int(command.get("warmup", 1))):  # as the load client warms up
-                run_waves(decoder, [decoder.chat_tokens(chat_messages(-1 - i, salt))], 1, 1)
-            prompts = [decoder.chat_tokens(chat_messages(i, salt)) for i in range(requests)]
-            max_tokens = int(command.get("max_tokens", MAX_NEW_TOKENS))
-            return run_waves(decoder, prompts, concurrency, max_tokens)
-        except Exception as exc:  # recorded like the load client does
-            error = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            return {"mode": "batched", "concurrency": concurrency, "wall_s": 0.0, "records": [error]}
 
-    return generate_batched
+def load_transformers_batched(model: str | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Load a transformers generation model through our engine, for ``model.generate`` in batches.
+
+    ``model`` is its catalog name (default :data:`bench.hf_batched.DEFAULT_MODEL`). Returns a
+    function of a whole ``generate_batched`` command, see :func:`answer_waves`.
+    """
+    # Before torch loads libgomp: the OpenMP wait defaults our server runs its torch lanes with.
+    import service.openmp  # noqa: F401
+    from bench.hf_batched import DEFAULT_MODEL, HFBatchedGenerator
+
+    return functools.partial(answer_waves, HFBatchedGenerator(model or DEFAULT_MODEL))
+
+
+def answer_waves(generator: WaveGenerator, command: dict[str, Any]) -> dict[str, Any]:
+    """Answer a ``generate_batched`` command (``concurrency``, ``requests``, ``max_tokens``,
+    ``warmup``, ``salt``) with ``generator`` (a llama.cpp or transformers batch generator).
+
+    It generates the requests' prompts (:func:`bench.workloads.chat_messages`, tokenized before
+    any timing) in waves of ``concurrency`` sequences and answers a load-client-shaped result
+    (see :func:`bench.batched_decode.run_waves`); a failure is recorded as failed requests, as
+    the load client records them.
+    """
+    from bench.batched_decode import run_waves
+
+    concurrency = int(command.get("concurrency", 1))
+    requests = int(command.get("requests", concurrency))
+    salt = command.get("salt")
+    try:
+        for i in range(int(command.get("warmup", 1))):  # as the load client warms up
+            run_waves(generator, [generator.chat_tokens(chat_messages(-1 - i, salt))], 1, 1)
+        prompts = [generator.chat_tokens(chat_messages(i, salt)) for i in range(requests)]
+        max_tokens = int(command.get("max_tokens", MAX_NEW_TOKENS))
+        return run_waves(generator, prompts, concurrency, max_tokens)
+    except Exception as exc:  # recorded like the load client does
+        error = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        return {"mode": "batched", "concurrency": concurrency, "wall_s": 0.0, "records": [error]}
 
 
 def load_sentence_transformers() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
@@ -217,7 +244,7 @@ LOADERS: dict[str, Callable[..., Callable[..., dict[str, Any]]]] = {
     "anomaly": load_anomaly,
 }
 #: Workers whose function answers a whole command at once (not one request at a time).
-WHOLE_COMMAND = {"llama-batched": load_llama_batched}
+WHOLE_COMMAND = {"llama-batched": load_llama_batched, "transformers-batched": load_transformers_batched}
 
 
 def serve_commands(

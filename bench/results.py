@@ -146,6 +146,11 @@ def unstable_lines(payload: dict[str, Any]) -> list[str]:
     return lines
 
 
+def ceiling_names(ceiling: dict[str, Any]) -> set[str]:
+    """Names of the payload's ceiling contenders (see ``Report.set_ceiling`` and ``ceiling_for``)."""
+    return {ceiling["contender"], *ceiling.get("of", {}).values()}
+
+
 def _ceiling_cell(result: dict[str, Any], is_ceiling: bool) -> str:
     if is_ceiling:
         return "(ceiling)"
@@ -159,7 +164,8 @@ def markdown(payload: dict[str, Any]) -> str:
     """The area's section for ``bench/README.md``: context line, table, unavailable contenders, notes.
 
     With a ``ceiling`` in the payload (:meth:`bench.runner.Report.set_ceiling`), the table has a
-    column more: each contender's ratio to the ceiling contender in that scenario. The payload's
+    column more: each contender's ratio to its ceiling contender in that scenario (the default
+    one, or its engine's own, :meth:`bench.runner.Report.ceiling_for`). The payload's
     ``tables`` (each ``{"title", "header": [str], "rows": [[str]]}``: figures that are not
     per-repetition, e.g. deterministic quality scores) follow the main table.
     """
@@ -187,7 +193,7 @@ def markdown(payload: dict[str, Any]) -> str:
                 for m in headline
             ]
             if ceiling:
-                cells.append(_ceiling_cell(result, name == ceiling["contender"]))
+                cells.append(_ceiling_cell(result, name in ceiling_names(ceiling)))
             label = payload["contenders"][name]["label"]
             lines.append(
                 f"| {scenario['name']} | {label} | " + " | ".join(cells) + f" | {result['errors']} |"

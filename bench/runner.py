@@ -343,9 +343,19 @@ class Report:
         """Also give every contender's ``metric`` as a ratio to ``contender``'s (a column ``label``).
 
         The ratio is the median of the per-repetition ratios, as for the reference,
-        in each scenario where ``contender`` ran; it goes to ``ceiling_ratio`` in the JSON.
+        in each scenario where ``contender`` ran; it goes to ``ceiling_ratio`` in the JSON, and
+        the ceiling's name to ``ceiling``. :meth:`ceiling_for` gives some contenders another one.
         """
-        self.payload["ceiling"] = {"contender": contender, "metric": metric, "label": label}
+        self.payload["ceiling"] = {"contender": contender, "metric": metric, "label": label, "of": {}}
+
+    def ceiling_for(self, contenders: list[str], ceiling: str) -> None:
+        """Give ``contenders`` the ceiling ``ceiling`` instead of :meth:`set_ceiling`'s.
+
+        For contenders whose own engine has a ceiling of its own (our transformers engine against
+        transformers' batched ``generate``): a ratio to another engine's would say nothing about
+        what is left to gain. Without a run of ``ceiling`` in a scenario they get no ratio there.
+        """
+        self.payload["ceiling"]["of"].update(dict.fromkeys(contenders, ceiling))
 
     def warm_up(self, contenders: list[Contender], params: dict[str, Any]) -> None:
         """Send each contender its first request (model load, caches); record how long it took.
@@ -434,7 +444,6 @@ class Report:
         """Summarize per-repetition metrics (aligned by repetition) and add the scenario."""
         ref_reps = per_rep.get(reference) or []
         ceiling = self.payload.get("ceiling")
-        ceiling_reps = per_rep.get(ceiling["contender"]) if ceiling else None
         out: dict[str, Any] = {}
         for name, reps in per_rep.items():
             keys = sorted({k for m in reps if m for k in m})
@@ -446,9 +455,13 @@ class Report:
             }
             if name != reference and any(ref_reps):
                 entry["ratios"] = {k: paired_ratio(_series(reps, k), _series(ref_reps, k)) for k in keys}
-            if ceiling and ceiling_reps and any(ceiling_reps) and name != ceiling["contender"]:
-                metric = ceiling["metric"]
-                entry["ceiling_ratio"] = paired_ratio(_series(reps, metric), _series(ceiling_reps, metric))
+            if ceiling and name not in results.ceiling_names(ceiling):
+                own = ceiling["of"].get(name, ceiling["contender"])
+                ceiling_reps = per_rep.get(own)
+                if ceiling_reps and any(ceiling_reps):
+                    metric = ceiling["metric"]
+                    ratio = paired_ratio(_series(reps, metric), _series(ceiling_reps, metric))
+                    entry["ceiling"], entry["ceiling_ratio"] = own, ratio
             out[name] = entry
         record = {"name": scenario, "params": params, "reference": reference, "results": out}
         self.payload["scenarios"].append(record)
