@@ -5,7 +5,9 @@
 - ``llama-batched [GGUF]``: the bare llama.cpp batched-decode loop (:mod:`bench.batched_decode`)
   on the GGUF our server serves (or the file named): the ceiling of batched generation. Its
   ``generate_batched`` command runs the requests in waves of ``concurrency`` sequences.
-- ``st``: sentence-transformers ``SentenceTransformer.encode``: the reference for embeddings.
+- ``st [RUNTIME [QUANTIZE]]``: sentence-transformers ``SentenceTransformer.encode``: the
+  reference for embeddings; its transformers model in torch (the default), or exported for
+  ``onnx`` (ONNX Runtime) or ``openvino`` as our engines export it, ``none`` or ``int8``.
 - ``ocr``: ``RapidOCR()(image)`` and ``pytesseract.image_to_data`` on the decoded OCR page.
 - ``anomaly``: scikit-learn IsolationForest (on StandardScaler-scaled rows) and pyod ECOD,
   fitted once on the fit rows, scoring the batch.
@@ -21,7 +23,7 @@ then answers one JSON command per stdin line with one JSON line in the load clie
     {"op": "anomaly", "detector": "iforest", "rows": 10000, "requests": 5, "warmup": 1}
 
 Usage: ``python -m bench.inprocess KIND [ARG]`` (``llama [GGUF]``, ``llama-batched [GGUF]``,
-``st``, ``ocr``, ``anomaly``).
+``st [RUNTIME [QUANTIZE]]``, ``ocr``, ``anomaly``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from bench.workloads import (
     anomaly_matrix,
     chat_messages,
     gguf_path,
-    minilm_dir,
     ocr_page_png,
     sentence_batch,
 )
@@ -124,11 +125,18 @@ def load_llama_batched(model_path: str | None = None) -> Callable[[dict[str, Any
     return generate_batched
 
 
-def load_sentence_transformers() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
-    """Load all-MiniLM-L6-v2 on CPU; return a one-call function (``batch`` sentences per call)."""
-    from sentence_transformers import SentenceTransformer
+def load_sentence_transformers(
+    runtime: str = "torch", quantize: str = "none"
+) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    """Load all-MiniLM-L6-v2 on CPU; return a one-call function (``batch`` sentences per call).
 
-    model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    ``runtime`` (torch, onnx, openvino) and ``quantize`` (none, int8) run its transformers model
+    as the catalog options of the same names do in our server: the export comes from (or goes
+    to) the default converted cache our server uses (see :func:`bench.encoder_runtimes.load`).
+    """
+    from bench.encoder_runtimes import load
+
+    model = load(runtime, quantize, None)
 
     def embed(i: int, command: dict[str, Any]) -> dict[str, Any]:
         batch = int(command.get("batch", 1))
