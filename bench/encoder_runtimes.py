@@ -61,27 +61,32 @@ PAIRS = [
 LABELS = ["sports", "finance", "technology", "food", "travel", "weather", "science", "customer support"]
 
 
-def load(runtime: str, quantize: str, cache_dir: Path):
-    """A SentenceTransformer whose transformers model runs on ``runtime`` (float32 or int8)."""
+def load(runtime: str, quantize: str, cache_dir: Path | None):
+    """A SentenceTransformer whose transformers model runs on ``runtime`` (float32 or int8).
+
+    Exported as our encoder engines export it (same sample texts, source and threads), so with
+    ``cache_dir`` None (the default converted cache) it reuses, or makes, the very copy our
+    server loads for a catalog entry with that ``runtime`` and ``quantize``.
+    """
     from sentence_transformers import SentenceTransformer
 
+    from engines.batching.engine import EXPORT_SAMPLE_TEXTS
+    from engines.device import cpu_threads
     from engines.encoder_runtime import RuntimeChoice, export_encoder
 
     model = SentenceTransformer(str(minilm_dir()), device="cpu")
     choice = RuntimeChoice(runtime, quantize)
     if choice.exported:
         transformer = model[0]
-        sample = transformer.tokenizer(
-            ["A short one.", "A longer sentence with padding."], padding=True, return_tensors="pt"
-        )
+        sample = transformer.tokenizer(list(EXPORT_SAMPLE_TEXTS), padding=True, return_tensors="pt")
         exported = export_encoder(
             transformer.model,
             sample,
             "last_hidden_state",
             choice=choice,
             source=str(minilm_dir()),
-            cache_dir=str(cache_dir),
-            threads=2,
+            cache_dir=str(cache_dir) if cache_dir else None,
+            threads=cpu_threads(),
         )
         del transformer.model
         transformer.model = exported

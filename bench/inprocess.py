@@ -9,7 +9,9 @@
   (:mod:`bench.hf_batched`), with the model our transformers engine loads for the catalog entry
   (default ``smollm2-135m-instruct-hf``): the ceiling of that engine. Same ``generate_batched``
   command.
-- ``st``: sentence-transformers ``SentenceTransformer.encode``: the reference for embeddings.
+- ``st [RUNTIME [QUANTIZE]]``: sentence-transformers ``SentenceTransformer.encode``: the
+  reference for embeddings; its transformers model in torch (the default), or exported for
+  ``onnx`` (ONNX Runtime) or ``openvino`` as our engines export it, ``none`` or ``int8``.
 - ``ocr``: ``RapidOCR()(image)`` and ``pytesseract.image_to_data`` on the decoded OCR page.
 - ``anomaly``: scikit-learn IsolationForest (on StandardScaler-scaled rows) and pyod ECOD,
   fitted once on the fit rows, scoring the batch.
@@ -25,7 +27,7 @@ then answers one JSON command per stdin line with one JSON line in the load clie
     {"op": "anomaly", "detector": "iforest", "rows": 10000, "requests": 5, "warmup": 1}
 
 Usage: ``python -m bench.inprocess KIND [ARG]`` (``llama [GGUF]``, ``llama-batched [GGUF]``,
-``transformers-batched [CATALOG NAME]``, ``st``, ``ocr``, ``anomaly``).
+``transformers-batched [CATALOG NAME]``, ``st [RUNTIME [QUANTIZE]]``, ``ocr``, ``anomaly``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ from bench.workloads import (
     anomaly_matrix,
     chat_messages,
     gguf_path,
-    minilm_dir,
     ocr_page_png,
     sentence_batch,
 )
@@ -151,11 +152,18 @@ def answer_waves(generator: WaveGenerator, command: dict[str, Any]) -> dict[str,
         return {"mode": "batched", "concurrency": concurrency, "wall_s": 0.0, "records": [error]}
 
 
-def load_sentence_transformers() -> Callable[[int, dict[str, Any]], dict[str, Any]]:
-    """Load all-MiniLM-L6-v2 on CPU; return a one-call function (``batch`` sentences per call)."""
-    from sentence_transformers import SentenceTransformer
+def load_sentence_transformers(
+    runtime: str = "torch", quantize: str = "none"
+) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    """Load all-MiniLM-L6-v2 on CPU; return a one-call function (``batch`` sentences per call).
 
-    model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    ``runtime`` (torch, onnx, openvino) and ``quantize`` (none, int8) run its transformers model
+    as the catalog options of the same names do in our server: the export comes from (or goes
+    to) the default converted cache our server uses (see :func:`bench.encoder_runtimes.load`).
+    """
+    from bench.encoder_runtimes import load
+
+    model = load(runtime, quantize, None)
 
     def embed(i: int, command: dict[str, Any]) -> dict[str, Any]:
         batch = int(command.get("batch", 1))

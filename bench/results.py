@@ -151,13 +151,18 @@ def ceiling_names(ceiling: dict[str, Any]) -> set[str]:
     return {ceiling["contender"], *ceiling.get("of", {}).values()}
 
 
-def _ceiling_cell(result: dict[str, Any], is_ceiling: bool) -> str:
-    if is_ceiling:
-        return "(ceiling)"
-    ratio = result.get("ceiling_ratio")
-    if not ratio or ratio.get("median") is None or math.isnan(ratio["median"]):
+def _times_cell(summary: dict[str, float] | None) -> str:
+    if not summary or summary.get("median") is None or math.isnan(summary["median"]):
         return "-"
-    return f"{TIMES}{ratio['median']:.2f}"
+    return f"{TIMES}{summary['median']:.2f}"
+
+
+def _ceiling_cell(result: dict[str, Any], is_ceiling: bool) -> str:
+    return "(ceiling)" if is_ceiling else _times_cell(result.get("ceiling_ratio"))
+
+
+def _metric_label(payload: dict[str, Any], key: str) -> str:
+    return next((m["label"] for m in payload["headline"] if m["key"] == key), key)
 
 
 def markdown(payload: dict[str, Any]) -> str:
@@ -165,13 +170,17 @@ def markdown(payload: dict[str, Any]) -> str:
 
     With a ``ceiling`` in the payload (:meth:`bench.runner.Report.set_ceiling`), the table has a
     column more: each contender's ratio to its ceiling contender in that scenario (the default
-    one, or its engine's own, :meth:`bench.runner.Report.ceiling_for`). The payload's
+    one, or its engine's own, :meth:`bench.runner.Report.ceiling_for`); and one more per
+    ``anchors`` entry (:meth:`bench.runner.Report.add_anchor`): the ratio to one figure of the
+    run, named in a line under the table. The payload's
     ``tables`` (each ``{"title", "header": [str], "rows": [[str]]}``: figures that are not
     per-repetition, e.g. deterministic quality scores) follow the main table.
     """
     headline = payload["headline"]
     ceiling = payload.get("ceiling")
+    anchors = payload.get("anchors", [])
     extra = [f"{ceiling['label']}"] if ceiling else []
+    extra += [anchor["label"] for anchor in anchors]
     lines = [
         f"### {payload['title']}",
         "",
@@ -194,10 +203,19 @@ def markdown(payload: dict[str, Any]) -> str:
             ]
             if ceiling:
                 cells.append(_ceiling_cell(result, name in ceiling_names(ceiling)))
+            cells += [_times_cell(result.get("anchor_ratios", {}).get(a["label"])) for a in anchors]
             label = payload["contenders"][name]["label"]
             lines.append(
                 f"| {scenario['name']} | {label} | " + " | ".join(cells) + f" | {result['errors']} |"
             )
+    for anchor in anchors:
+        contender = payload["contenders"][anchor["contender"]]["label"]
+        lines += [
+            "",
+            f"{anchor['label']}: each repetition's {_metric_label(payload, anchor['metric'])} over "
+            f"the median of {contender} at {anchor['scenario']} ({fmt(anchor['value'])}), median "
+            "over repetitions (scenarios are not interleaved, so not paired by repetition).",
+        ]
     for table in payload.get("tables", []):
         lines += ["", f"{table['title']}:", "", "| " + " | ".join(table["header"]) + " |"]
         lines.append("|" + "---|" * len(table["header"]))

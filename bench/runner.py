@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from bench import environment, results
 from bench.peers import BENCH_DIR, PeerEnv, PeerUnavailableError, ensure
 from bench.procs import REPO_ROOT, base_env
 from bench.servers import Server, start_worker
-from bench.stats import paired_ratio, percentile, summarize
+from bench.stats import paired_ratio, percentile, ratio, summarize
 
 MODES = ("full", "quick", "tiny")
 DEFAULT_RESULTS = BENCH_DIR / "results"
@@ -356,6 +357,31 @@ class Report:
         what is left to gain. Without a run of ``ceiling`` in a scenario they get no ratio there.
         """
         self.payload["ceiling"]["of"].update(dict.fromkeys(contenders, ceiling))
+
+    def add_anchor(self, label: str, scenario: str, contender: str, metric: str) -> None:
+        """Add a column ``label``: each row's ``metric`` over ``contender``'s median in ``scenario``.
+
+        For a goal stated against one figure of the run (e.g. the best in-process batch-32
+        throughput) whatever the row's own scenario. Scenarios run one after another, not
+        interleaved, so repetitions are not paired across them: each repetition's value is
+        divided by that one median, and the column shows the median of those ratios. Call it
+        after the scenarios are recorded; the summaries go to ``anchor_ratios[label]`` in the JSON.
+
+        Raises:
+            KeyError: ``scenario`` was not recorded or ``contender`` has no ``metric`` in it.
+
+        """
+        record = next(s for s in self.payload["scenarios"] if s["name"] == scenario)
+        value = record["results"][contender]["metrics"][metric]["median"]
+        self.payload.setdefault("anchors", []).append(
+            {"label": label, "scenario": scenario, "contender": contender, "metric": metric, "value": value}
+        )
+        for each in self.payload["scenarios"]:
+            for result in each["results"].values():
+                ratios = [
+                    ratio(m[metric], value) if m and metric in m else math.nan for m in result["per_rep"]
+                ]
+                result.setdefault("anchor_ratios", {})[label] = summarize(ratios)
 
     def warm_up(self, contenders: list[Contender], params: dict[str, Any]) -> None:
         """Send each contender its first request (model load, caches); record how long it took.

@@ -111,6 +111,35 @@ def start_ours(
     raise AssertionError("unreachable")
 
 
+def catalog_with_options(path: Path, model: str, options: dict[str, str]) -> Path:
+    """Write to ``path`` the catalog our server reads, with ``options`` set on ``model``'s entry.
+
+    The catalog is ``UR_CATALOG_PATH``'s file when set, else the embedded default; the copy is
+    what a server started with ``UR_CATALOG_PATH=path`` serves (e.g. the embedding model on
+    another ``runtime``), every other entry as it was. Returns ``path``.
+
+    Raises:
+        KeyError: the catalog has no ``model``.
+
+    """
+    from importlib import resources
+
+    import yaml
+
+    source = os.environ.get("UR_CATALOG_PATH")
+    text = (
+        Path(source).read_text()
+        if source
+        else resources.files("service").joinpath("default_catalog.yaml").read_text(encoding="utf-8")
+    )
+    catalog = yaml.safe_load(text)
+    entry = catalog["models"][model]
+    entry["options"] = {**(entry.get("options") or {}), **options}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(catalog, sort_keys=False))
+    return path
+
+
 def start_gateway(
     log_dir: Path, grpc_target: str, name: str = "gateway", env: dict[str, str] | None = None
 ) -> Server:

@@ -264,6 +264,51 @@ def test_generation_measures_each_engines_ceiling_in_cold_scenarios(tiny_runs, n
     assert readme.count("| (ceiling) |") == len(GENERATION_CEILINGS)
 
 
+def test_embeddings_measures_the_runtimes_in_process_and_in_our_server(tiny_runs):
+    from engines.encoder_runtime import RuntimeChoice
+    from engines.errors import FailedPreconditionError
+
+    out, runs = tiny_runs
+    assert runs["embeddings"][0] == 0, runs["embeddings"][1][-3000:]
+    payload = json.loads((out / "embeddings" / "embeddings.json").read_text())
+    contenders = payload["contenders"]
+
+    def installed(runtime: str, quantize: str = "none") -> bool:
+        try:
+            RuntimeChoice(runtime, quantize).check_installed()
+        except FailedPreconditionError:
+            return False
+        return True
+
+    references = {"st-onnx": ("onnx", "none"), "st-openvino": ("openvino", "none")}
+    references |= {"st-onnx-int8": ("onnx", "int8"), "st-openvino-int8": ("openvino", "int8")}
+    servers = {"ours-grpc-onnx": ("onnx", "none"), "ours-grpc-openvino": ("openvino", "none")}
+    for name, choice in (references | servers).items():
+        assert contenders[name]["role"] == ("reference" if name in references else "ours")
+        if installed(*choice):
+            assert contenders[name]["reason"] is None, contenders[name]
+    *others, largest = payload["scenarios"]
+    for scenario in payload["scenarios"]:
+        assert scenario["reference"] == "st-inprocess"
+        measured = [n for n in references if contenders[n]["reason"] is None]
+        assert all(scenario["results"][n]["metrics"]["sentences_s"]["median"] > 0 for n in measured)
+    runtime_servers = [n for n in servers if contenders[n]["reason"] is None]
+    assert all(largest["results"][n]["metrics"]["sentences_s"]["median"] > 0 for n in runtime_servers)
+    assert not any(n in s["results"] for s in others for n in servers)  # only where the goals are stated
+    best, torch = payload["anchors"]
+    assert best["label"] == f"{results.TIMES} best in-process" and best["scenario"] == largest["name"]
+    assert best["contender"] in ["st-inprocess", *references] and torch["contender"] == "st-inprocess"
+    assert best["value"] == largest["results"][best["contender"]]["metrics"]["sentences_s"]["median"]
+    for name in ["st-inprocess", *references]:
+        if name in largest["results"]:
+            assert largest["results"][name]["metrics"]["sentences_s"]["median"] <= best["value"]
+    for result in largest["results"].values():
+        assert result["anchor_ratios"][best["label"]]["median"] > 0
+    readme = (out / "embeddings" / "README.md").read_text()
+    assert f"| {results.TIMES} best in-process | {results.TIMES} torch 4/call |" in readme
+    assert "| 4/call x 2 clients | ours gRPC Embed (openvino) |" in readme
+
+
 def test_gguf_quality_compares_the_requantized_types(tmp_path):
     """The GGUF quality area in tiny mode: copies requantized into a tmp cache, quality and ceiling."""
     out = tmp_path / "out"
