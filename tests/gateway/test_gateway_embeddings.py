@@ -79,10 +79,16 @@ async def test_extensions_translated(
     assert request.keep_alive == "1h"
 
 
-async def test_token_array_input_rejected(client: httpx.AsyncClient, fake: FakeServer) -> None:
+async def test_token_ids_without_the_encoding_file_are_refused_before_any_call(
+    client: httpx.AsyncClient, fake: FakeServer, monkeypatch, tmp_path
+) -> None:
+    # An empty tiktoken cache: the cl100k_base file the ids need is not on the machine (the real
+    # decoding is tested in tests/clients/test_http_shapes.py, with LiteLLM's copy of the file).
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     response = await client.post(URL, json={"model": "m", "input": [[1, 2, 3]]})
     assert response.status_code == 400
-    assert response.json()["error"]["type"] == "invalid_request_error"
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "token_ids_not_supported"
     assert fake.inference.received == []
 
 
