@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
+from engines.documents.types import DocumentAnswer, DocumentField, DocumentLabel, StructuredPage
 from engines.encoder_types import (
     ClassificationRequest,
     ClassificationResult,
@@ -34,6 +35,8 @@ from engines.types import (
 )
 
 if TYPE_CHECKING:
+    from PIL.Image import Image
+
     from engines.ocr.documents import Document, PdfFile
 
 
@@ -116,8 +119,63 @@ class OcrReader(Protocol):
         """Read one page (1-based) of an open document."""
         ...
 
+    async def read_page_and_image(
+        self, document: Document | PdfFile, page_number: int, options: OcrOptions
+    ) -> tuple[OcrPage, Image]:
+        """Read one page (1-based) like :meth:`read_page`, and also return its RGB image.
+
+        For a PDF page read from its text layer, the image is the page rendered at
+        ``options.pdf_dpi``.
+        """
+        ...
+
     def close_document(self, document: Document | PdfFile) -> None:
         """Queue the document's release on the engine's thread (safe after a cancelled call)."""
+        ...
+
+
+@runtime_checkable
+class LayoutAnalyzer(Protocol):
+    """A page image and its OCR → a structured page (regions, reading order, tables, Markdown)."""
+
+    async def analyze_page(self, image: Image, page: OcrPage) -> StructuredPage:
+        """Detect the layout of ``image`` and structure ``page``'s lines into it (one lane job).
+
+        ``page`` is the OCR of ``image`` (same pixel coordinates).
+        """
+        ...
+
+
+@runtime_checkable
+class DocumentQuestionAnswerer(Protocol):
+    """A page and a question → an answer with its source (DocVQA models: LayoutLMv3, Donut)."""
+
+    async def answer_question(self, image: Image, page: OcrPage, question: str) -> DocumentAnswer:
+        """The answer found on the page, with a citation box where the model gives one.
+
+        Raises:
+            InvalidArgumentError: an empty question; InputTooLongError: a question over the
+                model's limit.
+
+        """
+        ...
+
+
+@runtime_checkable
+class DocumentFieldExtractor(Protocol):
+    """A page → typed fields (token classification such as FUNSD/CORD labels, or Donut parsing)."""
+
+    async def extract_fields(self, image: Image, page: OcrPage) -> list[DocumentField]:
+        """Fields found on the page, in reading order, each with its source box."""
+        ...
+
+
+@runtime_checkable
+class DocumentClassifier(Protocol):
+    """A page → document classes with scores (RVL-CDIP-style models)."""
+
+    async def classify_document(self, image: Image, page: OcrPage) -> list[DocumentLabel]:
+        """Every label of the model with its score, best first; scores sum to 1."""
         ...
 
 
@@ -154,7 +212,18 @@ class Tokenizer(Protocol):
 
 
 Capability = TypeVar(
-    "Capability", Embedder, Reranker, Classifier, EntityExtractor, TextGenerator, OcrReader, Tokenizer
+    "Capability",
+    Embedder,
+    Reranker,
+    Classifier,
+    EntityExtractor,
+    TextGenerator,
+    OcrReader,
+    LayoutAnalyzer,
+    DocumentQuestionAnswerer,
+    DocumentFieldExtractor,
+    DocumentClassifier,
+    Tokenizer,
 )
 
 #: The catalog task each capability serves: a model must list it to be acquired as that capability.
@@ -165,6 +234,10 @@ CAPABILITY_TASKS: dict[type, Task] = {
     EntityExtractor: Task.EXTRACT_ENTITIES,
     TextGenerator: Task.GENERATE,
     OcrReader: Task.OCR,
+    LayoutAnalyzer: Task.LAYOUT,
+    DocumentQuestionAnswerer: Task.DOCUMENT_QA,
+    DocumentFieldExtractor: Task.EXTRACT_FIELDS,
+    DocumentClassifier: Task.CLASSIFY_DOCUMENT,
 }
 
 #: Capabilities a model offers whenever its engine has them, whatever tasks its catalog entry lists,

@@ -17,6 +17,10 @@ class Task(enum.StrEnum):
     EXTRACT_ENTITIES = "extract_entities"
     RERANK = "rerank"
     OCR = "ocr"
+    LAYOUT = "layout"
+    DOCUMENT_QA = "document_qa"
+    EXTRACT_FIELDS = "extract_fields"
+    CLASSIFY_DOCUMENT = "classify_document"
 
 
 class FinishReason(enum.StrEnum):

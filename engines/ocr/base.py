@@ -91,38 +91,70 @@ class OcrEngine(Engine):
 
         """
         if not isinstance(document, PdfFile):
-            return await self.executor.run(self._read_image_page, document, page_number, options)
-        if options.use_pdf_text_layer:
-            layer = await self.pdf_worker.text_layer(
-                document.data, document.limits, page_number, options.pdf_dpi
-            )
-            if layer is not None:
-                return OcrPage(
-                    page_number=page_number,
-                    page_count=document.page_count,
-                    text=layer.text,
-                    lines=layer.lines,
-                    width=layer.width,
-                    height=layer.height,
-                    engine="pdf_text_layer",
-                    confidence=1.0,
-                )
+            page, _ = await self.executor.run(self._read_image_page, document, page_number, options)
+            return page
+        page = await self._text_layer_page(document, page_number, options)
+        if page is not None:
+            return page
         image = await self.pdf_worker.render(document.data, document.limits, page_number, options.pdf_dpi)
         return await self.executor.run(self._recognize_page, image, page_number, document.page_count, options)
+
+    async def read_page_and_image(
+        self, document: Document | PdfFile, page_number: int, options: OcrOptions
+    ) -> tuple[OcrPage, Image.Image]:
+        """Read a page like :meth:`read_page` and also return its RGB image (for layout analysis).
+
+        A PDF page read from its text layer is still rendered (at ``options.pdf_dpi``, the
+        resolution of the text layer's boxes), in the PDF worker's child.
+
+        Raises:
+            The errors of :meth:`read_page`.
+
+        """
+        if not isinstance(document, PdfFile):
+            return await self.executor.run(self._read_image_page, document, page_number, options)
+        layer_page = await self._text_layer_page(document, page_number, options)
+        image = await self.pdf_worker.render(document.data, document.limits, page_number, options.pdf_dpi)
+        if layer_page is not None:
+            return layer_page, image
+        page = await self.executor.run(self._recognize_page, image, page_number, document.page_count, options)
+        return page, image
+
+    async def _text_layer_page(
+        self, document: PdfFile, page_number: int, options: OcrOptions
+    ) -> OcrPage | None:
+        """The page from the PDF's own text layer when the options ask for it and it has one."""
+        if not options.use_pdf_text_layer:
+            return None
+        layer = await self.pdf_worker.text_layer(document.data, document.limits, page_number, options.pdf_dpi)
+        if layer is None:
+            return None
+        return OcrPage(
+            page_number=page_number,
+            page_count=document.page_count,
+            text=layer.text,
+            lines=layer.lines,
+            width=layer.width,
+            height=layer.height,
+            engine="pdf_text_layer",
+            confidence=1.0,
+        )
 
     def close_document(self, document: Document | PdfFile) -> None:
         """Queue ``document.close`` on the executor, not awaited, so it also runs after a cancel."""
         self.executor.submit_detached(document.close)
 
-    def _read_image_page(self, document: Document, page_number: int, options: OcrOptions) -> OcrPage:
-        """Decode page ``page_number`` of an image file and recognize it (blocking).
+    def _read_image_page(
+        self, document: Document, page_number: int, options: OcrOptions
+    ) -> tuple[OcrPage, Image.Image]:
+        """Decode page ``page_number`` of an image file and recognize it (blocking); also the image.
 
         Raises:
             InvalidArgumentError, ResourceExhaustedError: see ``Document.render``.
 
         """
         image = document.render(page_number, options.pdf_dpi)
-        return self._recognize_page(image, page_number, document.page_count, options)
+        return self._recognize_page(image, page_number, document.page_count, options), image
 
     def _recognize_page(
         self, image: Image.Image, page_number: int, page_count: int, options: OcrOptions

@@ -1,0 +1,1 @@
+"""Document understanding: layout, structured pages, and document question answering / fields."""
