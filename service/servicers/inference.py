@@ -9,6 +9,7 @@ import grpc
 from google.protobuf.message import Message
 from universal_runtime.v1 import (
     anomaly_pb2,
+    documents_pb2,
     encoders_pb2,
     generation_pb2,
     inference_service_pb2_grpc,
@@ -16,12 +17,14 @@ from universal_runtime.v1 import (
     tokenization_pb2,
 )
 
-from service.convert import anomaly, encoders, generation, ocr, tokenization
+from service.convert import anomaly, documents, encoders, generation, ocr, tokenization
 from service.convert.embedding import embed_response, embedding_request
 from service.request_context import note_model, request_id_var
 from service.settings import Settings
 from service.tasks.anomaly import AnomalyStream, AnomalyTask
 from service.tasks.classifiers import ClassifierTask
+from service.tasks.document_questions import DocumentQuestionTask
+from service.tasks.documents import DocumentTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
@@ -44,8 +47,8 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
 
     Args:
         settings: request limits the converters enforce (inputs, tokens, choices, rows, bytes).
-        generation, encoders, classifiers, ocr, anomaly, tokenization: the tasks (see
-            :mod:`service.tasks`).
+        generation, encoders, classifiers, ocr, documents, document_questions, anomaly,
+            tokenization: the tasks (see :mod:`service.tasks`).
 
     """
 
@@ -57,6 +60,8 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         encoders: EncoderTask,
         classifiers: ClassifierTask,
         ocr: OcrTask,
+        documents: DocumentTask,
+        document_questions: DocumentQuestionTask,
         anomaly: AnomalyTask,
         tokenization: TokenizationTask,
     ) -> None:
@@ -65,6 +70,8 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self._encoders = encoders
         self._classifiers = classifiers
         self._ocr = ocr
+        self._documents = documents
+        self._document_questions = document_questions
         self._anomaly = anomaly
         self._tokenization = tokenization
 
@@ -207,6 +214,44 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         note_model(job.model)
         async for page in self._ocr.read(job, data):
             yield ocr.ocr_response(page, job.options.return_boxes)
+
+    # -- documents --------------------------------------------------------------------------
+
+    async def AnalyzeDocument(
+        self, request_iterator: AsyncIterator[documents_pb2.AnalyzeDocumentRequest], context: Context
+    ) -> AsyncIterator[documents_pb2.AnalyzeDocumentResponse]:
+        """Structure each page (blocks in reading order, tables, Markdown); one response per page."""
+        (job, return_lines), data = await ocr.read_upload(
+            request_iterator, self._settings, documents.analyze_job
+        )
+        note_model(job.layout_model)
+        async for page in self._documents.analyze(job, data):
+            yield documents.analyze_response(page, return_lines)
+
+    async def AskDocument(
+        self, request_iterator: AsyncIterator[documents_pb2.AskDocumentRequest], context: Context
+    ) -> documents_pb2.AskDocumentResponse:
+        """Answer a question about the document, with citations."""
+        job, data = await ocr.read_upload(request_iterator, self._settings, documents.ask_job)
+        note_model(job.model)
+        return documents.ask_response(job.model, await self._document_questions.ask(job, data))
+
+    async def ExtractDocument(
+        self, request_iterator: AsyncIterator[documents_pb2.ExtractDocumentRequest], context: Context
+    ) -> documents_pb2.ExtractDocumentResponse:
+        """Extract typed fields (a JSON Schema in, an object out), each with its source box."""
+        job, data = await ocr.read_upload(request_iterator, self._settings, documents.extract_job)
+        note_model(job.model)
+        value, fields = await self._document_questions.extract(job, data)
+        return documents.extract_response(job.model, value, fields)
+
+    async def ClassifyDocument(
+        self, request_iterator: AsyncIterator[documents_pb2.ClassifyDocumentRequest], context: Context
+    ) -> documents_pb2.ClassifyDocumentResponse:
+        """Classify the document (zero-shot over candidate labels, or a document model)."""
+        job, data = await ocr.read_upload(request_iterator, self._settings, documents.classify_job)
+        note_model(job.model)
+        return documents.classify_response(job.model, await self._document_questions.classify(job, data))
 
     # -- anomaly detection ------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
 from universal_runtime.v1 import anomaly_pb2 as _anomaly_pb2
+from universal_runtime.v1 import documents_pb2 as _documents_pb2
 from universal_runtime.v1 import encoders_pb2 as _encoders_pb2
 from universal_runtime.v1 import generation_pb2 as _generation_pb2
 from universal_runtime.v1 import ocr_pb2 as _ocr_pb2

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from universal_runtime.v1 import anomaly_pb2 as universal__runtime_dot_v1_dot_anomaly__pb2
+from universal_runtime.v1 import documents_pb2 as universal__runtime_dot_v1_dot_documents__pb2
 from universal_runtime.v1 import encoders_pb2 as universal__runtime_dot_v1_dot_encoders__pb2
 from universal_runtime.v1 import generation_pb2 as universal__runtime_dot_v1_dot_generation__pb2
 from universal_runtime.v1 import ocr_pb2 as universal__runtime_dot_v1_dot_ocr__pb2
@@ -124,6 +125,26 @@ class InferenceServiceStub:
                 '/universal_runtime.v1.InferenceService/Detokenize',
                 request_serializer=universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeRequest.SerializeToString,
                 response_deserializer=universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeResponse.FromString,
+                _registered_method=True)
+        self.AnalyzeDocument = channel.stream_stream(
+                '/universal_runtime.v1.InferenceService/AnalyzeDocument',
+                request_serializer=universal__runtime_dot_v1_dot_documents__pb2.AnalyzeDocumentRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_documents__pb2.AnalyzeDocumentResponse.FromString,
+                _registered_method=True)
+        self.AskDocument = channel.stream_unary(
+                '/universal_runtime.v1.InferenceService/AskDocument',
+                request_serializer=universal__runtime_dot_v1_dot_documents__pb2.AskDocumentRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_documents__pb2.AskDocumentResponse.FromString,
+                _registered_method=True)
+        self.ExtractDocument = channel.stream_unary(
+                '/universal_runtime.v1.InferenceService/ExtractDocument',
+                request_serializer=universal__runtime_dot_v1_dot_documents__pb2.ExtractDocumentRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_documents__pb2.ExtractDocumentResponse.FromString,
+                _registered_method=True)
+        self.ClassifyDocument = channel.stream_unary(
+                '/universal_runtime.v1.InferenceService/ClassifyDocument',
+                request_serializer=universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentResponse.FromString,
                 _registered_method=True)
 
 
@@ -253,6 +274,38 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AnalyzeDocument(self, request_iterator, context):
+        """Analyzes the layout of an image or PDF sent in chunks: each page's blocks in reading order
+        (titles, paragraphs, tables with cells, captions, headers, footers) and its Markdown; answers
+        one message per page, in order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AskDocument(self, request_iterator, context):
+        """Answers a question about a document, with citations (page and box) of where the answer is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExtractDocument(self, request_iterator, context):
+        """Extracts typed fields from a document (a JSON Schema in, a JSON object out), each with its
+        source box.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClassifyDocument(self, request_iterator, context):
+        """Classifies a document (zero-shot over candidate labels, or with a document-classification
+        model).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -340,6 +393,26 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.Detokenize,
                     request_deserializer=universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeRequest.FromString,
                     response_serializer=universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeResponse.SerializeToString,
+            ),
+            'AnalyzeDocument': grpc.stream_stream_rpc_method_handler(
+                    servicer.AnalyzeDocument,
+                    request_deserializer=universal__runtime_dot_v1_dot_documents__pb2.AnalyzeDocumentRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_documents__pb2.AnalyzeDocumentResponse.SerializeToString,
+            ),
+            'AskDocument': grpc.stream_unary_rpc_method_handler(
+                    servicer.AskDocument,
+                    request_deserializer=universal__runtime_dot_v1_dot_documents__pb2.AskDocumentRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_documents__pb2.AskDocumentResponse.SerializeToString,
+            ),
+            'ExtractDocument': grpc.stream_unary_rpc_method_handler(
+                    servicer.ExtractDocument,
+                    request_deserializer=universal__runtime_dot_v1_dot_documents__pb2.ExtractDocumentRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_documents__pb2.ExtractDocumentResponse.SerializeToString,
+            ),
+            'ClassifyDocument': grpc.stream_unary_rpc_method_handler(
+                    servicer.ClassifyDocument,
+                    request_deserializer=universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -803,6 +876,114 @@ class InferenceService:
             '/universal_runtime.v1.InferenceService/Detokenize',
             universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeRequest.SerializeToString,
             universal__runtime_dot_v1_dot_tokenization__pb2.DetokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnalyzeDocument(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/universal_runtime.v1.InferenceService/AnalyzeDocument',
+            universal__runtime_dot_v1_dot_documents__pb2.AnalyzeDocumentRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_documents__pb2.AnalyzeDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AskDocument(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/universal_runtime.v1.InferenceService/AskDocument',
+            universal__runtime_dot_v1_dot_documents__pb2.AskDocumentRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_documents__pb2.AskDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExtractDocument(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/universal_runtime.v1.InferenceService/ExtractDocument',
+            universal__runtime_dot_v1_dot_documents__pb2.ExtractDocumentRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_documents__pb2.ExtractDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClassifyDocument(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/universal_runtime.v1.InferenceService/ClassifyDocument',
+            universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,

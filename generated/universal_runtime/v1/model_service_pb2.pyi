@@ -16,6 +16,10 @@ class Task(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_EXTRACT_ENTITIES: _ClassVar[Task]
     TASK_RERANK: _ClassVar[Task]
     TASK_OCR: _ClassVar[Task]
+    TASK_LAYOUT: _ClassVar[Task]
+    TASK_DOCUMENT_QA: _ClassVar[Task]
+    TASK_EXTRACT_FIELDS: _ClassVar[Task]
+    TASK_CLASSIFY_DOCUMENT: _ClassVar[Task]
 
 class ModelStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -32,6 +36,10 @@ TASK_CLASSIFY: Task
 TASK_EXTRACT_ENTITIES: Task
 TASK_RERANK: Task
 TASK_OCR: Task
+TASK_LAYOUT: Task
+TASK_DOCUMENT_QA: Task
+TASK_EXTRACT_FIELDS: Task
+TASK_CLASSIFY_DOCUMENT: Task
 MODEL_STATUS_UNSPECIFIED: ModelStatus
 MODEL_STATUS_NOT_LOADED: ModelStatus
 MODEL_STATUS_LOADING: ModelStatus
