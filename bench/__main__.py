@@ -12,6 +12,7 @@ import traceback
 from bench import (
     admission,
     anomaly,
+    documents,
     embeddings,
     generation,
     gguf_quality,
@@ -31,6 +32,7 @@ AREAS = {
     "gguf_quality": gguf_quality,
     "memory": memory,
     "ocr": ocr,
+    "documents": documents,
     "anomaly": anomaly,
     "admission": admission,
     "isolation": isolation,

@@ -43,6 +43,7 @@ MODES = (
     "grpc-list-models",
     "http-get",
     "grpc-ocr",
+    "grpc-analyze",
     "grpc-anomaly",
     "grpc-echo",
 )
@@ -70,6 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--form", choices=ANOMALY_FORMS, default="rows", help="anomaly request form")
     parser.add_argument("--rows", type=int, default=10_000, help="rows per anomaly request")
     parser.add_argument(
+        "--page",
+        choices=("text", "document"),
+        default="text",
+        help="grpc-ocr: the 8-line text page, or the report page of grpc-analyze (with word boxes)",
+    )
+    parser.add_argument(
         "--salt",
         default=None,
         help="generation: make every prompt new (cold) with a code derived from this salt",
@@ -87,6 +94,7 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from universal_runtime.v1 import (
         anomaly_pb2,
+        documents_pb2,
         encoders_pb2,
         generation_pb2,
         inference_service_pb2_grpc,
@@ -144,13 +152,28 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
         return {"latency_s": time.perf_counter() - start}
 
     async def ocr(i: int) -> Record:
-        options = ocr_pb2.OcrOptions(model=args.model, mime_type="image/png")
+        # The document page is read with word boxes, as AnalyzeDocument reads it.
+        options = ocr_pb2.OcrOptions(
+            model=args.model, mime_type="image/png", return_boxes=args.page == "document"
+        )
         start = time.perf_counter()
         stream = inference.Ocr(
             iter([ocr_pb2.OcrRequest(options=options, chunk=page)]), timeout=args.timeout_s
         )
         pages = [p async for p in stream]
         assert pages and pages[0].text, "no text read"
+        return {"latency_s": time.perf_counter() - start, "items": len(pages)}
+
+    async def analyze(i: int) -> Record:
+        options = documents_pb2.AnalyzeDocumentOptions(
+            document=documents_pb2.DocumentReadOptions(ocr_model=args.model, mime_type="image/png")
+        )
+        start = time.perf_counter()
+        stream = inference.AnalyzeDocument(
+            iter([documents_pb2.AnalyzeDocumentRequest(options=options, chunk=page)]), timeout=args.timeout_s
+        )
+        pages = [p async for p in stream]
+        assert pages and pages[0].markdown, "no markdown"
         return {"latency_s": time.perf_counter() - start, "items": len(pages)}
 
     async def anomaly(i: int) -> Record:
@@ -164,10 +187,14 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
         await echo_call(echo_bytes, timeout=args.timeout_s)
         return {"latency_s": time.perf_counter() - start, "items": args.rows}
 
-    if args.mode == "grpc-ocr":
+    if args.mode == "grpc-ocr" and args.page == "text":
         from bench.workloads import ocr_page_png
 
         page = ocr_page_png()
+    elif args.mode in ("grpc-ocr", "grpc-analyze"):
+        from bench.workloads import document_page_png
+
+        page = document_page_png()
     if args.mode in ("grpc-anomaly", "grpc-echo"):
         # Built once, before timing: the figure is the RPC (serialize, send, score, parse).
         matrix = anomaly_matrix(args.rows, ANOMALY_SCORE_SEED)
@@ -195,6 +222,7 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
         "grpc-health": health,
         "grpc-list-models": list_models,
         "grpc-ocr": ocr,
+        "grpc-analyze": analyze,
         "grpc-anomaly": anomaly,
         "grpc-echo": echo,
     }

