@@ -22,6 +22,7 @@ _BUILTIN_MODULES = (
     "engines.embedding.sentence_transformers_engine",
     "engines.ocr.rapidocr_engine",
     "engines.ocr.tesseract_engine",
+    "engines.documents.rapid_layout_engine",
     "engines.rerank.cross_encoder_engine",
     "engines.classification.transformers_engine",
     "engines.classification.embedding_head_engine",

