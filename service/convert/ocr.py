@@ -73,7 +73,7 @@ def ocr_job(
         last_page=options.last_page,
         options=OcrOptions(
             languages=languages,
-            return_boxes=options.return_boxes,
+            return_boxes=getattr(options, "return_boxes", False),
             use_pdf_text_layer=options.use_pdf_text_layer,
             pdf_dpi=options.pdf_dpi or settings.ocr_pdf_dpi,
         ),
