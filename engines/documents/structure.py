@@ -281,7 +281,11 @@ def build_table(lines: Sequence[OcrLine]) -> Table:
     bounds.append(float("inf"))
 
     def column_range(box: Box) -> tuple[int, int]:
-        """First column and span of a piece: the columns its box overlaps by >= 1/4 of its width."""
+        """First column and span of a piece.
+
+        The columns it overlaps by at least a quarter of the narrower of the piece and the
+        column's text; the column holding its centre when there is none.
+        """
         left, right = box.x, box.x + box.width
         hit = [
             c
