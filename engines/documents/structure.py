@@ -16,8 +16,9 @@ model). :func:`structure_page` does, in order:
    into paragraphs by vertical gap (:func:`group_paragraphs`) and become ``TEXT`` blocks with
    confidence 1.0.
 4. **Reading order**: page headers first, page footers last, the rest by recursive XY-cut
-   (:func:`engines.ocr.layout.reading_order`) over the block boxes, so a two-column page reads
-   column by column under a full-width title. Lines inside a block are in XY-cut order too.
+   (:func:`engines.ocr.layout.reading_order`) over the block boxes (see :func:`order_blocks`),
+   so a two-column page reads column by column under a full-width title. Lines inside a block
+   are in XY-cut order too.
 5. **Tables** (:func:`build_table`): rows by vertical overlap, columns by the x-gaps that no
    cell text crosses (see there).
 6. **Markdown** (:func:`engines.documents.markdown.render_markdown`).
@@ -280,7 +281,11 @@ def build_table(lines: Sequence[OcrLine]) -> Table:
     bounds.append(float("inf"))
 
     def column_range(box: Box) -> tuple[int, int]:
-        """First column and span of a piece: the columns its box overlaps by >= 1/4 of its width."""
+        """First column and span of a piece.
+
+        The columns it overlaps by at least a quarter of the narrower of the piece and the
+        column's text; the column holding its centre when there is none.
+        """
         left, right = box.x, box.x + box.width
         hit = [
             c
@@ -335,10 +340,22 @@ def _block(kind: RegionType, box: Box | None, confidence: float, lines: Sequence
 
 
 def order_blocks(blocks: Sequence[Block]) -> list[Block]:
-    """Headers first, footers last, everything else by XY-cut over the block boxes."""
+    """Headers first, footers last, everything else by XY-cut over the blocks' boxes.
+
+    Each block is cut on its full box across (the layout box spans its column even where the
+    lines are short, so a centred title overlaps both columns and no false gutter opens) and
+    on its lines' extent down (layout boxes may nest: a title box inside a loose text box is
+    still read before the text under it).
+    """
+
+    def key(block: Block) -> Box:
+        if not block.lines:
+            return block.box
+        lines = Box.union([line.box for line in block.lines])
+        return Box(block.box.x, lines.y, block.box.width, lines.height)
 
     def xy(items: list[Block]) -> list[Block]:
-        return [items[i] for i in reading_order([b.box for b in items])]
+        return [items[i] for i in reading_order([key(b) for b in items])]
 
     headers = [b for b in blocks if b.type is RegionType.PAGE_HEADER]
     footers = [b for b in blocks if b.type is RegionType.PAGE_FOOTER]
