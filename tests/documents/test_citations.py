@@ -25,7 +25,7 @@ PAGE = [
 
 
 def test_normalize_folds_case_width_currency_and_thousands_separators():
-    assert normalize("  \uff34\uff2f\uff34\uff21\uff2c\t Due ")  # full-width TOTAL == "total due"
+    assert normalize("  \uff34\uff2f\uff34\uff21\uff2c\t Due ") == "total due"  # full-width TOTAL
     assert normalize("$1,234.56") == "1234.56"
     assert normalize("€ 1'234'567") == "1234567"
     assert normalize("12,5") == "12,5"  # a decimal comma stays
