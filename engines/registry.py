@@ -28,6 +28,8 @@ _BUILTIN_MODULES = (
     "engines.classification.embedding_head_engine",
     "engines.ner.spacy_engine",
     "engines.ner.transformers_engine",
+    "engines.documents.layoutlmv3_engine",
+    "engines.documents.donut_engine",
 )
 _builtins_loaded = False
 
