@@ -13,15 +13,18 @@ Errors, for every route:
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
+from gateway.responses import JsonResponse
 from gateway.schemas.documents import (
+    DocumentAnalysis,
     DocumentAnalyzeRequest,
+    DocumentAnswer,
     DocumentAskRequest,
+    DocumentClassification,
     DocumentClassifyRequest,
+    DocumentExtraction,
     DocumentExtractRequest,
 )
 from gateway.translate.documents import (
@@ -38,9 +41,15 @@ from gateway.uploads import read_upload, too_large_as_413, upload_openapi
 
 router = APIRouter(tags=["documents"])
 
+# The response models document the answers; the routes return them already encoded (gateway.responses).
 
-@router.post("/v1/documents/analyze", openapi_extra=upload_openapi(DocumentAnalyzeRequest))
-async def analyze_document(rpc: Rpc) -> dict[str, Any]:
+
+@router.post(
+    "/v1/documents/analyze",
+    response_model=DocumentAnalysis,
+    openapi_extra=upload_openapi(DocumentAnalyzeRequest),
+)
+async def analyze_document(rpc: Rpc) -> JsonResponse:
     """Read every page as blocks in reading order (titles, text, tables with cells...) and Markdown.
 
     Fields as in :class:`DocumentAnalyzeRequest`; returns
@@ -56,11 +65,15 @@ async def analyze_document(rpc: Rpc) -> dict[str, Any]:
     rpc = rpc.for_model(body.layout_model)
     with too_large_as_413():
         pages = await rpc.collect(rpc.clients.inference.AnalyzeDocument, analyze_messages(body, data))
-    return analysis_result(body.layout_model, pages)
+    return JsonResponse(analysis_result(body.layout_model, pages))
 
 
-@router.post("/v1/documents/ask", openapi_extra=upload_openapi(DocumentAskRequest))
-async def ask_document(rpc: Rpc) -> dict[str, Any]:
+@router.post(
+    "/v1/documents/ask",
+    response_model=DocumentAnswer,
+    openapi_extra=upload_openapi(DocumentAskRequest),
+)
+async def ask_document(rpc: Rpc) -> JsonResponse:
     """Answer a question from the document, with the places the answer was found.
 
     Fields as in :class:`DocumentAskRequest` (``question`` required); returns
@@ -75,11 +88,15 @@ async def ask_document(rpc: Rpc) -> dict[str, Any]:
     rpc = rpc.for_model(body.model)
     with too_large_as_413():
         response = await rpc.unary(rpc.clients.inference.AskDocument, ask_messages(body, data))
-    return answer_result(response)
+    return JsonResponse(answer_result(response))
 
 
-@router.post("/v1/documents/extract", openapi_extra=upload_openapi(DocumentExtractRequest))
-async def extract_document(rpc: Rpc) -> dict[str, Any]:
+@router.post(
+    "/v1/documents/extract",
+    response_model=DocumentExtraction,
+    openapi_extra=upload_openapi(DocumentExtractRequest),
+)
+async def extract_document(rpc: Rpc) -> JsonResponse:
     """Extract fields (an object following ``json_schema``, or a model's own labels) with their sources.
 
     Fields as in :class:`DocumentExtractRequest`; returns
@@ -95,11 +112,15 @@ async def extract_document(rpc: Rpc) -> dict[str, Any]:
     rpc = rpc.for_model(body.model)
     with too_large_as_413():
         response = await rpc.unary(rpc.clients.inference.ExtractDocument, extract_messages(body, data))
-    return extraction_result(response)
+    return JsonResponse(extraction_result(response))
 
 
-@router.post("/v1/documents/classify", openapi_extra=upload_openapi(DocumentClassifyRequest))
-async def classify_document(rpc: Rpc) -> dict[str, Any]:
+@router.post(
+    "/v1/documents/classify",
+    response_model=DocumentClassification,
+    openapi_extra=upload_openapi(DocumentClassifyRequest),
+)
+async def classify_document(rpc: Rpc) -> JsonResponse:
     """Classify the document: a classification model's classes, or ``candidate_labels`` zero-shot.
 
     Fields as in :class:`DocumentClassifyRequest`; returns
@@ -114,4 +135,4 @@ async def classify_document(rpc: Rpc) -> dict[str, Any]:
     rpc = rpc.for_model(body.model)
     with too_large_as_413():
         response = await rpc.unary(rpc.clients.inference.ClassifyDocument, classify_messages(body, data))
-    return classification_result(response)
+    return JsonResponse(classification_result(response))

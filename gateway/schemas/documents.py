@@ -8,9 +8,9 @@ with the field named.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import BaseModel, Field, StringConstraints, field_validator
 
 from gateway.schemas.base import JsonObject
 from gateway.schemas.uploads import FileUploadRequest
@@ -119,3 +119,140 @@ class DocumentClassifyRequest(DocumentReadRequest):
         if len(set(value)) != len(value):
             raise ValueError("labels must be distinct")
         return value
+
+
+# Answers: they document the JSON the routes return (built in gateway/translate/documents.py).
+
+
+class Box(BaseModel):
+    """Where something is on a page, in pixels of the page image."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+
+
+class Word(BaseModel):
+    """A recognized word of a line."""
+
+    text: str
+    box: Box
+    confidence: float
+
+
+class Line(BaseModel):
+    """A recognized line of a block (with ``return_lines``)."""
+
+    text: str
+    box: Box
+    confidence: float
+    words: list[Word]
+
+
+class Cell(BaseModel):
+    """One cell of a table; ``row`` and ``column`` are 0-based, spans at least 1."""
+
+    row: int
+    column: int
+    row_span: int
+    column_span: int
+    text: str
+    box: Box
+
+
+class Table(BaseModel):
+    """A table as a grid of cells in row-major order."""
+
+    row_count: int
+    column_count: int
+    cells: list[Cell]
+
+
+class Block(BaseModel):
+    """A block of a page, in reading order.
+
+    ``type`` is ``text``, ``title``, ``figure``, ``figure_caption``, ``table``, ``table_caption``,
+    ``page_header``, ``page_footer``, ``reference`` or ``equation``; ``table`` is there for a
+    table only, ``lines`` only with ``return_lines``.
+    """
+
+    type: str
+    text: str
+    box: Box
+    confidence: float
+    table: Table | None = None
+    lines: list[Line] | None = None
+
+
+class Page(BaseModel):
+    """One page: its size, Markdown, the engines that read it and its blocks."""
+
+    page_number: int
+    width: int
+    height: int
+    markdown: str
+    ocr_engine: str
+    layout_engine: str
+    blocks: list[Block]
+
+
+class DocumentAnalysis(BaseModel):
+    """Answer of ``POST /v1/documents/analyze``; ``markdown`` joins the pages' with ``---`` rules."""
+
+    object: Literal["document.analysis"]
+    model: str
+    page_count: int
+    markdown: str
+    pages: list[Page]
+
+
+class Citation(BaseModel):
+    """Where an answer or a value was found: a 1-based page and a box on it."""
+
+    page_number: int
+    box: Box
+    text: str
+
+
+class DocumentAnswer(BaseModel):
+    """Answer of ``POST /v1/documents/ask``: the answer (empty when there is none), its score, citations."""
+
+    object: Literal["document.answer"]
+    model: str
+    answer: str
+    score: float
+    citations: list[Citation]
+
+
+class ExtractedValue(BaseModel):
+    """One leaf field of the extracted object: its path (``items[0].price``), value and sources."""
+
+    name: str
+    value: Any
+    confidence: float
+    citations: list[Citation]
+
+
+class DocumentExtraction(BaseModel):
+    """Answer of ``POST /v1/documents/extract``: the extracted object and each of its fields."""
+
+    object: Literal["document.extraction"]
+    model: str
+    data: Any
+    fields: list[ExtractedValue]
+
+
+class LabelScore(BaseModel):
+    """A class with its score in [0, 1]."""
+
+    label: str
+    score: float
+
+
+class DocumentClassification(BaseModel):
+    """Answer of ``POST /v1/documents/classify``: every label, best first (scores sum to 1)."""
+
+    object: Literal["document.classification"]
+    model: str
+    labels: list[LabelScore]

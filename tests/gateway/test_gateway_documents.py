@@ -10,6 +10,12 @@ import grpc
 import pytest
 from universal_runtime.v1 import documents_pb2
 
+from gateway.schemas.documents import (
+    DocumentAnalysis,
+    DocumentAnswer,
+    DocumentClassification,
+    DocumentExtraction,
+)
 from gateway.uploads import CHUNK_BYTES
 from tests.gateway.gateway_fakes import RpcFailure
 
@@ -25,6 +31,12 @@ ROUTES = {
     "/v1/documents/ask": ("AskDocument", {"question": "What is the total?"}),
     "/v1/documents/extract": ("ExtractDocument", {}),
     "/v1/documents/classify": ("ClassifyDocument", {"candidate_labels": ["invoice", "letter"]}),
+}
+RESPONSE_MODELS = {
+    "/v1/documents/analyze": DocumentAnalysis,
+    "/v1/documents/ask": DocumentAnswer,
+    "/v1/documents/extract": DocumentExtraction,
+    "/v1/documents/classify": DocumentClassification,
 }
 
 
@@ -359,3 +371,21 @@ async def test_bodies_too_deep_to_parse_are_400(client, fake, path):
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "invalid_json"
     assert fake.inference.received == []
+
+
+@pytest.mark.parametrize("path", sorted(ROUTES))
+async def test_answers_match_their_documented_models(client, fake, path):
+    response = await client.post(path, json={"file": SMALL_B64, **ROUTES[path][1]})
+    assert response.status_code == 200, response.text
+    model = RESPONSE_MODELS[path]
+    parsed = model.model_validate(response.json())
+    # Nothing the route sends is missing from the documented shape (unset optional keys aside).
+    assert _without_none(parsed.model_dump()) == _without_none(response.json())
+
+
+def _without_none(value):
+    if isinstance(value, dict):
+        return {key: _without_none(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_none(item) for item in value]
+    return value

@@ -67,5 +67,7 @@ def test_upload_routes_document_their_bodies(openapi):
     ]
     assert set(ask["required"]) == {"file", "question"}
     assert ask["properties"]["top_k"]["maximum"] == 16
+    answer = openapi["paths"]["/v1/documents/ask"]["post"]["responses"]["200"]["content"]["application/json"]
+    assert answer["schema"]["$ref"] == "#/components/schemas/DocumentAnswer"
     extract = openapi["paths"]["/v1/documents/extract"]["post"]["requestBody"]["content"]
     assert extract["multipart/form-data"]["schema"]["properties"]["json_schema"]["type"] == "string"
