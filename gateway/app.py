@@ -21,6 +21,7 @@ from gateway.routes import (
     chat,
     classify,
     completions,
+    documents,
     embeddings,
     health,
     metrics,
@@ -60,7 +61,8 @@ def create_app(
     Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
     ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /health``; encoders: ``POST /v1/rerank``
     (also at ``/rerank``), ``POST /v2/rerank`` (Cohere v2's shape), ``POST /v1/classify``,
-    ``POST|GET /v1/classifiers``, ``DELETE /v1/classifiers/{name}``, ``POST /v1/ner``; tokenizers:
+    ``POST|GET /v1/classifiers``, ``DELETE /v1/classifiers/{name}``, ``POST /v1/ner``; files:
+    ``POST /v1/ocr``, ``POST /v1/documents/{analyze,ask,extract,classify}``; tokenizers:
     ``POST /tokenize``, ``POST /detokenize``. Every response carries an ``x-request-id`` header (the
     client's, or a new one), also sent to the server as gRPC metadata.
 
@@ -142,6 +144,18 @@ def create_app(
     probes = [] if auth_public_health else authenticated
     app.include_router(health.router, dependencies=probes, responses=HEALTH_ERROR_RESPONSES)
     app.include_router(metrics.router, dependencies=probes, responses=METRICS_ERROR_RESPONSES)
-    for module in (chat, completions, embeddings, models, ocr, anomaly, rerank, classify, ner, tokenize):
+    for module in (
+        chat,
+        completions,
+        embeddings,
+        models,
+        ocr,
+        documents,
+        anomaly,
+        rerank,
+        classify,
+        ner,
+        tokenize,
+    ):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
     return app

@@ -52,6 +52,8 @@ class RpcContext:
     ) -> Any:
         """Make a unary call with :func:`gateway.streaming.unary_call`; returns the response message.
 
+        A stream-unary method works too, with an iterable of request messages as ``message``.
+
         Raises:
             GatewayError: 499 ``client_closed_request`` when the client disconnected first.
             grpc.aio.AioRpcError: The call failed.

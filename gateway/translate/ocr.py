@@ -2,54 +2,18 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from universal_runtime.v1 import ocr_pb2
 
-from gateway.errors import GatewayError
 from gateway.schemas.ocr import OcrJsonRequest
+from gateway.schemas.uploads import READ_OPTION_FIELDS
 from gateway.translate.common import proto_json, set_fields
-
-CHUNK_BYTES = 1024 * 1024
-"""Bytes per OcrRequest message: far under any gRPC message limit, however large the file."""
+from gateway.uploads import upload_messages
 
 # Body fields copied as they are into the same-named OcrOptions fields.
-_OPTION_FIELDS = (
-    "model",
-    "mime_type",
-    "first_page",
-    "last_page",
-    "languages",
-    "return_boxes",
-    "use_pdf_text_layer",
-    "pdf_dpi",
-)
-
-_DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[^,]*)?;base64,", re.IGNORECASE)
-
-
-def decode_file(value: str) -> tuple[bytes, str]:
-    """Decode a base64 string or a ``data:<mime>;base64,`` URI into ``(bytes, mime_type or "")``.
-
-    Raises:
-        GatewayError: 400 ``invalid_file`` when the text is not valid base64.
-
-    """
-    mime = ""
-    match = _DATA_URI.match(value)
-    if match:
-        mime = (match.group("mime") or "").lower()
-        value = value[match.end() :]
-    try:
-        return base64.b64decode(value, validate=True), mime
-    except (binascii.Error, ValueError):
-        raise GatewayError(
-            400, "file: not valid base64 (or a data: URI with base64)", code="invalid_file", param="file"
-        ) from None
+_OPTION_FIELDS = ("model", "return_boxes", *READ_OPTION_FIELDS)
 
 
 def to_ocr_options(body: OcrJsonRequest) -> ocr_pb2.OcrOptions:
@@ -58,10 +22,8 @@ def to_ocr_options(body: OcrJsonRequest) -> ocr_pb2.OcrOptions:
 
 
 def ocr_messages(data: bytes, options: ocr_pb2.OcrOptions) -> Iterator[ocr_pb2.OcrRequest]:
-    """The options on the first message, then the file in ``CHUNK_BYTES`` chunks."""
-    yield ocr_pb2.OcrRequest(options=options, chunk=data[:CHUNK_BYTES])
-    for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
-        yield ocr_pb2.OcrRequest(chunk=data[start : start + CHUNK_BYTES])
+    """The options on the first message, then the file in 1 MiB chunks (see ``upload_messages``)."""
+    return upload_messages(ocr_pb2.OcrRequest, options, data)
 
 
 def page_to_json(page: ocr_pb2.OcrResponse) -> dict[str, Any]:

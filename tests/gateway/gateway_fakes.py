@@ -17,11 +17,13 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from universal_runtime.v1 import (
     common_pb2,
+    documents_pb2,
     encoders_pb2,
     generation_pb2,
     inference_service_pb2_grpc,
     model_service_pb2,
     model_service_pb2_grpc,
+    ocr_pb2,
 )
 
 from gateway.https import uvicorn_server
@@ -96,6 +98,114 @@ def default_embed_response() -> encoders_pb2.EmbedResponse:
     )
 
 
+def _box(x: float, y: float, width: float, height: float) -> ocr_pb2.BoundingBox:
+    return ocr_pb2.BoundingBox(x=x, y=y, width=width, height=height)
+
+
+def _citation(page: int, text: str) -> documents_pb2.DocumentCitation:
+    return documents_pb2.DocumentCitation(page_number=page, box=_box(10, 20, 30, 8), text=text)
+
+
+def default_analyze_pages() -> list[documents_pb2.AnalyzeDocumentResponse]:
+    """Two pages: a title, a paragraph with one OCR line, and a 2x2 table; then a footer."""
+    table = documents_pb2.Table(
+        row_count=2,
+        column_count=2,
+        cells=[
+            documents_pb2.TableCell(
+                row=row,
+                column=column,
+                row_span=1,
+                column_span=1,
+                text=f"r{row}c{column}",
+                box=_box(0, 0, 5, 5),
+            )
+            for row in range(2)
+            for column in range(2)
+        ],
+    )
+    line = ocr_pb2.OcrLine(text="Body text.", box=_box(10, 60, 200, 12), confidence=0.5)
+    first = documents_pb2.AnalyzeDocumentResponse(
+        page_number=1,
+        page_count=2,
+        width=800,
+        height=1000,
+        markdown="# Invoice\n\nBody text.",
+        ocr_engine="rapidocr",
+        layout_engine="rapid_layout",
+        blocks=[
+            documents_pb2.DocumentBlock(
+                type=documents_pb2.BLOCK_TYPE_TITLE,
+                text="Invoice",
+                box=_box(10, 10, 100, 20),
+                confidence=0.75,
+            ),
+            documents_pb2.DocumentBlock(
+                type=documents_pb2.BLOCK_TYPE_TEXT,
+                text="Body text.",
+                box=_box(10, 60, 200, 12),
+                confidence=1.0,
+                lines=[line],
+            ),
+            documents_pb2.DocumentBlock(
+                type=documents_pb2.BLOCK_TYPE_TABLE,
+                text="r0c0\tr0c1\nr1c0\tr1c1",
+                box=_box(10, 100, 300, 50),
+                confidence=0.5,
+                table=table,
+            ),
+        ],
+    )
+    second = documents_pb2.AnalyzeDocumentResponse(
+        page_number=2,
+        page_count=2,
+        width=800,
+        height=1000,
+        markdown="Page two.",
+        ocr_engine="pdf_text_layer",
+        layout_engine="rapid_layout",
+        blocks=[
+            documents_pb2.DocumentBlock(
+                type=documents_pb2.BLOCK_TYPE_PAGE_FOOTER,
+                text="2",
+                box=_box(400, 980, 10, 10),
+                confidence=0.25,
+            )
+        ],
+    )
+    return [first, second]
+
+
+def default_ask_response() -> documents_pb2.AskDocumentResponse:
+    return documents_pb2.AskDocumentResponse(
+        answer="42.00 EUR", score=0.75, citations=[_citation(1, "42.00 EUR")], model="fake-llm"
+    )
+
+
+def default_extract_response() -> documents_pb2.ExtractDocumentResponse:
+    return documents_pb2.ExtractDocumentResponse(
+        json='{"total": 42.0, "vendor": "ACME", "paid": null}',
+        fields=[
+            documents_pb2.ExtractedField(
+                name="total", value_json="42.0", confidence=1.0, citations=[_citation(1, "42.00")]
+            ),
+            documents_pb2.ExtractedField(name="vendor", value_json='"ACME"', confidence=0.5),
+            documents_pb2.ExtractedField(name="paid", value_json="null", confidence=1.0),
+        ],
+        model="fake-llm",
+    )
+
+
+def default_classify_response() -> documents_pb2.ClassifyDocumentResponse:
+    return documents_pb2.ClassifyDocumentResponse(
+        labels=[
+            documents_pb2.DocumentClass(label="invoice", score=0.75),
+            documents_pb2.DocumentClass(label="letter", score=0.25),
+        ],
+        model="fake-embedder",
+    )
+
+
 class FakeInferenceService(inference_service_pb2_grpc.InferenceServiceServicer):
     """Canned answers; records every call; can fail, fail mid-stream, or hang until cancelled."""
 
@@ -110,6 +220,11 @@ class FakeInferenceService(inference_service_pb2_grpc.InferenceServiceServicer):
         self.stream_fail_after: int | None = None
         self.stream_failure = RpcFailure(grpc.StatusCode.INTERNAL, "engine crashed", "ENGINE_FAILED")
         self.embed_response = default_embed_response()
+        self.analyze_pages = default_analyze_pages()
+        self.ask_response = default_ask_response()
+        self.extract_response = default_extract_response()
+        self.classify_response = default_classify_response()
+        self.upload_chunks: list[bytes] = []  # chunks of the last upload RPC, in order
         self.hang = False
         self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
@@ -143,6 +258,31 @@ class FakeInferenceService(inference_service_pb2_grpc.InferenceServiceServicer):
             yield message
         if self.hang:
             await self._hang()
+
+    async def _upload(self, method: str, requests: Any, context: grpc.aio.ServicerContext) -> None:
+        """Read a whole client stream: its chunks go to ``upload_chunks``, its first message is recorded."""
+        messages = [message async for message in requests]
+        self.upload_chunks = [message.chunk for message in messages]
+        await self._record(method, messages[0], context)
+        if self.hang:
+            await self._hang()
+
+    async def AnalyzeDocument(self, request_iterator, context):
+        await self._upload("AnalyzeDocument", request_iterator, context)
+        for page in self.analyze_pages:
+            yield page
+
+    async def AskDocument(self, request_iterator, context):
+        await self._upload("AskDocument", request_iterator, context)
+        return self.ask_response
+
+    async def ExtractDocument(self, request_iterator, context):
+        await self._upload("ExtractDocument", request_iterator, context)
+        return self.extract_response
+
+    async def ClassifyDocument(self, request_iterator, context):
+        await self._upload("ClassifyDocument", request_iterator, context)
+        return self.classify_response
 
     async def Embed(self, request, context):
         await self._record("Embed", request, context)

@@ -55,6 +55,15 @@ class HangingInference(_Hanging, inference_service_pb2_grpc.InferenceServiceServ
         await self.hang()
         yield  # an async generator, as a stream-stream handler
 
+    AnalyzeDocument = Ocr
+
+    async def _hang_upload(self, request_iterator, context) -> None:
+        async for _ in request_iterator:
+            pass
+        await self.hang()
+
+    AskDocument = ExtractDocument = ClassifyDocument = _hang_upload
+
 
 class HangingModels(_Hanging, model_service_pb2_grpc.ModelServiceServicer):
     ListModels = GetModel = _hang_unary
@@ -91,6 +100,10 @@ OCR_BODY = {"file": base64.b64encode(b"\x89PNG\r\n\x1a\n not really").decode()}
         ("GET", "/v1/anomaly/detectors", None),
         ("DELETE", "/v1/anomaly/detectors/some-name", None),
         ("POST", "/v1/ocr", OCR_BODY),
+        ("POST", "/v1/documents/analyze", OCR_BODY),
+        ("POST", "/v1/documents/ask", {**OCR_BODY, "question": "What is it?"}),
+        ("POST", "/v1/documents/extract", OCR_BODY),
+        ("POST", "/v1/documents/classify", OCR_BODY),
         ("GET", "/health", None),
     ],
 )

@@ -42,3 +42,32 @@ def test_error_responses_use_the_openai_error_schema(openapi):
             if status.startswith(("4", "5")):
                 ref = response["content"]["application/json"]["schema"]["$ref"]
                 assert ref == "#/components/schemas/ErrorResponse", f"{method} {path} {status}"
+
+
+UPLOAD_ROUTES = {
+    "/v1/ocr": "OcrJsonRequest",
+    "/v1/documents/analyze": "DocumentAnalyzeRequest",
+    "/v1/documents/ask": "DocumentAskRequest",
+    "/v1/documents/extract": "DocumentExtractRequest",
+    "/v1/documents/classify": "DocumentClassifyRequest",
+}
+
+
+def test_upload_routes_document_their_bodies(openapi):
+    for path, title in UPLOAD_ROUTES.items():
+        operation = openapi["paths"][path]["post"]
+        assert set(operation["responses"]) >= API_ERRORS, path
+        content = operation["requestBody"]["content"]
+        as_json = content["application/json"]["schema"]
+        form = content["multipart/form-data"]["schema"]
+        assert as_json["title"] == title and as_json["required"][0] == "file"
+        assert form["properties"]["file"]["format"] == "binary", path
+    ask = openapi["paths"]["/v1/documents/ask"]["post"]["requestBody"]["content"]["application/json"][
+        "schema"
+    ]
+    assert set(ask["required"]) == {"file", "question"}
+    assert ask["properties"]["top_k"]["maximum"] == 16
+    answer = openapi["paths"]["/v1/documents/ask"]["post"]["responses"]["200"]["content"]["application/json"]
+    assert answer["schema"]["$ref"] == "#/components/schemas/DocumentAnswer"
+    extract = openapi["paths"]["/v1/documents/extract"]["post"]["requestBody"]["content"]
+    assert extract["multipart/form-data"]["schema"]["properties"]["json_schema"]["type"] == "string"

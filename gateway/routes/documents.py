@@ -1,0 +1,138 @@
+"""``POST /v1/documents/{analyze,ask,extract,classify}``: uploads over the document RPCs.
+
+Every route takes ``multipart/form-data`` (the file as ``file``) or JSON with the file in base64
+or a data URI (:func:`gateway.uploads.read_upload`); the file goes to the server in 1 MiB chunks.
+Errors, for every route:
+
+* 400: a missing or undecodable file, a field out of range or missing (the gateway's checks), or
+  the server's INVALID_ARGUMENT (an unreadable file, a model that cannot do the task).
+* 404: an unknown model.
+* 413: the file, a page (its pixels or render time) or the page count over the server's limits.
+* 429: the model's queue is full (``Retry-After``).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from gateway.calls import Rpc
+from gateway.responses import JsonResponse
+from gateway.schemas.documents import (
+    DocumentAnalysis,
+    DocumentAnalyzeRequest,
+    DocumentAnswer,
+    DocumentAskRequest,
+    DocumentClassification,
+    DocumentClassifyRequest,
+    DocumentExtraction,
+    DocumentExtractRequest,
+)
+from gateway.translate.documents import (
+    analysis_result,
+    analyze_messages,
+    answer_result,
+    ask_messages,
+    classification_result,
+    classify_messages,
+    extract_messages,
+    extraction_result,
+)
+from gateway.uploads import read_upload, too_large_as_413, upload_openapi
+
+router = APIRouter(tags=["documents"])
+
+# The response models document the answers; the routes return them already encoded (gateway.responses).
+
+
+@router.post(
+    "/v1/documents/analyze",
+    response_model=DocumentAnalysis,
+    openapi_extra=upload_openapi(DocumentAnalyzeRequest),
+)
+async def analyze_document(rpc: Rpc) -> JsonResponse:
+    """Read every page as blocks in reading order (titles, text, tables with cells...) and Markdown.
+
+    Fields as in :class:`DocumentAnalyzeRequest`; returns
+    ``{"object": "document.analysis", "model", "page_count", "markdown", "pages": [...]}``
+    (:func:`gateway.translate.documents.analysis_result`).
+
+    Raises:
+        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits.
+        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+
+    """
+    data, body = await read_upload(rpc.request, DocumentAnalyzeRequest)
+    rpc = rpc.for_model(body.layout_model)
+    with too_large_as_413():
+        pages = await rpc.collect(rpc.clients.inference.AnalyzeDocument, analyze_messages(body, data))
+    return JsonResponse(analysis_result(body.layout_model, pages))
+
+
+@router.post(
+    "/v1/documents/ask",
+    response_model=DocumentAnswer,
+    openapi_extra=upload_openapi(DocumentAskRequest),
+)
+async def ask_document(rpc: Rpc) -> JsonResponse:
+    """Answer a question from the document, with the places the answer was found.
+
+    Fields as in :class:`DocumentAskRequest` (``question`` required); returns
+    ``{"object": "document.answer", "model", "answer", "score", "citations": [...]}``.
+
+    Raises:
+        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits.
+        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+
+    """
+    data, body = await read_upload(rpc.request, DocumentAskRequest)
+    rpc = rpc.for_model(body.model)
+    with too_large_as_413():
+        response = await rpc.unary(rpc.clients.inference.AskDocument, ask_messages(body, data))
+    return JsonResponse(answer_result(response))
+
+
+@router.post(
+    "/v1/documents/extract",
+    response_model=DocumentExtraction,
+    openapi_extra=upload_openapi(DocumentExtractRequest),
+)
+async def extract_document(rpc: Rpc) -> JsonResponse:
+    """Extract fields (an object following ``json_schema``, or a model's own labels) with their sources.
+
+    Fields as in :class:`DocumentExtractRequest`; returns
+    ``{"object": "document.extraction", "model", "data", "fields": [...]}``.
+
+    Raises:
+        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits;
+            502 when the server's JSON does not parse.
+        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+
+    """
+    data, body = await read_upload(rpc.request, DocumentExtractRequest)
+    rpc = rpc.for_model(body.model)
+    with too_large_as_413():
+        response = await rpc.unary(rpc.clients.inference.ExtractDocument, extract_messages(body, data))
+    return JsonResponse(extraction_result(response))
+
+
+@router.post(
+    "/v1/documents/classify",
+    response_model=DocumentClassification,
+    openapi_extra=upload_openapi(DocumentClassifyRequest),
+)
+async def classify_document(rpc: Rpc) -> JsonResponse:
+    """Classify the document: a classification model's classes, or ``candidate_labels`` zero-shot.
+
+    Fields as in :class:`DocumentClassifyRequest`; returns
+    ``{"object": "document.classification", "model", "labels": [{label, score}]}``, best first.
+
+    Raises:
+        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits.
+        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+
+    """
+    data, body = await read_upload(rpc.request, DocumentClassifyRequest)
+    rpc = rpc.for_model(body.model)
+    with too_large_as_413():
+        response = await rpc.unary(rpc.clients.inference.ClassifyDocument, classify_messages(body, data))
+    return JsonResponse(classification_result(response))
