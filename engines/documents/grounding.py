@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from engines.documents.citations import find_citations
+from engines.documents.retrieval import content_words
 from engines.documents.types import Block, Citation
 from engines.ocr.types import OcrLine
 
@@ -23,49 +24,6 @@ MAX_VALUES = 16
 # mix letters and digits (INV-2041, A4): the parts of an answer that must match the page.
 _VALUE = re.compile(
     r"[$€£¥]?\d[\d,.\-/:]*\d%?|[$€£¥]?\d%?|\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]{2,}\b"
-)
-_WORD = re.compile(r"\w+")
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "for",
-        "from",
-        "has",
-        "have",
-        "in",
-        "is",
-        "it",
-        "its",
-        "of",
-        "on",
-        "or",
-        "the",
-        "this",
-        "that",
-        "to",
-        "was",
-        "were",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "when",
-        "where",
-        "why",
-        "how",
-        "with",
-        "document",
-        "excerpts",
-        "answer",
-    ]
 )
 
 
@@ -79,10 +37,6 @@ def answer_values(answer: str, question: str) -> list[str]:
     values = [v.strip(".,:") for v in _VALUE.findall(answer) if v not in asked]
     unique = list(dict.fromkeys(v for v in values if v))
     return sorted(unique, key=len, reverse=True)[:MAX_VALUES]
-
-
-def _content_words(text: str, exclude: set[str]) -> set[str]:
-    return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS and w not in exclude}
 
 
 def ground_answer(answer: str, question: str, blocks: Sequence[tuple[int, Block]]) -> list[Citation]:
@@ -113,11 +67,11 @@ def ground_answer(answer: str, question: str, blocks: Sequence[tuple[int, Block]
             add(find_citations(value, block.lines, page_number))
     if citations:
         return citations
-    words = _content_words(answer, _content_words(question, set()))
+    words = content_words(answer) - content_words(question)
     best: tuple[int, int, OcrLine] | None = None
     for page_number, block in blocks:
         for line in block.lines:
-            shared = len(words & _content_words(line.text, set()))
+            shared = len(words & content_words(line.text))
             if shared and (best is None or shared > best[0]):
                 best = (shared, page_number, line)
     if best is not None:

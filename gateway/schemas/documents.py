@@ -58,7 +58,7 @@ class DocumentAskRequest(DocumentReadRequest):
         model: A document question-answering model, or a generation model that answers from the
             blocks that best match the question; empty uses the server default.
         embedding_model: Embedding model that ranks the blocks for a generation model.
-        top_k: Blocks given to a generation model, 0 to 16; 0 is the server default (4).
+        top_k: Blocks given to a generation model, 0 to 16; 0 is the server default (3).
         max_tokens: Longest answer of a generation model, 0 to 512 tokens; 0 is the default (64).
 
     """

@@ -80,7 +80,7 @@ def ask_job(options: pb.AskDocumentOptions, settings: Settings) -> AskJob:
         question=question,
         model=options.model or settings.document_generation_model,
         embedding_model=options.embedding_model or settings.document_embedding_model,
-        top_k=options.top_k or 4,
+        top_k=options.top_k or 3,
         max_tokens=options.max_tokens or 64,
     )
 

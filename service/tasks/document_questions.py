@@ -3,7 +3,8 @@
 Composed (the default, offline): the document is analysed into blocks (:class:`DocumentTask`),
 then
 - a question: the blocks are ranked against it by an embedding model (bi-encoder cosine, the
-  ``rerank`` task), the best ``top_k`` go to a generation model in a prompt, and the answer is
+  ``rerank`` task) fused with a lexical ranking (:mod:`engines.documents.retrieval`), the best
+  ``top_k`` go to a generation model in a prompt, and the answer is
   grounded back to the lines it came from (:func:`engines.documents.grounding.ground_answer`);
 - a schema: the pages' Markdown goes to a generation model constrained to the JSON Schema (the
   ``json_schema`` response format), and each leaf value is looked up on the pages for its box;
@@ -35,6 +36,7 @@ from engines.capabilities import (
     DocumentQuestionAnswerer,
 )
 from engines.documents.grounding import flatten_fields, ground_answer, ground_value
+from engines.documents.retrieval import fuse_rankings, lexical_ranking
 from engines.documents.types import (
     Block,
     Citation,
@@ -201,29 +203,25 @@ class DocumentQuestionTask:
         blocks = _text_blocks(await self._analyzed(job.read, data))
         if not blocks:
             return DocumentAnswer(answer="", score=0.0)
-        ranked = await self._encoders.rerank(
-            job.embedding_model,
-            keep_alive,
-            RerankRequest(
-                query=job.question,
-                documents=[_clip(block.text, BLOCK_CHARS) for _, block in blocks],
-                top_n=job.top_k,
-            ),
+        texts = [_clip(block.text, BLOCK_CHARS) for _, block in blocks]
+        dense = await self._encoders.rerank(
+            job.embedding_model, keep_alive, RerankRequest(query=job.question, documents=texts)
+        )
+        similarity = {ranked.index: ranked.relevance_score for ranked in dense.results}
+        order = fuse_rankings(
+            [ranked.index for ranked in dense.results], lexical_ranking(job.question, texts)
         )
         chosen: list[tuple[int, Block]] = []
         scores: list[float] = []
         used = 0
-        for ranked_block in ranked.results:
-            page_number, block = blocks[ranked_block.index]
-            text = _clip(block.text, BLOCK_CHARS)
-            if chosen and used + len(text) > CONTEXT_CHARS:
+        for index in order[: job.top_k]:
+            if chosen and used + len(texts[index]) > CONTEXT_CHARS:
                 break
-            chosen.append((page_number, block))
-            scores.append(ranked_block.relevance_score)
-            used += len(text)
-        # Excerpts in document order: a model reads a total after its line items, as printed.
-        in_order = sorted(range(len(chosen)), key=lambda i: blocks.index(chosen[i]))
-        excerpts = "\n\n".join(_clip(chosen[i][1].text, BLOCK_CHARS) for i in in_order)
+            chosen.append(blocks[index])
+            scores.append(similarity[index])
+            used += len(texts[index])
+        # Best first: the small default model leans on the first excerpt that looks like an answer.
+        excerpts = "\n\n".join(_clip(block.text, BLOCK_CHARS) for _, block in chosen)
         answer = await self._generate(
             job.model,
             keep_alive,
