@@ -22,6 +22,7 @@ AREAS = (
     "memory",
     "overhead",
     "ocr",
+    "documents",
     "anomaly",
     "isolation",
     "metrics_cost",
