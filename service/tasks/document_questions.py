@@ -47,7 +47,7 @@ from engines.documents.types import (
     StructuredPage,
 )
 from engines.encoder_types import ClassificationRequest, RerankRequest
-from engines.errors import InvalidArgumentError
+from engines.errors import InvalidArgumentError, TaskNotSupportedError
 from engines.ocr.types import OcrPage
 from engines.types import (
     ChatMessage,
@@ -153,9 +153,36 @@ class DocumentQuestionTask:
         self._generation = generation
         self._classifiers = classifiers
 
-    def _serves(self, model: str, task: Task) -> bool:
-        """Whether the catalog entry ``model`` lists ``task`` (raises ModelNotFoundError if none)."""
-        return task in self._manager.get(model).spec.tasks
+    def _is_document_model(self, model: str, document_task: Task, composed_task: Task) -> bool:
+        """Whether ``model`` serves ``document_task`` itself (True) or the composed path (False).
+
+        Checked before any page is read, so a wrong model fails at once.
+
+        Raises:
+            ModelNotFoundError: no such catalog entry.
+            TaskNotSupportedError: the model serves neither task.
+
+        """
+        tasks = self._manager.get(model).spec.tasks
+        if document_task in tasks:
+            return True
+        self._require(model, composed_task, also=document_task)
+        return False
+
+    def _require(self, model: str, task: Task, also: Task | None = None) -> None:
+        """Refuse ``model`` unless it serves ``task`` (``also``: another task that would have done).
+
+        Raises:
+            ModelNotFoundError, TaskNotSupportedError.
+
+        """
+        tasks = self._manager.get(model).spec.tasks
+        if task not in tasks:
+            wanted = f"{also.value} nor {task.value}" if also else task.value
+            served = ", ".join(t.value for t in tasks)
+            raise TaskNotSupportedError(
+                f"model {model!r} cannot do {wanted}; it serves: {served}", model=model, task=task.value
+            )
 
     async def _each_page(
         self,
@@ -191,7 +218,7 @@ class DocumentQuestionTask:
 
         """
         keep_alive = job.read.ocr.keep_alive
-        if self._serves(job.model, Task.DOCUMENT_QA):
+        if self._is_document_model(job.model, Task.DOCUMENT_QA, Task.GENERATE):
             answers = await self._each_page(
                 job.model,
                 DocumentQuestionAnswerer,
@@ -200,6 +227,8 @@ class DocumentQuestionTask:
                 lambda reader, image, page: reader.answer_question(image, page, job.question),
             )
             return max(answers, key=lambda answer: answer.score, default=DocumentAnswer(answer="", score=0.0))
+        # The ranking model must rank: refused now, not after the pages are read.
+        self._require(job.embedding_model, Task.RERANK)
         blocks = _text_blocks(await self._analyzed(job.read, data))
         if not blocks:
             return DocumentAnswer(answer="", score=0.0)
@@ -258,7 +287,7 @@ class DocumentQuestionTask:
 
         """
         keep_alive = job.read.ocr.keep_alive
-        if self._serves(job.model, Task.EXTRACT_FIELDS):
+        if self._is_document_model(job.model, Task.EXTRACT_FIELDS, Task.GENERATE):
             per_page = await self._each_page(
                 job.model,
                 DocumentFieldExtractor,
@@ -326,7 +355,7 @@ class DocumentQuestionTask:
 
         """
         keep_alive = job.read.ocr.keep_alive
-        if self._serves(job.model, Task.CLASSIFY_DOCUMENT):
+        if self._is_document_model(job.model, Task.CLASSIFY_DOCUMENT, Task.CLASSIFY):
             per_page = await self._each_page(
                 job.model,
                 DocumentClassifier,

@@ -14,7 +14,7 @@ import time
 import grpc
 import psutil
 import pytest
-from universal_runtime.v1 import encoders_pb2, inference_service_pb2_grpc
+from universal_runtime.v1 import documents_pb2, encoders_pb2, inference_service_pb2_grpc
 
 from bench.workloads import bomb_pdf
 from gateway.app import create_app
@@ -112,3 +112,37 @@ async def test_the_gateway_answers_413_page_too_complex(limited):
         )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "page_too_complex"
+
+
+def _analyze_messages(data: bytes):
+    """AnalyzeDocumentRequests for ``data`` read with tesseract (whose PDF worker the tests watch)."""
+    options = documents_pb2.AnalyzeDocumentOptions(
+        document=documents_pb2.DocumentReadOptions(ocr_model="tesseract")
+    )
+    yield documents_pb2.AnalyzeDocumentRequest(options=options, chunk=data[: 1 << 20])
+    for start in range(1 << 20, len(data), 1 << 20):
+        yield documents_pb2.AnalyzeDocumentRequest(chunk=data[start : start + (1 << 20)])
+
+
+async def test_document_analysis_keeps_the_page_time_limit(stub):
+    [page] = [p async for p in stub.AnalyzeDocument(_analyze_messages(pdf_of([GOOD.image])))]  # layout loaded
+    assert "healthy" in page.markdown.lower()
+    started = time.monotonic()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        [_ async for _ in stub.AnalyzeDocument(_analyze_messages(BOMB))]
+    assert error_info(err.value).reason == "PAGE_TOO_COMPLEX"
+    assert PAGE_TIMEOUT_S <= time.monotonic() - started < PAGE_TIMEOUT_S + 1.0
+
+
+async def test_cancelling_document_analysis_kills_the_renderer(stub, limited):
+    await ocr(stub, pdf_of([GOOD.image]), model="tesseract")  # a worker runs (earlier bombs killed theirs)
+    worker = pdf_worker(limited)
+    call = stub.AnalyzeDocument(_analyze_messages(BOMB))
+    reading = asyncio.create_task(call.read())
+    await asyncio.sleep(1.0)  # rendering
+    assert worker.is_running()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    gone, _ = await asyncio.to_thread(psutil.wait_procs, [worker], timeout=1.0)
+    assert gone, "the renderer outlived the cancelled document call"
