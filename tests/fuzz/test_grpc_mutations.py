@@ -21,6 +21,7 @@ import pytest
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 from universal_runtime.v1 import anomaly_pb2 as a
+from universal_runtime.v1 import documents_pb2 as d
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2, inference_service_pb2_grpc, model_service_pb2, ocr_pb2
@@ -92,6 +93,28 @@ SEEDS = {
     "DeleteClassifier": [e.DeleteClassifierRequest(name=f"{CLASSIFIER}-other")],
     "Ocr": [
         ocr_pb2.OcrRequest(options=ocr_pb2.OcrOptions(model="rapidocr", mime_type="image/png"), chunk=_page())
+    ],
+    "AnalyzeDocument": [
+        d.AnalyzeDocumentRequest(options=d.AnalyzeDocumentOptions(return_lines=True), chunk=_page())
+    ],
+    "AskDocument": [
+        d.AskDocumentRequest(
+            options=d.AskDocumentOptions(question="What does the page say?", max_tokens=4), chunk=_page()
+        )
+    ],
+    "ExtractDocument": [
+        d.ExtractDocumentRequest(
+            options=d.ExtractDocumentOptions(
+                json_schema='{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}',
+                max_tokens=16,
+            ),
+            chunk=_page(),
+        )
+    ],
+    "ClassifyDocument": [
+        d.ClassifyDocumentRequest(
+            options=d.ClassifyDocumentOptions(candidate_labels=["letter", "invoice"]), chunk=_page()
+        )
     ],
     "FitAnomalyDetector": [a.FitAnomalyDetectorRequest(detector=DETECTOR, rows=_rows(32))],
     "DetectAnomaly": [a.DetectAnomalyRequest(detector=DETECTOR, rows=_rows(4))],
