@@ -7,7 +7,6 @@ lane. Other callers' work interleaves between them, as it does between Ocr pages
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -63,11 +62,6 @@ class DocumentTask:
     async def analyze(self, job: DocumentReadJob, data: bytes) -> AsyncIterator[StructuredPage]:
         """Yield the selected pages in order as structured pages (blocks, tables, Markdown).
 
-        The next page is read (OCR, on the OCR model's lane) while this one is structured (on the
-        layout model's lane): the layout model takes one page per run (its ONNX graph has a
-        batch of 1), so pages overlap across the two lanes instead of being batched. At most two
-        pages are held at once.
-
         Raises:
             The errors of :meth:`read`; the layout model's: ModelNotFoundError,
                 TaskNotSupportedError (a model that does not serve ``layout``), ModelLoadError.
@@ -77,14 +71,5 @@ class DocumentTask:
             self._manager.acquire(job.layout_model, LayoutAnalyzer, job.ocr.keep_alive) as analyzer,
             contextlib.aclosing(self.read(job.ocr, data)) as pages,
         ):
-            reading = asyncio.ensure_future(anext(pages, None))
-            try:
-                while (item := await reading) is not None:
-                    reading = asyncio.ensure_future(anext(pages, None))
-                    page, image = item
-                    yield await analyzer.analyze_page(image, page)
-            finally:
-                # The read in flight must end before the generator is closed.
-                reading.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reading
+            async for page, image in pages:
+                yield await analyzer.analyze_page(image, page)
