@@ -204,7 +204,25 @@ class DocumentQuestionTask:
         async with contextlib.aclosing(self._documents.analyze(read, data)) as pages:
             return [page async for page in pages]
 
-    async def _generate(self, model: str, keep_alive: str | None, request: GenerationRequest) -> str:
+    async def _generate(
+        self,
+        model: str,
+        keep_alive: str | None,
+        instructions: str,
+        prompt: str,
+        max_tokens: int,
+        response_format: ResponseFormat | None = None,
+    ) -> str:
+        """The greedy answer of ``model`` to ``prompt`` under the system ``instructions``."""
+        request = GenerationRequest(
+            request_id=f"doc-{uuid.uuid4().hex}",
+            messages=[
+                ChatMessage(role="system", content=instructions),
+                ChatMessage(role="user", content=prompt),
+            ],
+            params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
+            response_format=response_format or ResponseFormat(),
+        )
         completion = await self._generation.complete(model, keep_alive, request)
         return completion.choices[0].text.strip()
 
@@ -254,16 +272,9 @@ class DocumentQuestionTask:
         answer = await self._generate(
             job.model,
             keep_alive,
-            GenerationRequest(
-                request_id=f"doc-{uuid.uuid4().hex}",
-                messages=[
-                    ChatMessage(role="system", content=ANSWER_INSTRUCTIONS),
-                    ChatMessage(
-                        role="user", content=f"Document excerpts:\n{excerpts}\n\nQuestion: {job.question}"
-                    ),
-                ],
-                params=SamplingParams(max_tokens=job.max_tokens, temperature=0.0),
-            ),
+            ANSWER_INSTRUCTIONS,
+            f"Document excerpts:\n{excerpts}\n\nQuestion: {job.question}",
+            job.max_tokens,
         )
         citations = ground_answer(answer, job.question, chosen)
         cited_scores = [
@@ -312,19 +323,10 @@ class DocumentQuestionTask:
         text = await self._generate(
             job.model,
             keep_alive,
-            GenerationRequest(
-                request_id=f"doc-{uuid.uuid4().hex}",
-                messages=[
-                    ChatMessage(role="system", content=EXTRACT_INSTRUCTIONS),
-                    ChatMessage(
-                        role="user", content=f"Document:\n{_page_markdown(pages)}\n\nFields: {names}"
-                    ),
-                ],
-                params=SamplingParams(max_tokens=job.max_tokens, temperature=0.0),
-                response_format=ResponseFormat(
-                    kind=ResponseFormatKind.JSON_SCHEMA, json_schema=job.json_schema
-                ),
-            ),
+            EXTRACT_INSTRUCTIONS,
+            f"Document:\n{_page_markdown(pages)}\n\nFields: {names}",
+            job.max_tokens,
+            ResponseFormat(kind=ResponseFormatKind.JSON_SCHEMA, json_schema=job.json_schema),
         )
         try:
             value = json.loads(text)
