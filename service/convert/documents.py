@@ -17,7 +17,8 @@ from engines.documents.types import (
 )
 from service.convert.messages import message_from
 from service.convert.ocr import box_message as _box
-from service.convert.ocr import line_message, ocr_job
+from service.convert.ocr import line_message
+from service.convert.ocr import read_job as ocr_read_job
 from service.convert.validation import check_range, parse_json, require, validate_json_schema
 from service.settings import Settings
 from service.tasks.document_questions import AskJob, ClassifyDocumentJob, ExtractJob
@@ -45,9 +46,9 @@ _BLOCK_TYPES = {
 def read_job(
     options: pb.DocumentReadOptions, settings: Settings, prefix: str = "options.document"
 ) -> DocumentReadJob:
-    """Validate how a document is read (see :func:`service.convert.ocr.ocr_job` for the errors)."""
+    """Validate how a document is read (see :func:`service.convert.ocr.read_job` for the errors)."""
     return DocumentReadJob(
-        ocr=ocr_job(options, settings, model=options.ocr_model, prefix=prefix),
+        ocr=ocr_read_job(options, settings, model=options.ocr_model, prefix=prefix),
         layout_model=options.layout_model or settings.document_layout_model,
     )
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterable, Callable
 from typing import Protocol, TypeVar
 
 from universal_runtime.v1 import ocr_pb2 as pb
+from universal_runtime.v1.documents_pb2 import DocumentReadOptions
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
 from engines.ocr.types import SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrLine, OcrOptions, OcrPage
@@ -30,16 +31,31 @@ class UploadMessage(Protocol):
         ...
 
 
-def ocr_job(
-    options: pb.OcrOptions, settings: Settings, *, model: str = "", prefix: str = "options"
+def ocr_job(options: pb.OcrOptions, settings: Settings) -> OcrJob:
+    """Validate the options of the first OcrRequest (errors: see :func:`read_job`)."""
+    return read_job(
+        options, settings, model=options.model, return_boxes=options.return_boxes, prefix="options"
+    )
+
+
+def read_job(
+    options: pb.OcrOptions | DocumentReadOptions,
+    settings: Settings,
+    *,
+    model: str,
+    prefix: str,
+    return_boxes: bool = False,
 ) -> OcrJob:
-    """Validate the options of the first OcrRequest.
+    """Validate how a file is read: type, pages, languages, dpi; the limits come from ``settings``.
 
     Args:
-        options: the message's options (or a DocumentReadOptions, which has the same fields).
+        options: an Ocr call's options, or a document call's read options (the same fields).
         settings: server settings (limits, defaults).
-        model: the OCR model, when ``options`` names it under another field than ``model``.
-        prefix: the options' path in the request, for error fields (``options.document``).
+        model: the OCR model named by the call; empty means ``settings.ocr_default_model``.
+        return_boxes: whether the caller wants word boxes (the document tasks ask for them
+            themselves).
+        prefix: the options' path in the request, for error fields (``options``,
+            ``options.document``).
 
     Raises:
         InvalidArgumentError: unknown MIME type, negative or inverted page range, dpi outside
@@ -66,14 +82,14 @@ def ocr_job(
     require(len(languages) <= MAX_LANGUAGES, f"{prefix}.languages", f"at most {MAX_LANGUAGES} languages")
     require(all(languages), f"{prefix}.languages", "must not contain empty codes")
     return OcrJob(
-        model=model or getattr(options, "model", "") or settings.ocr_default_model,
+        model=model or settings.ocr_default_model,
         keep_alive=options.keep_alive or None,
         mime_type=mime_type,
         first_page=options.first_page,
         last_page=options.last_page,
         options=OcrOptions(
             languages=languages,
-            return_boxes=getattr(options, "return_boxes", False),
+            return_boxes=return_boxes,
             use_pdf_text_layer=options.use_pdf_text_layer,
             pdf_dpi=options.pdf_dpi or settings.ocr_pdf_dpi,
         ),
