@@ -83,6 +83,7 @@ def ask_job(options: pb.AskDocumentOptions, settings: Settings) -> AskJob:
         embedding_model=options.embedding_model or settings.document_embedding_model,
         top_k=options.top_k or 3,
         max_tokens=options.max_tokens or 64,
+        max_ranked_blocks=settings.max_batch_inputs,
     )
 
 

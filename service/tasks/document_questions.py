@@ -80,7 +80,11 @@ EXTRACT_INSTRUCTIONS = "You read documents and fill in JSON. Use only values tha
 
 @dataclass(frozen=True, slots=True)
 class AskJob:
-    """A validated AskDocument call (``top_k`` 1..16, ``max_tokens`` 1..512)."""
+    """A validated AskDocument call (``top_k`` 1..16, ``max_tokens`` 1..512).
+
+    ``max_ranked_blocks`` bounds the blocks the embedding model ranks (the server's
+    ``max_batch_inputs``, the Embed RPC's limit too).
+    """
 
     read: DocumentReadJob
     question: str
@@ -88,6 +92,7 @@ class AskJob:
     embedding_model: str
     top_k: int
     max_tokens: int
+    max_ranked_blocks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,24 +256,27 @@ class DocumentQuestionTask:
         if not blocks:
             return DocumentAnswer(answer="", score=0.0)
         texts = [_clip(block.text, BLOCK_CHARS) for _, block in blocks]
+        lexical = lexical_ranking(job.question, texts)
+        # The embedding model ranks at most max_ranked_blocks blocks: on a longer document, the
+        # ones that share the most words with the question.
+        candidates = lexical[: job.max_ranked_blocks]
         dense = await self._encoders.rerank(
-            job.embedding_model, keep_alive, RerankRequest(query=job.question, documents=texts)
+            job.embedding_model,
+            keep_alive,
+            RerankRequest(query=job.question, documents=[texts[i] for i in candidates]),
         )
-        similarity = {ranked.index: ranked.relevance_score for ranked in dense.results}
-        order = fuse_rankings(
-            [ranked.index for ranked in dense.results], lexical_ranking(job.question, texts)
-        )
-        chosen: list[tuple[int, Block]] = []
-        scores: list[float] = []
+        dense_order = [candidates[ranked.index] for ranked in dense.results]  # best first
+        similarity = {candidates[ranked.index]: ranked.relevance_score for ranked in dense.results}
+        order = fuse_rankings(dense_order, lexical)
+        chosen: list[int] = []
         used = 0
         for index in order[: job.top_k]:
             if chosen and used + len(texts[index]) > CONTEXT_CHARS:
                 break
-            chosen.append(blocks[index])
-            scores.append(similarity[index])
+            chosen.append(index)
             used += len(texts[index])
         # Best first: the small default model leans on the first excerpt that looks like an answer.
-        excerpts = "\n\n".join(_clip(block.text, BLOCK_CHARS) for _, block in chosen)
+        excerpts = "\n\n".join(texts[i] for i in chosen)
         answer = await self._generate(
             job.model,
             keep_alive,
@@ -276,13 +284,15 @@ class DocumentQuestionTask:
             f"Document excerpts:\n{excerpts}\n\nQuestion: {job.question}",
             job.max_tokens,
         )
-        citations = ground_answer(answer, job.question, chosen)
-        cited_scores = [
-            scores[i]
-            for i, (page_number, block) in enumerate(chosen)
-            if any(c.page_number == page_number and _inside(c, block) for c in citations)
-        ]
-        score = max(cited_scores, default=0.0)
+        citations = ground_answer(answer, job.question, [blocks[i] for i in chosen])
+        score = max(
+            (
+                similarity.get(i, 0.0)
+                for i in chosen
+                if any(c.page_number == blocks[i][0] and _inside(c, blocks[i][1]) for c in citations)
+            ),
+            default=0.0,
+        )
         return DocumentAnswer(answer=answer, score=max(0.0, min(1.0, score)), citations=citations)
 
     async def extract(self, job: ExtractJob, data: bytes) -> tuple[object, list[DocumentField]]:

@@ -13,7 +13,9 @@ import grpc
 import pytest
 from PIL import Image
 from universal_runtime.v1 import documents_pb2 as pb
+from universal_runtime.v1 import inference_service_pb2_grpc
 
+from service.server import start_server
 from tests.conftest import error_info
 from tests.documents.pages import render_invoice_page, render_report_page
 from tests.ocr.helpers import pdf_of
@@ -202,3 +204,18 @@ async def test_ocr_limits_apply(inference):
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await inference.AskDocument(_messages(pb.AskDocumentRequest, options, data))
         assert (caught.value.code().name, error_info(caught.value).reason) == (code, reason)
+
+
+async def test_ranking_is_bounded_by_max_batch_inputs(settings):
+    """With room for 3 blocks in the embedding model's ranking, the 3 sharing the most words
+    with the question are ranked, and the total is still found and cited."""
+    server = await start_server(settings.model_copy(update={"max_batch_inputs": 3}))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = inference_service_pb2_grpc.InferenceServiceStub(channel)
+            options = pb.AskDocumentOptions(question="What is the invoice total?")
+            response = await stub.AskDocument(_messages(pb.AskDocumentRequest, options, INVOICE))
+    finally:
+        await server.stop(0)
+    assert INVOICE_TRUTH["total"] in response.answer, response
+    assert _overlaps(response.citations[0].box, _drawn(INVOICE_TRUTH, "Total due: $1,234.56"))
