@@ -435,6 +435,11 @@ class LlamaCppGenerationEngine(GenerationEngine):
         """
         results: list[StepResult] = []
         decoding = [s for s in running if s.engine_state.next_input is not None]
+        # In KV-stream order: llama.cpp gathers a batch's tokens per stream, and a batch whose
+        # order differs from its streams' order took 1.5-1.9x longer per step (measured, 8
+        # streams: 72-80 ms against 40 ms), which is what every batch after the first wave of
+        # requests looked like once the prompt cache handed out slots out of order.
+        decoding.sort(key=lambda s: s.engine_state.seq_id)
         if decoding:
             self._begin_batch()
             for sequence in decoding:
