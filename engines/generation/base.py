@@ -359,7 +359,9 @@ class GenerationEngine(Engine):
         """
         # Freed first, so that sequences joining in this step can take the cells and slots.
         self.release(released)
-        return self._forward(running)
+        # A sequence may have finished or been cancelled after this step was queued (the
+        # scheduler queues a step ahead): skip it rather than compute a token nobody reads.
+        return self._forward([s for s in running if s.finish_reason is None])
 
     def release(self, sequences: list[GenerationSequence]) -> None:
         """Free the KV cells and sampling state of ``sequences`` (blocking; idempotent)."""

@@ -211,40 +211,73 @@ class ContinuousBatchScheduler:
             self._task = asyncio.create_task(self._loop(), name=f"scheduler-{self._model.model_name}")
 
     async def _loop(self) -> None:
-        while self._active or self._waiting:
-            if self._max_queue_wait_s:
-                self._expire_waiting()
-            while self._waiting and len(self._active) < self._max_sequences:
-                entry = self._waiting.popleft()
-                entry.scheduled_ns = time.time_ns()
-                self._active.append(entry)
-            leaving = [e for e in self._active if e.sequence.finish_reason is not None]
-            for entry in leaving:
-                self._active.remove(entry)
-            running = [e.sequence for e in self._active]
-            released = [e.sequence for e in leaving]
+        """Run steps until no sequence is running, waiting or unreleased.
+
+        One step is queued on the lane behind the one being awaited, so the lane goes from a
+        step straight into the next one instead of idling while this loop hands the tokens out
+        (measured: the hand-off left the lane idle about 7% of the time at 8 streams). The queued
+        step's batch is fixed before the running step's tokens are seen, so a sequence that
+        finishes in one step may still be advanced in the next; that token is dropped (the
+        sequence has a ``finish_reason``) and its cells are freed a step later.
+        """
+        ahead: asyncio.Task[list[StepResult]] | None = None
+        while self._active or self._waiting or ahead is not None:
+            current = ahead or self._submit_step()
+            ahead = self._submit_step() if self._active else None
             try:
-                if not running:
-                    if released:
-                        await self._model.executor.run(self._model.release, released)
-                    self._record(released)
-                    continue
-                self.batch_sizes.append(len(running))
-                results = await self._model.executor.run(self._model.step, running, released)
+                results = await current
             except Exception as exc:
-                self._record(released)
+                if ahead is not None:
+                    ahead.cancel()
+                    await asyncio.gather(ahead, return_exceptions=True)
                 self._fail_all(exc)
                 return
+            self._deliver(results)
+
+    def _submit_step(self) -> asyncio.Task[list[StepResult]]:
+        """Admit waiting requests, take finished sequences out, and queue the next step's job.
+
+        The job frees the finished sequences and advances the running ones (or only frees, when
+        none is running); it records the finished ones once it has run, failed or not.
+        """
+        if self._max_queue_wait_s:
+            self._expire_waiting()
+        while self._waiting and len(self._active) < self._max_sequences:
+            entry = self._waiting.popleft()
+            entry.scheduled_ns = time.time_ns()
+            self._active.append(entry)
+        leaving = [e for e in self._active if e.sequence.finish_reason is not None]
+        for entry in leaving:
+            self._active.remove(entry)
+        running = [e.sequence for e in self._active]
+        released = [e.sequence for e in leaving]
+        if running:
+            self.batch_sizes.append(len(running))
+        return asyncio.create_task(self._run_step(running, released))
+
+    async def _run_step(
+        self, running: list[GenerationSequence], released: list[GenerationSequence]
+    ) -> list[StepResult]:
+        try:
+            if not running:
+                if released:
+                    await self._model.executor.run(self._model.release, released)
+                return []
+            return await self._model.executor.run(self._model.step, running, released)
+        finally:
             self._record(released)
-            by_sequence = {id(seq): (token, logprobs) for seq, token, logprobs in results}
-            for entry in self._active:
-                produced = by_sequence.get(id(entry.sequence))
-                if produced is None or entry.sequence.finish_reason is not None:
-                    continue  # cancelled while the step ran
-                delta = entry.sequence.accept(*produced)
-                if entry.postprocess is not None:
-                    delta = entry.postprocess(delta)
-                entry.queue.put_nowait(delta)
+
+    def _deliver(self, results: list[StepResult]) -> None:
+        """Hand each running sequence's new token to its caller (as a delta)."""
+        by_sequence = {id(seq): (token, logprobs) for seq, token, logprobs in results}
+        for entry in self._active:
+            produced = by_sequence.get(id(entry.sequence))
+            if produced is None or entry.sequence.finish_reason is not None:
+                continue  # cancelled or finished while the step ran, or not in that step
+            delta = entry.sequence.accept(*produced)
+            if entry.postprocess is not None:
+                delta = entry.postprocess(delta)
+            entry.queue.put_nowait(delta)
 
     def _expire_waiting(self) -> None:
         """Fail the waiting requests (oldest first) that waited past ``max_queue_wait_s``.
