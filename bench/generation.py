@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the generation comparison; write its JSON, plot and README section."""
     cfg = parse_config("generation", argv, __doc__)
     # Quick mode measures the issue's target concurrency (8) beside the single stream.
-    levels = cfg.pick(full=(1, 4, 8, 16), quick=(1, 8), tiny=(1,))
+    levels = cfg.pick(full=(1, 4, 8, 16), quick=(1, 8, 16), tiny=(1,))
     warm_levels = cfg.pick(full=(1, 8), quick=(1, 8), tiny=(1,))
     max_tokens = cfg.pick(full=MAX_NEW_TOKENS, quick=MAX_NEW_TOKENS, tiny=4)
 
