@@ -8,6 +8,8 @@ The catalog here has MiniLM on OpenVINO (the default catalog's entry), the same 
 from __future__ import annotations
 
 import io
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -103,14 +105,31 @@ def test_first_run_builds_each_copy_the_catalog_asks_for(first_run, cache_home):
     assert any(name.endswith("-q4_0.gguf") for name in files)
 
 
-def test_a_second_run_reuses_the_cache(first_run, cache_home, catalog_file, env):
+def test_a_second_run_reuses_the_cache_without_loading(first_run, cache_home, catalog_file, env):
     _, before = first_run
     result = prepare("--catalog", str(catalog_file))
     assert result.code == 0, result.err
-    assert f"{OPENVINO}: openvino export cached (" in result.out
-    assert f"{GGUF}: GGUF q4_0 copy cached (" in result.out
-    assert result.out.splitlines()[-1] == "prepared 2 model(s): 0 built, 2 reused from the cache"
+    assert result.out.splitlines() == [
+        f"{OPENVINO}: openvino export cached",  # found through prepare's record: nothing loaded
+        f"{GGUF}: GGUF q4_0 copy cached",
+        "prepared 2 model(s): 0 built, 2 reused from the cache",
+    ]
+    assert result.err == ""
     assert snapshot(cache_home) == before  # no file written again
+
+
+def test_without_its_record_an_export_is_found_by_loading(first_run, cache_home, catalog_file, env):
+    converted = cache_home / "universal-runtime" / "converted"
+    (record,) = converted.glob(".prepared-*.json")
+    folder = json.loads(record.read_text())["folder"]
+    assert "-openvino-" in folder and (converted / folder / "model.xml").is_file()
+    record.unlink()  # as when the server's first load, not prepare, made the export
+    exports = {p.name: p.stat().st_mtime_ns for p in converted.iterdir() if p.is_dir()}
+    result = prepare("--catalog", str(catalog_file))
+    assert result.code == 0, result.err
+    assert re.search(rf"^{OPENVINO}: openvino export cached \(\d+\.\d s\)$", result.out, re.MULTILINE)
+    assert json.loads(record.read_text())["folder"] == folder  # written again, for the next run
+    assert {p.name: p.stat().st_mtime_ns for p in converted.iterdir() if p.is_dir()} == exports
 
 
 def test_a_catalog_without_converted_copies_has_nothing_to_prepare(tmp_path, env):
@@ -141,7 +160,10 @@ def entry(**options):
             "model 'bad': option quantize must be one of none, int8",
         ),
         ({**entry(runtime="onnx"), "backend": "onnx_magic"}, "model 'bad': unknown backend 'onnx_magic'"),
-        ({**entry(runtime="onnx"), "source": "/nonexistent/minilm"}, "model 'bad': "),
+        (
+            {**entry(runtime="onnx"), "source": "/nonexistent/minilm"},
+            "model 'bad': model source '/nonexistent/minilm' does not exist",
+        ),
         ({**entry(runtime="onnx"), "colour": "blue"}, "model 'bad': invalid catalog entry in "),
         (
             {
@@ -183,8 +205,9 @@ def test_a_failed_export_fails_with_one_line_and_caches_nothing(tmp_path, env, c
     before = snapshot(cache_home)
     result = prepare("--catalog", str(catalog))
     assert result.code == 1
-    assert result.err.startswith("universal-runtime prepare: model 'hollow': the onnx export failed: ")
-    assert result.err.count("\n") == 1, result.err
+    progress, error = result.err.splitlines()
+    assert progress.startswith("hollow: preparing the onnx export in ")
+    assert error.startswith("universal-runtime prepare: model 'hollow': the onnx export failed: ValueError: ")
     assert snapshot(cache_home) == before
 
 
@@ -216,7 +239,11 @@ async def test_the_server_loads_the_copy_prepare_made(first_run, cache_home, cat
         exported = managed.engine.model[0].model
         assert exported.path.parent == cache_home / "universal-runtime" / "converted"
         assert (exported.path / "model.xml").is_file()
-        assert snapshot(cache_home) == before  # found, not made again
+
+        def exports(files):
+            return {name: stat for name, stat in files.items() if ".prepared-" not in name}
+
+        assert exports(snapshot(cache_home)) == exports(before)  # found, not made again
     finally:
         await manager.close()
         executors.shutdown()
