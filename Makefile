@@ -8,10 +8,11 @@ PROTOS := $(wildcard protos/universal_runtime/v1/*.proto)
 BUF := npx --yes @bufbuild/buf@1.75.0
 # apt-get needs root: run it through sudo unless we already are root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# Extras `make install` installs; the container image leaves out dev (deploy/Dockerfile). openvino (with
-# onnx) lets tests/encoders run the ONNX Runtime and OpenVINO encoder runtimes: ~230 MB, ~15 s from pip's cache.
+# Extras `make install` installs; the container image leaves out dev (deploy/Dockerfile). models brings
+# openvino (with onnx), which the default catalog serves all-minilm-l6-v2 with and tests/encoders runs the
+# ONNX Runtime and OpenVINO encoder runtimes with: ~230 MB, ~15 s from pip's cache.
 # clients: LangChain, LiteLLM and Cohere's SDK for tests/clients (each skips when its package is missing).
-EXTRAS ?= models,dev,otel,s3,openvino,clients
+EXTRAS ?= models,dev,otel,s3,clients
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
@@ -19,7 +20,10 @@ export DO_NOT_TRACK ?= 1
 
 .PHONY: install system-deps protos protos-check proto-breaking lint format serve gateway node-deps test test-fast fuzz clean
 
+# Last, the converted copies the catalog's models load from (`universal-runtime prepare`): MiniLM's
+# OpenVINO export, ~35 s on 2 cores the first time; later runs find it in the cache (~2 s).
 install: system-deps $(STAMP)
+	$(BIN)/universal-runtime prepare
 
 # Debian packages: Tesseract (second OCR engine) with its German data (the OCR language tests read
 # umlauts and ß), DejaVu fonts (OCR tests render text with them), and the libraries opencv-python

@@ -1,6 +1,6 @@
 """``universal-runtime``: run the gRPC server, and the REST gateway beside it by default.
 
-``universal-runtime [serve] [flags]`` serves; ``universal-runtime ps|ls|load|unload|health|pull``
+``universal-runtime [serve] [flags]`` serves; ``universal-runtime ps|ls|load|unload|health|pull|prepare``
 are the operator subcommands of :mod:`service.admin`.
 """
 

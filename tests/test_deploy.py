@@ -116,6 +116,47 @@ def test_the_image_installs_python_packages_only_through_make_install():
     )
 
 
+def stage_env(stage: list[tuple[str, str]]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for keyword, rest in stage:
+        if keyword == "ENV":
+            env.update(pair.partition("=")[::2] for pair in shlex.split(rest))
+    return env
+
+
+def test_make_install_ends_by_preparing_the_catalogs_converted_copies():
+    dry_run = make_dry_run("install").splitlines()
+    pip = max(i for i, line in enumerate(dry_run) if "pip install" in line)
+    prepare = [i for i, line in enumerate(dry_run) if line.strip() == ".venv/bin/universal-runtime prepare"]
+    assert prepare and prepare[0] > pip, "`universal-runtime prepare` runs once the packages are installed"
+
+
+def test_the_image_holds_the_converted_copies_where_the_server_looks():
+    builder, runtime = dockerfile_stages()[0], dockerfile_stages()[-1]
+    cache = stage_env(runtime)["XDG_CACHE_HOME"]
+    # The builder's `make install` (and so `prepare`) writes under the runtime's XDG_CACHE_HOME...
+    assert stage_env(builder)["XDG_CACHE_HOME"] == cache
+    # ...with pip's own cache kept on the BuildKit cache mount, out of that folder.
+    mount = re.search(r"--mount=type=cache,target=(\S+)", next(r for k, r in builder if "make install" in r))
+    assert mount and stage_env(builder)["PIP_CACHE_DIR"] == mount.group(1)
+    assert not mount.group(1).startswith(cache)
+    # ...and the runtime stage copies that folder, owned by the user the server runs as.
+    uid = next(r for k, r in runtime if k == "USER").split(":")[0]
+    copies = [shlex.split(r) for k, r in runtime if k == "COPY" and r.startswith("--from=builder")]
+    assert [f"--chown={uid}:{uid}", cache, cache] in [words[1:] for words in copies]
+
+
+def test_the_models_extra_installs_the_runtime_the_default_catalog_asks_for():
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    runtimes = {
+        spec.get("options", {}).get("runtime", "torch")
+        for spec in yaml.safe_load((ROOT / "service" / "default_catalog.yaml").read_text())["models"].values()
+    }
+    assert "openvino" in runtimes
+    for runtime in runtimes - {"torch"}:
+        assert f"universal-runtime[{runtime}]" in optional["models"]
+
+
 def test_the_image_installs_the_debian_packages_of_make_system_deps():
     dry_run = make_dry_run("system-deps")
     make_line = next(line for line in dry_run.splitlines() if "apt-get install" in line)
@@ -359,6 +400,20 @@ def test_pods_run_as_the_image_user_on_a_read_only_root(base):
     assert {"/tmp", env_of(base)["UR_DATA_DIR"], dockerfile_env()["XDG_CACHE_HOME"]} <= writable
     requests = main["resources"]["requests"]
     assert {"cpu", "memory"} <= requests.keys()
+
+
+@pytest.mark.parametrize("rendering", ["base", "gpu"])
+def test_an_init_container_seeds_the_cache_volume_from_the_image(rendering, request):
+    docs = request.getfixturevalue(rendering)
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    main = container(docs)
+    cache = dockerfile_env()["XDG_CACHE_HOME"]
+    (volume,) = [m["name"] for m in main["volumeMounts"] if m["mountPath"] == cache]
+    (seed,) = [c for c in spec["initContainers"] if c["name"] == "seed-cache"]
+    assert seed["image"] == main["image"]  # the image whose /cache `prepare` filled
+    (target,) = [m["mountPath"] for m in seed["volumeMounts"] if m["name"] == volume]
+    assert seed["command"] == ["cp", "-R", f"{cache}/.", f"{target}/"]
+    assert seed["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def test_the_catalog_config_map_is_the_default_catalog(base):

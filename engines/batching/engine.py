@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from engines.base import Engine, ModelSpec
@@ -37,6 +38,8 @@ class BatchedEncoderEngine(Engine):
     """Values of the catalog option ``runtime`` this backend offers (see :mod:`engines.encoder_runtime`)."""
     runtime_bytes = 0
     """Bytes of the exported model a runtime other than torch holds (its files' size)."""
+    exported_path: Path | None = None
+    """The converted-cache folder the exported model was read from (None: the model runs in torch)."""
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
@@ -88,6 +91,7 @@ class BatchedEncoderEngine(Engine):
             threads=int(self.option("threads", cpu_threads())),
         )
         self.runtime_bytes = exported.nbytes
+        self.exported_path = exported.path
         return exported
 
     def swap_transformer(self, module: Any) -> None:

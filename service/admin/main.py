@@ -13,6 +13,7 @@ from typing import TextIO
 from service.admin.connection import CommandError, Connection, default_address, env_api_key
 from service.admin.health import run_health
 from service.admin.models import run_load, run_ls, run_ps, run_unload
+from service.admin.prepare import run_prepare
 from service.admin.pull import run_pull
 from service.settings import Settings
 
@@ -29,7 +30,7 @@ RPC_COMMANDS: dict[str, Command] = {
     "health": run_health,
 }
 #: Every subcommand handled here (``serve`` is :mod:`service.cli`'s).
-COMMANDS = (*RPC_COMMANDS, "pull")
+COMMANDS = (*RPC_COMMANDS, "pull", "prepare")
 
 
 def _client_flags() -> argparse.ArgumentParser:
@@ -89,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--keep-alive", help="keep_alive of the catalog entry")
     pull.add_argument("--force", action="store_true", help="replace an entry of the same name")
     pull.add_argument("--json", action="store_true", help="print the result as JSON")
+    prepare = commands.add_parser(
+        "prepare", help="build the converted copies (encoder exports, requantized GGUFs) the catalog needs"
+    )
+    prepare.add_argument(
+        "--catalog",
+        type=Path,
+        help="catalog to prepare (default: the server's, UR_CATALOG_PATH or the default and user catalogs)",
+    )
     return parser
 
 
@@ -123,6 +132,8 @@ def run(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = Non
             raise CommandError(" ".join(str(error).split())) from None
         if args.command == "pull":
             run_pull(args, out, err, settings)
+        elif args.command == "prepare":
+            run_prepare(args, out, err, settings)
         else:
             RPC_COMMANDS[args.command](connection(args, settings), args, out)
     except CommandError as error:
