@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.procs import (
     BIND_FAILURE,
@@ -111,17 +112,8 @@ def start_ours(
     raise AssertionError("unreachable")
 
 
-def catalog_with_options(path: Path, model: str, options: dict[str, str]) -> Path:
-    """Write to ``path`` the catalog our server reads, with ``options`` set on ``model``'s entry.
-
-    The catalog is ``UR_CATALOG_PATH``'s file when set, else the embedded default; the copy is
-    what a server started with ``UR_CATALOG_PATH=path`` serves (e.g. the embedding model on
-    another ``runtime``), every other entry as it was. Returns ``path``.
-
-    Raises:
-        KeyError: the catalog has no ``model``.
-
-    """
+def served_catalog() -> dict[str, Any]:
+    """The catalog our server reads: ``UR_CATALOG_PATH``'s file when set, else the embedded default."""
     from importlib import resources
 
     import yaml
@@ -132,7 +124,33 @@ def catalog_with_options(path: Path, model: str, options: dict[str, str]) -> Pat
         if source
         else resources.files("service").joinpath("default_catalog.yaml").read_text(encoding="utf-8")
     )
-    catalog = yaml.safe_load(text)
+    return yaml.safe_load(text)
+
+
+def served_option(model: str, option: str, default: Any = None) -> Any:
+    """Catalog option ``option`` of ``model`` as our server is started with it (``default`` when unset).
+
+    Raises:
+        KeyError: the catalog has no ``model``.
+
+    """
+    return (served_catalog()["models"][model].get("options") or {}).get(option, default)
+
+
+def catalog_with_options(path: Path, model: str, options: dict[str, str]) -> Path:
+    """Write to ``path`` the catalog our server reads, with ``options`` set on ``model``'s entry.
+
+    The copy is what a server started with ``UR_CATALOG_PATH=path`` serves (e.g. the embedding
+    model on another ``runtime``), every other entry as it was (see :func:`served_catalog`).
+    Returns ``path``.
+
+    Raises:
+        KeyError: the catalog has no ``model``.
+
+    """
+    import yaml
+
+    catalog = served_catalog()
     entry = catalog["models"][model]
     entry["options"] = {**(entry.get("options") or {}), **options}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import results
+from bench import embeddings, results
 from bench.stats import is_unstable, paired_ratio, percentile, summarize
 
 REPO = Path(__file__).resolve().parent.parent
@@ -308,7 +308,8 @@ def test_embeddings_measures_the_runtimes_in_process_and_in_our_server(tiny_runs
 
     references = {"st-onnx": ("onnx", "none"), "st-openvino": ("openvino", "none")}
     references |= {"st-onnx-int8": ("onnx", "int8"), "st-openvino-int8": ("openvino", "int8")}
-    servers = {"ours-grpc-onnx": ("onnx", "none"), "ours-grpc-openvino": ("openvino", "none")}
+    servers = {f"ours-grpc-{runtime}": (runtime, "none") for runtime in embeddings.side_runtimes()}
+    assert len(servers) == 2 and embeddings.served_runtime() not in [r for r, _ in servers.values()]
     for name, choice in (references | servers).items():
         assert contenders[name]["role"] == ("reference" if name in references else "ours")
         if installed(*choice):
@@ -332,7 +333,9 @@ def test_embeddings_measures_the_runtimes_in_process_and_in_our_server(tiny_runs
         assert result["anchor_ratios"][best["label"]]["median"] > 0
     readme = (out / "embeddings" / "README.md").read_text()
     assert f"| {results.TIMES} best in-process | {results.TIMES} torch 4/call |" in readme
-    assert "| 4/call x 2 clients | ours gRPC Embed (openvino) |" in readme
+    served = embeddings.served_runtime()
+    assert f"| 4/call x 2 clients | ours gRPC Embed ({served}, as served) |" in readme
+    assert "| 4/call x 2 clients | ours gRPC Embed (torch) |" in readme
 
 
 def test_gguf_quality_compares_the_requantized_types(tmp_path):
