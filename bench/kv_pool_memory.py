@@ -3,8 +3,9 @@
 Each contender runs in a fresh child process: RSS is read (psutil, as :mod:`bench.memory` does)
 before the library is imported, after the import, and after the model is loaded and one
 8-token greedy request has run (so that the memory-mapped weights are resident), one second
-after it. ``added_by_load`` is the last minus the import; ``added`` the last minus the bare
-process (library included, like :mod:`bench.memory`'s references).
+after it. ``+total`` (the last minus the bare process, library included, like
+:mod:`bench.memory`'s references) is the figure to compare; ``+load`` is the last minus the
+import, which for our engine includes importing llama_cpp (the engine imports it at load).
 
 Contenders: our llama.cpp engine as the default catalog loads it (``n_ctx: 2048``, 8 sequences:
 a KV stream of 2048 cells each), the same with ``kv_pool_tokens: 4096``, and llama-cpp-python's

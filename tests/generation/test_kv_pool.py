@@ -121,14 +121,22 @@ def test_a_pool_under_256_cells_is_a_bad_catalog_option():
 # -- the real GGUF in a 512-cell pool --------------------------------------------------------------
 
 
-def raw(model: str, prompt: str, max_tokens: int, *, ban_end: bool = True) -> g.GenerateStreamRequest:
-    bias = [g.LogitBias(token_id=t, bias=-100) for t in END_TOKENS] if ban_end else []
+def raw(model: str, prompt: str, max_tokens: int) -> g.GenerateStreamRequest:
+    bias = [g.LogitBias(token_id=t, bias=-100) for t in END_TOKENS]
     return g.GenerateStreamRequest(
         model=model,
         prompt=prompt,
         parameters=g.GenerationParameters(
             max_tokens=max_tokens, temperature=0, logprobs=True, logit_bias=bias
         ),
+    )
+
+
+def chat(model: str, question: str, max_tokens: int) -> g.GenerateStreamRequest:
+    return g.GenerateStreamRequest(
+        model=model,
+        messages=[g.ChatMessage(role=g.CHAT_ROLE_USER, content=question)],
+        parameters=g.GenerationParameters(max_tokens=max_tokens, temperature=0, logprobs=True),
     )
 
 
@@ -210,7 +218,8 @@ async def test_the_pool_is_the_context_getmodel_and_the_kv_gauges_report(inferen
 async def test_a_stream_alone_in_the_pool_matches_per_sequence_streams_bit_for_bit(inference, server):
     # The cold pool keeps no cached prompts: a request alone finds the buffer empty, its cells
     # at the same indices as in its own stream, and attention adds up the same values.
-    for prompt in ("Write a haiku about autumn.", "List three colours and explain each one."):
-        streams, _ = await run(inference, raw(CHAT_MODEL, prompt, 48, ban_end=False))
-        pooled, _ = await run(inference, raw(COLD_POOL_MODEL, prompt, 48, ban_end=False))
+    for question in ("Write a haiku about autumn.", "List three colours and explain each one."):
+        streams, _ = await run(inference, chat(CHAT_MODEL, question, 48))
+        pooled, _ = await run(inference, chat(COLD_POOL_MODEL, question, 48))
+        assert len(streams) >= 20  # an answer, not an immediate end of text
         assert pooled == streams
