@@ -134,6 +134,27 @@ def queue_wait_exceeded(model: str, waited_s: float, limit_s: float) -> Resource
     )
 
 
+def kv_pool_exhausted(
+    model: str, pool_cells: int, prompt_tokens: int, max_tokens: int
+) -> ResourceExhaustedError:
+    """The error of a request that could never fit a model's shared KV pool (``kv_pool_tokens``).
+
+    RESOURCE_EXHAUSTED, reason KV_POOL_EXHAUSTED: its prompt plus ``max_tokens`` need more KV
+    cells than the whole pool holds, so waiting would not help (HTTP 429 without ``Retry-After``
+    at the gateway); a smaller ``max_tokens`` or a shorter prompt can fit.
+    """
+    needed = prompt_tokens + max_tokens
+    return ResourceExhaustedError(
+        f"the request needs {needed} KV cells ({prompt_tokens} prompt tokens + max_tokens {max_tokens}) "
+        f"but model {model!r}'s KV pool holds {pool_cells} cells (kv_pool_tokens); ask for at most "
+        f"{max(0, pool_cells - prompt_tokens)} tokens",
+        reason="KV_POOL_EXHAUSTED",
+        model=model,
+        kv_pool_tokens=pool_cells,
+        needed_cells=needed,
+    )
+
+
 class UnavailableError(RuntimeServiceError, status="UNAVAILABLE", reason="UNAVAILABLE"):
     """The server is shutting down or a model failed to become ready."""
 

@@ -52,6 +52,9 @@ RERANK_MODEL = "minilm-rerank"
 HF_CHAT_MODEL = "smollm2-135m-instruct-hf"
 DOCUMENT_EMBED_MODEL = "minilm-documents"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+POOL_MODEL = "smollm2-kv-pool"
+COLD_POOL_MODEL = "smollm2-kv-pool-cold"
+POOL_CELLS = 512
 
 TEST_CATALOG = {
     "models": {
@@ -155,6 +158,20 @@ TEST_CATALOG = {
             "backend": "sentence_transformers",
             "source": MINILM_SOURCE,
             "options": {"max_queue": 8},
+        },
+        # A shared KV pool (tests/generation/test_kv_pool.py): 512 cells for up to 4 sequences,
+        # and the same without a prompt cache, whose buffer is empty between requests.
+        POOL_MODEL: {
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"kv_pool_tokens": POOL_CELLS, "max_sequences": 4},
+        },
+        COLD_POOL_MODEL: {
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"kv_pool_tokens": POOL_CELLS, "max_sequences": 4, "prompt_cache": False},
         },
         # Generation lifecycle tests (LoadModel/UnloadModel) load and unload these alone.
         "smollm2-lifecycle": {

@@ -7,6 +7,15 @@ next token of every running sequence plus prompt chunks of newly admitted ones; 
 cells are removed with ``llama_memory_seq_rm`` when it leaves. The chat template comes from the
 GGUF metadata (``tokenizer.chat_template``), rendered with llama-cpp-python's sandboxed Jinja2
 formatter as Hugging Face's ``apply_chat_template`` would.
+
+KV memory comes in one of two layouts. By default each sequence has a KV stream of its own,
+``n_ctx`` cells each (``kv_unified`` off): attention reads only the sequence's own cells, so
+greedy output is bitwise the same whatever else runs, at the cost of ``max_sequences * n_ctx``
+cells allocated up front. With ``kv_pool_tokens: N`` all sequences share one buffer of N cells
+(``kv_unified`` on): memory by use, with admission by cells (each sequence reserves its prompt
+plus ``max_new_tokens``, see :class:`~engines.generation.scheduler.ContinuousBatchScheduler`),
+but attention then runs over the shared buffer with masks and its sums depend on where other
+sequences' cells sit, so greedy output under concurrency may differ in the last bits.
 """
 
 from __future__ import annotations
@@ -22,9 +31,9 @@ import numpy as np
 
 from engines.base import ModelSpec
 from engines.device import available_memory_bytes, cpu_threads, resolve_device
-from engines.errors import InvalidArgumentError, ModelLoadError
+from engines.errors import InvalidArgumentError, ModelLoadError, kv_pool_exhausted
 from engines.generation.base import GenerationEngine, SequenceState
-from engines.generation.context_size import DEFAULT_CAP, kv_bytes_per_token, plan_context
+from engines.generation.context_size import CONTEXT_ALIGNMENT, DEFAULT_CAP, kv_bytes_per_token, plan_context
 from engines.generation.logprobs import token_logprobs
 from engines.generation.prompt_cache import PromptCache
 from engines.generation.requantize import model_file, quantize_option
@@ -47,9 +56,13 @@ DEFAULT_STEP_PREFILL_TOKENS = 128
 
 @dataclass(eq=False)
 class _SlotState(SequenceState):
-    """llama.cpp-side state of one sequence: a ``LlamaSampler`` and its KV slot (sequence id)."""
+    """llama.cpp-side state of one sequence: sampler, KV slot (sequence id), reserved cells.
+
+    ``reserved_cells`` is its ``kv_cells_needed``, counted against a KV pool.
+    """
 
     seq_id: int | None = None
+    reserved_cells: int = 0
 
 
 def prefill_chunk_end(position: int, prompt_length: int, budget: int) -> int:
@@ -116,13 +129,18 @@ class LlamaCppGenerationEngine(GenerationEngine):
     (default all on CUDA builds when the device is CUDA, else 0), ``chat_template`` (override
     the GGUF's template), ``quantize`` (``q4_0``, ``q8_0`` or ``f16``: serve the file requantized to that
     type, made once and cached, see :mod:`engines.generation.requantize`), ``cache_dir`` (where
-    that copy goes; default ``$XDG_CACHE_HOME/universal-runtime/converted`` or ``~/.cache/...``).
+    that copy goes; default ``$XDG_CACHE_HOME/universal-runtime/converted`` or ``~/.cache/...``),
+    ``kv_pool_tokens`` (default unset: a KV stream of ``n_ctx`` cells per sequence; N: one KV
+    buffer of N cells shared by all sequences, admitted by the cells they reserve; a sequence
+    may then use up to ``min(N, n_ctx or min(training context, max_context))`` tokens).
     """
 
     backend = "llama_cpp"
+    _kv_pool: int | None = None  # cells of the shared KV pool once loaded (kv_pool_tokens), else None
     int_options = (
         *GenerationEngine.int_options,
         *("n_ctx", "max_context", "n_batch", "n_threads", "n_gpu_layers", "step_prefill_tokens"),
+        "kv_pool_tokens",
     )
 
     @classmethod
@@ -144,9 +162,24 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
-        """The base checks (:meth:`Engine.check_spec`); a local file source, a known ``quantize`` type."""
+        """The base checks (:meth:`Engine.check_spec`) plus this backend's own.
+
+        A local file source, a known ``quantize`` type, a ``kv_pool_tokens`` of at least 256 cells.
+
+        Raises:
+            ModelLoadError: the source is not a local file (reason MODEL_SOURCE_INVALID).
+            InvalidArgumentError: a bad option (reason INVALID_MODEL_OPTION).
+
+        """
         super().check_spec(spec)
         cls._gguf_file(spec)
+        pool = spec.options.get("kv_pool_tokens")
+        if pool is not None and int(pool) < CONTEXT_ALIGNMENT:
+            raise InvalidArgumentError(
+                f"option kv_pool_tokens must be at least {CONTEXT_ALIGNMENT} cells, got {pool!r}",
+                reason="INVALID_MODEL_OPTION",
+                option="kv_pool_tokens",
+            )
         try:
             quantize_option(spec.options.get("quantize"))
         except ValueError as exc:
@@ -190,15 +223,17 @@ class LlamaCppGenerationEngine(GenerationEngine):
         )
         self.model = LlamaModel(path_model=self._model_path(), params=model_params, verbose=False)
         metadata = self.model.metadata()
+        pool = int(self.option("kv_pool_tokens", 0)) or None
         plan = plan_context(
             n_ctx_train=self.model.n_ctx_train(),
             per_token_bytes=kv_bytes_per_token(metadata),
-            sequences=self.max_sequences,
+            # A pool's cells are shared: one sequence may take up to all of them.
+            sequences=1 if pool else self.max_sequences,
             available_bytes=max(0, available_memory_bytes() - self.model.size() - KV_HEADROOM_BYTES),
             override=int(self.option("n_ctx", 0)) or None,
             cap=int(self.option("max_context", DEFAULT_CAP)),
         )
-        per_sequence = plan.per_sequence
+        per_sequence = min(plan.per_sequence, pool) if pool else plan.per_sequence
         log.info(
             "context size",
             extra={"model": self.spec.name, "per_sequence": per_sequence, "reason": plan.reason},
@@ -210,14 +245,15 @@ class LlamaCppGenerationEngine(GenerationEngine):
         )
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_seq_max = self.max_sequences
-        ctx_params.n_ctx = per_sequence * self.max_sequences
+        ctx_params.n_ctx = pool or per_sequence * self.max_sequences
         ctx_params.n_batch = self._n_batch
         ctx_params.n_ubatch = self._n_batch
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         # A KV stream per sequence: attention reads only the sequence's own cells, and a slot's
-        # cached prompt keeps the cell layout of a cold prefill (see prompt_cache).
-        ctx_params.kv_unified = False
+        # cached prompt keeps the cell layout of a cold prefill (see prompt_cache). A pool is one
+        # buffer for all (memory by use; greedy output may then depend on what else runs).
+        ctx_params.kv_unified = pool is not None
         # Flash attention off by default, as llama-cpp-python's own default, so greedy output
         # matches it token for token; "flash_attn: true" turns it on.
         ctx_params.flash_attn_type = (
@@ -231,6 +267,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
         self._prompt_cache = PromptCache(self.max_sequences, enabled=bool(self.option("prompt_cache", True)))
         self._kv_total = int(llama_cpp.llama_n_ctx(self.ctx.ctx))
+        # Admission by cells (the scheduler) and room for new sequences (_assign_slot) in a pool.
+        self._kv_pool = self._kv_total if pool else None
+        self.scheduler.kv_pool_cells = self._kv_pool
         self._slot_states: dict[int, _SlotState] = {}  # slots of running sequences (kv_cells)
         self._metadata = metadata
         template = self.option("chat_template") or self._metadata.get("tokenizer.chat_template")
@@ -247,6 +286,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         """Cells in use and the context's cells (see :meth:`GenerationEngine.kv_cells`).
 
         In use: running sequences' positions so far, plus the prompts free slots keep cached.
+        Total: every sequence's stream together, or the shared pool (``kv_pool_tokens``).
         """
         if getattr(self, "ctx", None) is None:
             return None
@@ -254,6 +294,21 @@ class LlamaCppGenerationEngine(GenerationEngine):
         cache = self._prompt_cache
         cached = sum(len(cache.tokens.get(slot, ())) for slot in list(cache.free))
         return running + cached, self._kv_total
+
+    def max_new_tokens(self, request: GenerationRequest, prompt_tokens: int) -> int:
+        """As :meth:`GenerationEngine.max_new_tokens`; with a KV pool, a ``max_tokens`` over it is refused.
+
+        Raises:
+            InputTooLongError: the prompt leaves no room in the context.
+            ResourceExhaustedError: the prompt plus ``max_tokens`` need more cells than the whole
+                pool (reason KV_POOL_EXHAUSTED): such a sequence could never be admitted.
+
+        """
+        new_tokens = super().max_new_tokens(request, prompt_tokens)
+        asked = request.params.max_tokens
+        if self._kv_pool is not None and asked and prompt_tokens + asked > self._kv_pool:
+            raise kv_pool_exhausted(self.spec.name, self._kv_pool, prompt_tokens, asked)
+        return new_tokens
 
     def unload(self) -> None:
         """Free the context, batch and model (context first: it points into the model)."""
@@ -528,9 +583,24 @@ class LlamaCppGenerationEngine(GenerationEngine):
         llama_cpp.llama_memory_seq_rm(self.ctx.memory, plan.slot, plan.reused, -1)
         state.seq_id = plan.slot
         state.n_past = plan.reused
+        state.reserved_cells = sequence.kv_cells_needed
         self._slot_states[plan.slot] = state
+        if self._kv_pool is not None:
+            self._make_room()
         sequence.cached_prompt_tokens = plan.reused
         self.reused_prompt_tokens += plan.reused
+
+    def _make_room(self) -> None:
+        """Free cached prompts of free slots until they fit beside the running sequences' reservations.
+
+        The scheduler admits a sequence only when its reservation fits beside the others', so
+        dropping every cached prompt always makes room; the least recently released go first.
+        """
+        import llama_cpp
+
+        reserved = sum(state.reserved_cells for state in self._slot_states.values())
+        for slot in self._prompt_cache.evict(max(0, self._kv_pool - reserved)):
+            llama_cpp.llama_memory_seq_rm(self.ctx.memory, slot, 0, -1)
 
     def _free(self, sequences: list[GenerationSequence]) -> None:
         """Free the sequences' samplers and slots; a slot keeps the cells of its prefilled prompt."""

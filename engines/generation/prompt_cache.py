@@ -1,6 +1,7 @@
 """Prompt caching on a llama.cpp context: each sequence slot keeps the KV cells it last held.
 
-Every slot has a KV stream of its own (``kv_unified`` off). When a sequence leaves, the cells
+Every slot has a KV stream of its own (``kv_unified`` off; with a shared KV pool, one unified
+buffer, see :meth:`PromptCache.evict`). When a sequence leaves, the cells
 of its prompt stay in its stream and the slot remembers their tokens. A new request takes a
 free slot that shares a prefix with its prompt (the earlier turns of its conversation, a shared
 system prompt; see :meth:`PromptCache.acquire` for the choice), drops the cells after that
@@ -95,6 +96,32 @@ class PromptCache:
         self.free.remove(best)
         self.tokens[best] = prompt[:reused]
         return SlotPlan(best, reused)
+
+    @property
+    def cached_cells(self) -> int:
+        """KV cells the free slots keep for their cached prompts."""
+        return sum(len(self.tokens.get(slot, ())) for slot in self.free)
+
+    def evict(self, limit: int) -> list[int]:
+        """Drop free slots' cached prompts, least recently released first, till ``limit`` cells at most stay.
+
+        For a shared KV pool, where cached prompts take cells that a new sequence needs.
+
+        Returns:
+            The slots whose cached prompt was dropped, in that order (the caller frees their cells).
+
+        """
+        evicted: list[int] = []
+        cached = self.cached_cells
+        for slot in self.free:
+            if cached <= limit:
+                break
+            held = len(self.tokens.get(slot, ()))
+            if held:
+                self.tokens[slot] = []
+                cached -= held
+                evicted.append(slot)
+        return evicted
 
     def release(self, slot: int, prefilled: list[int]) -> int:
         """Return ``slot``, whose cells hold the prefilled prompt tokens ``prefilled``.

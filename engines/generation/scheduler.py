@@ -12,6 +12,12 @@ it ends (prepare error, cancellation, failure or finish). A request being prepar
 holds a place like one waiting in the queue, so a burst of simultaneous requests cannot all pass
 the check while their prompts are still being tokenized: the first ``max_sequences +
 max_waiting`` are admitted and the rest are refused at once, with no work done for them.
+
+With a shared KV pool (``kv_pool_cells``, the llama.cpp engine's ``kv_pool_tokens``) a waiting
+sequence also needs room: it joins the running batch only when the KV cells it can ever hold
+(:attr:`GenerationSequence.kv_cells_needed`) fit beside what the running ones reserved. The
+queue stays first in, first out: a sequence that does not fit yet holds back the ones behind
+it, so a long request is not starved by a stream of short ones.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engines import tracing
-from engines.errors import ResourceExhaustedError, queue_wait_exceeded
+from engines.errors import ResourceExhaustedError, kv_pool_exhausted, queue_wait_exceeded
 from engines.executor import DeviceExecutor
 from engines.generation.sequence import GenerationSequence
 from engines.types import GenerationDelta, GenerationRequest, TokenLogprobs
@@ -57,6 +63,8 @@ class StepModel(Protocol):
         Raises:
             InputTooLongError: the prompt does not fit the context.
             InvalidArgumentError: the request cannot be templated or constrained.
+            ResourceExhaustedError: with a KV pool, the sequence needs more cells than the
+                whole pool (reason KV_POOL_EXHAUSTED).
 
         """
 
@@ -94,13 +102,24 @@ class ContinuousBatchScheduler:
         max_queue_wait_s: the longest a request may wait from admission for a slot; one that
             waited longer gets RESOURCE_EXHAUSTED (QUEUE_WAIT_EXCEEDED) instead of a late answer.
             0: no limit.
+        kv_pool_cells: KV cells shared by all sequences, or None (each sequence has its own
+            cells: admission by places only). A sequence joins only when its
+            ``kv_cells_needed`` fit in the cells the running ones have not reserved; the model's
+            ``prepare`` must refuse one that needs more than the whole pool.
 
     """
 
     def __init__(
-        self, model: StepModel, *, max_sequences: int, max_waiting: int, max_queue_wait_s: float = 0.0
+        self,
+        model: StepModel,
+        *,
+        max_sequences: int,
+        max_waiting: int,
+        max_queue_wait_s: float = 0.0,
+        kv_pool_cells: int | None = None,
     ) -> None:
         self._model = model
+        self.kv_pool_cells = kv_pool_cells
         self._max_sequences = max_sequences
         self._max_waiting = max_waiting
         self._max_queue_wait_s = max_queue_wait_s
@@ -122,6 +141,15 @@ class ContinuousBatchScheduler:
         return max(0, self._admitted - len(self._active))
 
     @property
+    def kv_reserved_cells(self) -> int:
+        """KV cells reserved by the sequences in the running batch (``kv_cells_needed`` each).
+
+        Counted until a sequence is taken out of the batch, in the same step job that frees its
+        cells, so a sequence admitted meanwhile never finds them still in use.
+        """
+        return sum(entry.sequence.kv_cells_needed for entry in self._active)
+
+    @property
     def admitted_count(self) -> int:
         """Requests holding a place: preparing, waiting or running (at most max_sequences + max_waiting)."""
         return self._admitted
@@ -138,6 +166,8 @@ class ContinuousBatchScheduler:
                 requests being prepared, waiting or running (reason OVERLOADED); raised before
                 any work is done for ``request``.
             InputTooLongError, InvalidArgumentError: from the model's ``prepare``.
+            ResourceExhaustedError: with a KV pool, the sequence needs more cells than the whole
+                pool (reason KV_POOL_EXHAUSTED), from ``prepare`` or before it would wait.
             Exception: a step failed (every sequence of that step gets the error).
 
         """
@@ -242,7 +272,8 @@ class ContinuousBatchScheduler:
         """
         if self._max_queue_wait_s:
             self._expire_waiting()
-        while self._waiting and len(self._active) < self._max_sequences:
+        self._refuse_over_pool()
+        while self._waiting and len(self._active) < self._max_sequences and self._fits(self._waiting[0]):
             entry = self._waiting.popleft()
             entry.scheduled_ns = time.time_ns()
             self._active.append(entry)
@@ -254,6 +285,12 @@ class ContinuousBatchScheduler:
         if running:
             self.batch_sizes.append(len(running))
         return asyncio.create_task(self._run_step(running, released))
+
+    def _fits(self, entry: _Entry) -> bool:
+        """Whether ``entry``'s KV cells fit in the pool beside the running batch's (always without a pool)."""
+        if self.kv_pool_cells is None:
+            return True
+        return self.kv_reserved_cells + entry.sequence.kv_cells_needed <= self.kv_pool_cells
 
     async def _run_step(
         self, running: list[GenerationSequence], released: list[GenerationSequence]
@@ -291,6 +328,25 @@ class ContinuousBatchScheduler:
             self._model.record_finished(entry.sequence)
             waited = now - entry.admitted_at
             error = queue_wait_exceeded(self._model.model_name, waited, self._max_queue_wait_s)
+            entry.queue.put_nowait(error)
+
+    def _refuse_over_pool(self) -> None:
+        """Fail waiting sequences that need more cells than the whole pool (they would block the queue).
+
+        The model's ``prepare`` refuses them first; this keeps a model that does not from
+        stalling every request behind one that can never run.
+        """
+        pool = self.kv_pool_cells
+        if pool is None:
+            return
+        for entry in [e for e in self._waiting if e.sequence.kv_cells_needed > pool]:
+            self._waiting.remove(entry)
+            sequence = entry.sequence
+            sequence.cancel()
+            self._model.record_finished(sequence)
+            error = kv_pool_exhausted(
+                self._model.model_name, pool, len(sequence.prompt_tokens), sequence.max_new_tokens
+            )
             entry.queue.put_nowait(error)
 
     def _record(self, released: list[GenerationSequence]) -> None:

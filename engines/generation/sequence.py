@@ -65,6 +65,16 @@ class GenerationSequence:
         self._stops = StopMatcher(request.params.stop)
 
     @property
+    def kv_cells_needed(self) -> int:
+        """KV cells this sequence can ever hold: its prompt plus ``max_new_tokens``.
+
+        Every prompt token takes a cell, and so does every sampled token fed back (at most
+        ``max_new_tokens``, the last one possibly by a step queued before it was seen to end).
+        Prompt cells reused from a prompt cache are included: they become this sequence's cells.
+        """
+        return len(self.prompt_tokens) + self.max_new_tokens
+
+    @property
     def usage(self) -> GenerationUsage:
         """Prompt and completion token counts so far."""
         return GenerationUsage(
