@@ -26,7 +26,8 @@ def model_to_openai(model: model_service_pb2.Model) -> dict[str, Any]:
     """Convert a catalog ``Model`` to an OpenAI model object with runtime extensions.
 
     Shape: ``{"id", "object": "model", "created", "owned_by": "universal-runtime", "status",
-    "status_detail", "tasks", "device", "memory": {"ram_bytes", "vram_bytes"}}``. ``created`` is
+    "status_detail", "tasks", "device", "memory": {"ram_bytes", "vram_bytes"}, "kv_cache"}``, where
+    ``kv_cache`` is ``{"cells_used", "cells_total"}`` for a loaded llama.cpp model, else null. ``created`` is
     the load time in Unix seconds, 0 when the model is not loaded (the catalog has no creation
     date). ``status`` is e.g. ``"ready"``/``"not_loaded"``; ``tasks`` e.g. ``["generate"]``.
     """
@@ -40,6 +41,11 @@ def model_to_openai(model: model_service_pb2.Model) -> dict[str, Any]:
         "tasks": [enum_label(model_service_pb2.Task, task, "TASK_") for task in model.tasks],
         "device": model.device,
         "memory": {"ram_bytes": model.memory.ram_bytes, "vram_bytes": model.memory.vram_bytes},
+        "kv_cache": (
+            {"cells_used": model.kv_cache.cells_used, "cells_total": model.kv_cache.cells_total}
+            if model.HasField("kv_cache")
+            else None
+        ),
     }
 
 

@@ -68,6 +68,8 @@ def model_json(model: pb.Model, now_ms: int) -> dict[str, Any]:
             max(0.0, (model.expires_at_unix_ms - now_ms) / 1000) if model.expires_at_unix_ms else None
         ),
         "active_requests": model.active_requests,
+        "kv_cache_cells_used": model.kv_cache.cells_used if model.HasField("kv_cache") else None,
+        "kv_cache_cells_total": model.kv_cache.cells_total if model.HasField("kv_cache") else None,
     }
 
 

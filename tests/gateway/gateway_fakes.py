@@ -302,6 +302,7 @@ def sample_models() -> dict[str, model_service_pb2.Model]:
             device="cpu",
             memory=model_service_pb2.MemoryUsage(ram_bytes=1234, vram_bytes=0),
             loaded_at_unix_ms=1_700_000_000_500,
+            kv_cache=model_service_pb2.KvCacheUsage(cells_used=53, cells_total=16384),
         ),
         "org/fake-embedder": model_service_pb2.Model(
             name="org/fake-embedder",

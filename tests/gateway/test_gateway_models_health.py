@@ -24,8 +24,10 @@ async def test_list_models(client: httpx.AsyncClient, fake: FakeServer) -> None:
         "tasks": ["generate"],
         "device": "cpu",
         "memory": {"ram_bytes": 1234, "vram_bytes": 0},
+        "kv_cache": {"cells_used": 53, "cells_total": 16384},
     }
     assert body["data"][1]["status"] == "not_loaded"
+    assert body["data"][1]["kv_cache"] is None
     assert body["data"][1]["tasks"] == ["embed"]
     assert body["data"][1]["created"] == 0
 

@@ -213,6 +213,12 @@ async def test_the_pool_is_the_context_getmodel_and_the_kv_gauges_report(inferen
     described = (await models.GetModel(m.GetModelRequest(name=POOL_MODEL))).model
     kv_bytes = described.memory.ram_bytes - engine.model.size()
     assert kv_bytes == POOL_CELLS * kv_bytes_per_token(engine._metadata)
+    assert described.kv_cache.cells_total == POOL_CELLS
+    assert 0 < described.kv_cache.cells_used <= POOL_CELLS  # the prompt the slot keeps cached
+    # Models without a KV cache (encoders) and models not loaded have none to report.
+    listed = (await models.ListModels(m.ListModelsRequest())).models
+    without = [x for x in listed if x.backend != "llama_cpp" or x.status != m.MODEL_STATUS_READY]
+    assert without and not any(model.HasField("kv_cache") for model in without)
 
 
 async def test_a_stream_alone_in_the_pool_matches_per_sequence_streams_bit_for_bit(inference, server):

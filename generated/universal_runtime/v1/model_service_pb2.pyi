@@ -55,8 +55,16 @@ class MemoryUsage(_message.Message):
     vram_bytes: int
     def __init__(self, ram_bytes: _Optional[int] = ..., vram_bytes: _Optional[int] = ...) -> None: ...
 
+class KvCacheUsage(_message.Message):
+    __slots__ = ("cells_used", "cells_total")
+    CELLS_USED_FIELD_NUMBER: _ClassVar[int]
+    CELLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    cells_used: int
+    cells_total: int
+    def __init__(self, cells_used: _Optional[int] = ..., cells_total: _Optional[int] = ...) -> None: ...
+
 class Model(_message.Message):
-    __slots__ = ("name", "tasks", "backend", "source", "status", "status_detail", "device", "memory", "keep_alive", "pinned", "loaded_at_unix_ms", "expires_at_unix_ms", "active_requests")
+    __slots__ = ("name", "tasks", "backend", "source", "status", "status_detail", "device", "memory", "keep_alive", "pinned", "loaded_at_unix_ms", "expires_at_unix_ms", "active_requests", "kv_cache")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +78,7 @@ class Model(_message.Message):
     LOADED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_FIELD_NUMBER: _ClassVar[int]
     name: str
     tasks: _containers.RepeatedScalarFieldContainer[Task]
     backend: str
@@ -83,7 +92,8 @@ class Model(_message.Message):
     loaded_at_unix_ms: int
     expires_at_unix_ms: int
     active_requests: int
-    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[Task, str]]] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., status: _Optional[_Union[ModelStatus, str]] = ..., status_detail: _Optional[str] = ..., device: _Optional[str] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., loaded_at_unix_ms: _Optional[int] = ..., expires_at_unix_ms: _Optional[int] = ..., active_requests: _Optional[int] = ...) -> None: ...
+    kv_cache: KvCacheUsage
+    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[Task, str]]] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., status: _Optional[_Union[ModelStatus, str]] = ..., status_detail: _Optional[str] = ..., device: _Optional[str] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., loaded_at_unix_ms: _Optional[int] = ..., expires_at_unix_ms: _Optional[int] = ..., active_requests: _Optional[int] = ..., kv_cache: _Optional[_Union[KvCacheUsage, _Mapping]] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("task", "loaded_only")
