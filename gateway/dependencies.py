@@ -55,11 +55,13 @@ async def get_call_metadata(request: Request) -> CallMetadata:
     the client presented one of them: the client's own token, so the server can name its key, in
     canonical form (``Bearer`` and one space) even if the client wrote ``bearer`` or extra spaces.
     """
-    metadata: list[tuple[str, str]] = [(REQUEST_ID_HEADER, get_request_id(request))]
+    request_id = (REQUEST_ID_HEADER, get_request_id(request))
+    if not get_config(request).api_keys:  # the common case: nothing to check or forward
+        return (request_id,)
     matched = _matched_key(request)
-    if matched is not None:
-        metadata.append(("authorization", f"Bearer {matched[1]}"))
-    return tuple(metadata)
+    if matched is None:
+        return (request_id,)
+    return (request_id, ("authorization", f"Bearer {matched[1]}"))
 
 
 def _matched_key(request: Request) -> tuple[str, str] | None:

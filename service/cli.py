@@ -11,6 +11,7 @@ import service.openmp  # noqa: F401  (isort: skip)
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -22,6 +23,7 @@ from engines.process_lane import preload_modules
 from gateway.api_keys import load_api_keys
 from gateway.tls import TlsConfigError
 from service.admin.main import COMMANDS, run
+from service.event_loop import EventLoopError, loop_factory, loop_name
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
@@ -30,6 +32,8 @@ from service.tracing import instrument_gateway
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+log = logging.getLogger(__name__)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,9 +89,10 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     """
     # Checked before the server starts, so a bad gateway TLS setting stops nothing half-way.
     https = gateway_https(settings) if with_gateway else None
+    loop = asyncio.get_running_loop()
+    log.info("event loop", extra={"event_loop": loop_name(loop)})
     running = await start_server(settings, internal_socket=with_gateway)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     gateway_server = None
@@ -164,10 +169,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     settings = Settings(**overrides)
     check_startup_settings(settings, with_gateway=not args.no_gateway)
+    try:
+        # Named in UR_EVENT_LOOP, uvloop must be installed; by default asyncio's loop stands in.
+        new_loop = loop_factory(settings.event_loop, explicit="event_loop" in settings.model_fields_set)
+    except EventLoopError as err:
+        raise SystemExit(f"universal-runtime: {err}") from None
     # Process-lane children re-run the launcher, which imports this module: warm in the forkserver.
     preload_modules(__name__)
     try:
-        asyncio.run(serve(settings, with_gateway=not args.no_gateway))
+        # Not asyncio.run: it always makes asyncio's own loop (see service.event_loop).
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            runner.run(serve(settings, with_gateway=not args.no_gateway))
     except TlsConfigError as err:  # its message names the setting; a traceback would add nothing
         raise SystemExit(f"universal-runtime: {err}") from None
 

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.event_loop import EventLoopName
 from service.keep_alive import DEFAULT_KEEP_ALIVE, parse_keep_alive
 
 GIB = 1 << 30
@@ -85,6 +86,11 @@ class Settings(BaseSettings):
         9090, ge=0, le=65535, description="Port of the gRPC server's own /metrics (on grpc_host); 0 = off."
     )
     shutdown_grace_s: float = Field(10.0, ge=0, description="Time in-flight RPCs get on shutdown.")
+    event_loop: EventLoopName = Field(
+        "uvloop",
+        description="Event loop of the server and the gateway beside it: uvloop (asyncio's own when "
+        "uvloop is not installed) or asyncio.",
+    )
     # Clients that balance over a DNS name (a headless Service) resolve it again only when a
     # connection closes; closing each one after a while lets them find replicas added since.
     grpc_max_connection_age_s: float = Field(
