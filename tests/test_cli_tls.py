@@ -3,11 +3,9 @@ gateway's HTTPS; the gateway inside the process reaches its server over the priv
 
 from __future__ import annotations
 
-import signal
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -16,6 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import EMBED_MODEL, REPO_ROOT, child_server_env, free_port
+from tests.launched import serving
 from tests.tls_certs import Pki, make_pki
 
 
@@ -56,16 +55,7 @@ def test_both_faces_speak_mutual_tls(pki: Pki, catalog_path: Path, tmp_path: Pat
     gateway = f"https://localhost:{args[args.index('--gateway-port') + 1]}"
     with_cert = ssl.create_default_context(cafile=pki.ca_file)
     with_cert.load_cert_chain(pki.client_cert, pki.client_key)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"not ready in 60 s:\n{log.read_text()}"
-            try:
-                if httpx.get(f"{gateway}/health", verify=with_cert, timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with serving(process, log, f"{gateway}/health", verify=with_cert):
         # HTTPS with a client certificate -> gateway -> Unix socket -> server.
         models = httpx.get(f"{gateway}/v1/models", verify=with_cert, timeout=5.0)
         assert models.status_code == 200 and EMBED_MODEL in [m["id"] for m in models.json()["data"]]
@@ -80,13 +70,6 @@ def test_both_faces_speak_mutual_tls(pki: Pki, catalog_path: Path, tmp_path: Pat
             with pytest.raises(grpc.RpcError) as caught:
                 health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
-        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_a_half_tls_configuration_stops_the_start_with_one_clear_line(

@@ -8,10 +8,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -24,6 +22,7 @@ from universal_runtime.v1 import encoders_pb2, inference_service_pb2_grpc
 from service import cli
 from service.event_loop import EventLoopError, loop_factory, loop_name
 from tests.conftest import EMBED_MODEL, REPO_ROOT, child_server_env, free_port
+from tests.launched import serving
 
 
 def log_records(log: Path) -> list[dict]:
@@ -54,16 +53,7 @@ def test_the_process_runs_both_faces_on_the_chosen_loop(
         cwd=REPO_ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
         env=child_server_env(UR_SHUTDOWN_GRACE_S="1", **env),
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"not ready in 60 s:\n{log.read_text()}"
-            try:
-                if httpx.get(f"{gateway}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with serving(process, log, f"{gateway}/health"):
         loops = [r["event_loop"] for r in log_records(log) if r.get("message") == "event loop"]
         assert loops == [expected], log.read_text()[-3000:]
 
@@ -84,14 +74,6 @@ def test_the_process_runs_both_faces_on_the_chosen_loop(
         assert answer.status_code == 200, answer.text
         vector = answer.json()["data"][0]["embedding"]
         assert vector == pytest.approx(list(embedded.embeddings[0].values), abs=1e-5)
-
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
-        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_loop_names() -> None:
