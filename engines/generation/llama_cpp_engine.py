@@ -291,9 +291,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         if getattr(self, "ctx", None) is None:
             return None
         running = sum(state.n_past for state in list(self._slot_states.values()))
-        cache = self._prompt_cache
-        cached = sum(len(cache.tokens.get(slot, ())) for slot in list(cache.free))
-        return running + cached, self._kv_total
+        return running + self._prompt_cache.cached_cells, self._kv_total
 
     def max_new_tokens(self, request: GenerationRequest, prompt_tokens: int) -> int:
         """As :meth:`GenerationEngine.max_new_tokens`; with a KV pool, a ``max_tokens`` over it is refused.

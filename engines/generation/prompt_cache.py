@@ -99,8 +99,8 @@ class PromptCache:
 
     @property
     def cached_cells(self) -> int:
-        """KV cells the free slots keep for their cached prompts."""
-        return sum(len(self.tokens.get(slot, ())) for slot in self.free)
+        """KV cells the free slots keep for their cached prompts (read from other threads too)."""
+        return sum(len(self.tokens.get(slot, ())) for slot in list(self.free))
 
     def evict(self, limit: int) -> list[int]:
         """Drop free slots' cached prompts, least recently released first, till ``limit`` cells at most stay.
