@@ -222,7 +222,7 @@ class ModelStateCollector(Collector):
             if scheduler is not None:
                 running.add_metric([name], scheduler.active_count)
                 waiting.add_metric([name], scheduler.waiting_count)
-                cells = engine.kv_cells()
+                cells = managed.kv_cells()
                 if cells is not None:
                     kv_used.add_metric([name], cells[0])
                     kv_total.add_metric([name], cells[1])

@@ -125,6 +125,15 @@ class ManagedModel:
             return format_status(self.state, self.error)
         return format_status(self.state)
 
+    def kv_cells(self) -> tuple[int, int] | None:
+        """``(used, total)`` KV cache cells of the engine, or None (no engine, or one without a KV cache).
+
+        Generation engines answer from their own bookkeeping (:meth:`GenerationEngine.kv_cells`),
+        so this may be read from any thread (metrics scrapes) while the model's lane runs.
+        """
+        reporter = getattr(self.engine, "kv_cells", None)
+        return reporter() if reporter is not None else None
+
     def expires_at(self) -> float | None:
         """Wall-clock time at which the idle model will unload, or None if not scheduled."""
         if self.state is not ModelState.READY or self.active or self.pinned or math.isinf(self.keep_alive_s):

@@ -33,7 +33,7 @@ STATES = {
 def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
     """Describe one managed model (state, device, memory, keep-alive, expiry)."""
     expires = managed.expires_at()
-    cells = kv_cells(managed)
+    cells = managed.kv_cells()
     return pb.Model(
         name=managed.spec.name,
         tasks=[TASKS[t] for t in managed.spec.tasks],
@@ -50,10 +50,3 @@ def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
         active_requests=managed.active,
         kv_cache=pb.KvCacheUsage(cells_used=cells[0], cells_total=cells[1]) if cells else None,
     )
-
-
-def kv_cells(managed: ManagedModel) -> tuple[int, int] | None:
-    """``(used, total)`` KV cells of a loaded engine that reports them (llama.cpp), else None."""
-    engine = managed.engine
-    reporter = getattr(engine, "kv_cells", None) if managed.state is ModelState.READY else None
-    return reporter() if reporter is not None else None
