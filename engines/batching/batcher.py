@@ -20,6 +20,13 @@ their items wait in a bounded FIFO queue. One collector task per batcher:
 
 While a batch runs, new requests queue up, so under load each batch is as large as the limits
 allow (the same scheme as text-embeddings-inference's and infinity's batch queues).
+
+A second job waits on the lane behind the running one (:data:`JOBS_ON_LANE`), and a job takes its
+batch from the queue only when it starts on the lane thread. So the lane goes from one batch
+straight into the next, without waiting for the event loop to hand the outputs out and collect
+again, and the batch is still everything queued at the moment the device is free. Measured at 64
+single-sentence gRPC clients on 2 cores: the lane sat idle 10% of the time between batches when
+the collector ran one batch at a time.
 A queue that holds ``max_queue`` items refuses more with :class:`ResourceExhaustedError`
 (reason ``OVERLOADED``; HTTP 429 at the gateway).
 
@@ -34,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +62,8 @@ O = TypeVar("O")  # noqa: E741
 
 # How many recent batch sizes the stats keep (enough for tests and metrics, bounded memory).
 STATS_HISTORY = 10_000
+#: Jobs of one batcher on its lane at once: the running batch and one waiting to take the next.
+JOBS_ON_LANE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +143,7 @@ class _Entry(Generic[I]):
     item: I
     cost: int
     future: asyncio.Future
-    enqueued_at: float
+    enqueued_at: float  # time.monotonic() (the lane thread reads it too)
     # Epoch ns of the entry's queueing and of its batch's start and end (spans, when tracing).
     enqueued_ns: int = 0
     started_ns: int = 0
@@ -205,6 +215,11 @@ class DynamicBatcher(Generic[I, O]):
         self._collector: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        # The queue is changed on the event loop and taken from on the lane thread (a job takes
+        # its batch when it starts): every change and every batch plan holds this lock.
+        self._lock = threading.Lock()
+        self._jobs: set[asyncio.Task[None]] = set()
+        self._lane_slots: asyncio.Semaphore | None = None
 
     @property
     def queue_depth(self) -> int:
@@ -285,13 +300,14 @@ class DynamicBatcher(Generic[I, O]):
         else:
             places.release()  # from here on its items are counted in the queue itself
         loop = asyncio.get_running_loop()
-        now, now_ns = loop.time(), time.time_ns()
+        now, now_ns = time.monotonic(), time.time_ns()
         futures = [loop.create_future() for _ in items]
         entries = [
             _Entry(item, max(1, int(cost)), future, now, now_ns)
             for item, cost, future in zip(items, costs, futures, strict=True)
         ]
-        self._queue.extend(entries)
+        with self._lock:
+            self._queue.extend(entries)
         assert self._wakeup is not None
         self._wakeup.set()
         try:
@@ -299,9 +315,11 @@ class DynamicBatcher(Generic[I, O]):
             self._record_spans(entries)
             return outputs
         except BaseException:
-            # Cancelled or one item failed: the request is over, drop what has not run yet.
-            for future in futures:
-                future.cancel()
+            # Cancelled or one item failed: the request is over, drop what has not run yet. Under
+            # the lock, so that a job taking its batch sees all of the request dropped or none.
+            with self._lock:
+                for future in futures:
+                    future.cancel()
             raise
 
     def _record_spans(self, entries: list[_Entry[I]]) -> None:
@@ -317,13 +335,14 @@ class DynamicBatcher(Generic[I, O]):
         if self._collector is None or self._collector.done():
             self._loop = asyncio.get_running_loop()
             self._wakeup = asyncio.Event()
+            self._lane_slots = asyncio.Semaphore(JOBS_ON_LANE)
             self._collector = self._loop.create_task(self._collect(), name=f"batcher-{self.name}")
 
     # -- collector ----------------------------------------------------------------------------
 
     async def _collect(self) -> None:
-        assert self._wakeup is not None and self._loop is not None
-        wakeup, loop = self._wakeup, self._loop
+        assert self._wakeup is not None and self._lane_slots is not None
+        wakeup, slots = self._wakeup, self._lane_slots
         while True:
             self._drop_cancelled()
             if not self._queue:
@@ -331,31 +350,41 @@ class DynamicBatcher(Generic[I, O]):
                 await wakeup.wait()
                 continue
             deadline = self._queue[0].enqueued_at + self.config.max_wait_ms / 1000
-            while not self._full() and (remaining := deadline - loop.time()) > 0:
+            while not self._full() and (remaining := deadline - time.monotonic()) > 0:
                 wakeup.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wakeup.wait(), remaining)
-            batch = self._take()
-            if batch:
-                await self._run(batch)
+            await slots.acquire()
+            if not self._queue:  # the job waiting on the lane took them when it started
+                slots.release()
+                continue
+            job = asyncio.get_running_loop().create_task(self._run_job(), name=f"batch-{self.name}")
+            self._jobs.add(job)
+            job.add_done_callback(self._job_done)
+
+    def _job_done(self, job: asyncio.Task[None]) -> None:
+        self._jobs.discard(job)
+        assert self._lane_slots is not None
+        self._lane_slots.release()
 
     def _drop_cancelled(self) -> None:
         limit = self.config.max_queue_wait_s
-        if limit and self._queue and self._loop is not None:
-            now = self._loop.time()
-            for entry in self._queue:
-                waited = now - entry.enqueued_at
-                if waited > limit and not entry.future.done():
-                    entry.future.set_exception(queue_wait_exceeded(self.name, waited, limit))
-        kept = deque(entry for entry in self._queue if not entry.future.done())
-        self.stats.cancelled += len(self._queue) - len(kept)
-        self._queue = kept
+        with self._lock:
+            if limit and self._queue:
+                now = time.monotonic()
+                for entry in self._queue:
+                    waited = now - entry.enqueued_at
+                    if waited > limit and not entry.future.done():
+                        entry.future.set_exception(queue_wait_exceeded(self.name, waited, limit))
+            kept = deque(entry for entry in self._queue if not entry.future.done())
+            self.stats.cancelled += len(self._queue) - len(kept)
+            self._queue = kept
 
     def _fits(self, count: int, longest: int) -> bool:
         return count <= self.config.max_batch_size and count * longest <= self.config.max_batch_tokens
 
     def _plan(self) -> tuple[int, int]:
-        """(entries to pop, live entries among them) for the next batch, oldest first."""
+        """(entries to pop, live entries among them) for the next batch, oldest first (lock held)."""
         taken, live, longest = 0, 0, 0
         for entry in self._queue:
             if entry.future.done():
@@ -368,32 +397,69 @@ class DynamicBatcher(Generic[I, O]):
         return taken, live
 
     def _full(self) -> bool:
-        taken, live = self._plan()
-        return taken < len(self._queue) or live >= self.config.max_batch_size
+        with self._lock:
+            taken, live = self._plan()
+            return taken < len(self._queue) or live >= self.config.max_batch_size
 
     def _take(self) -> list[_Entry[I]]:
-        taken, _ = self._plan()
-        batch = []
-        for _ in range(taken):
-            entry = self._queue.popleft()
-            if entry.future.done():
-                self.stats.cancelled += 1
-            else:
-                batch.append(entry)
+        """Pop the next batch, longest first (on the lane thread, when its job starts).
+
+        Items that waited past ``max_queue_wait_s`` by now are popped too, and failed on the
+        event loop (QUEUE_WAIT_EXCEEDED): the queue is oldest first, so they are at its head.
+        """
+        limit, expired = self.config.max_queue_wait_s, []
+        with self._lock:
+            now = time.monotonic()
+            while limit and self._queue and now - self._queue[0].enqueued_at > limit:
+                expired.append(self._queue.popleft())
+            taken, _ = self._plan()
+            batch = []
+            for _ in range(taken):
+                entry = self._queue.popleft()
+                if entry.future.done():
+                    self.stats.cancelled += 1
+                else:
+                    batch.append(entry)
+        if expired and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                self._loop.call_soon_threadsafe(self._expire, expired, now)
         batch.sort(key=lambda entry: entry.cost, reverse=True)
         return batch
 
-    async def _run(self, batch: list[_Entry[I]]) -> None:
+    def _expire(self, entries: list[_Entry[I]], now: float) -> None:
+        limit = self.config.max_queue_wait_s
+        for entry in entries:
+            if not entry.future.done():
+                entry.future.set_exception(queue_wait_exceeded(self.name, now - entry.enqueued_at, limit))
+            else:
+                self.stats.cancelled += 1
+
+    def _take_and_run(self, taken: list[_Entry[I]]) -> tuple[Sequence[O | BaseException], float, float, int]:
+        """The lane's job: take what is queued now and run it (``taken`` gets the batch first).
+
+        Returns:
+            the batch's outputs, its start and end (``time.monotonic()``) and its start in epoch ns.
+
+        """
+        batch = self._take()
+        taken.extend(batch)
+        started, started_ns = time.monotonic(), time.time_ns()
+        if not batch:
+            return [], started, started, started_ns
         self.stats.batches += 1
         self.stats.items += len(batch)
         self.stats.batch_sizes.append(len(batch))
-        assert self._loop is not None
-        started, started_ns = self._loop.time(), time.time_ns()
+        outputs = self._run_batch([entry.item for entry in batch])
+        return outputs, started, time.monotonic(), started_ns
+
+    async def _run_job(self) -> None:
+        batch: list[_Entry[I]] = []
         try:
-            outputs = await self._executor.run(self._run_batch, [entry.item for entry in batch])
-            observe_encoder_batch(
-                self.name, [started - entry.enqueued_at for entry in batch], self._loop.time() - started
-            )
+            outputs, started, finished, started_ns = await self._executor.run(self._take_and_run, batch)
+            if not batch:
+                return
+            waits = [started - entry.enqueued_at for entry in batch]
+            observe_encoder_batch(self.name, waits, finished - started)
             finished_ns = time.time_ns()
             for entry in batch:
                 entry.started_ns, entry.finished_ns = started_ns, finished_ns
@@ -403,8 +469,14 @@ class DynamicBatcher(Generic[I, O]):
             self._fail(batch, UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING"))
             raise
         except Exception as exc:
-            self.stats.failed_batches += 1
-            log.warning("batch of %d failed on model %s: %r", len(batch), self.name, exc)
+            if not batch:
+                # The lane refused the job before it took anything (executor shut down): fail what
+                # waits rather than queue a new job for it at once, and again.
+                with self._lock:
+                    batch, self._queue = list(self._queue), deque()
+            else:
+                self.stats.failed_batches += 1
+                log.warning("batch of %d failed on model %s: %r", len(batch), self.name, exc)
             self._fail(batch, exc)
             return
         for entry, output in zip(batch, outputs, strict=True):
@@ -445,6 +517,10 @@ class DynamicBatcher(Generic[I, O]):
     def _close_on_loop(self) -> None:
         if self._collector is not None:
             self._collector.cancel()
+        for job in list(self._jobs):
+            job.cancel()
         error = UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING")
-        self._fail(list(self._queue), error)
-        self._queue.clear()
+        with self._lock:
+            waiting = list(self._queue)
+            self._queue.clear()
+        self._fail(waiting, error)

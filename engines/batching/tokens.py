@@ -4,7 +4,8 @@ The batcher needs each input's token count (its cost) and over-long inputs must 
 cut before they share a batch with other callers' inputs. Tokenizing is cheap CPU work on a
 Rust tokenizer that releases the GIL, so it runs in a worker thread (``asyncio.to_thread``),
 overlapping the model's forward passes on the model's lane, the way text-embeddings-inference
-runs tokenization in its own workers.
+runs tokenization in its own workers. A small request (at most :data:`INLINE_CHARS` characters)
+is counted on the event loop itself: the hand-off to a thread costs more than the tokenizing.
 
 Hugging Face fast tokenizers are not safe to call from two threads at once when their
 truncation/padding settings change between calls ("Already borrowed"), and the model's own
@@ -19,9 +20,10 @@ first cut to :data:`MAX_CHARS_PER_TOKEN` characters per token of the window (the
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engines.errors import InputTooLongError, InvalidArgumentError
@@ -34,6 +36,12 @@ from engines.types import Truncation
 #: window's tokens as they were; only texts of mostly over-long "words" (a WordPiece [UNK] stands
 #: for up to 100 characters) can count more characters per token than this.
 MAX_CHARS_PER_TOKEN = 32
+
+
+#: Most characters (all of a request's texts) counted on the event loop rather than in a worker
+#: thread. Measured for one sentence: 105 µs on the loop against 260 µs through
+#: ``asyncio.to_thread``; 2,048 characters tokenize in well under a millisecond of loop time.
+INLINE_CHARS = 2048
 
 
 def character_limit(max_tokens: int) -> int:
@@ -53,7 +61,8 @@ class TokenCounter:
 
     def __init__(self, tokenizer: Any, max_length: int, model: str) -> None:
         self._tokenizer = copy.deepcopy(tokenizer)
-        self._lock = threading.Lock()
+        # Reentrant: a call counted on the event loop holds it around methods that take it too.
+        self._lock = threading.RLock()
         self.max_length = int(max_length)
         self.max_chars = character_limit(self.max_length)
         self.model = model
@@ -159,6 +168,26 @@ class TokenCounter:
             return self.keep_last_tokens(texts, raw), used
         return list(texts), used
 
+    async def prepare_async(
+        self, texts: Sequence[str], truncation: Truncation, *, field: str = "inputs"
+    ) -> tuple[list[str], list[int]]:
+        """:meth:`prepare` in a worker thread, or on the event loop for a small request (same results)."""
+        return await self._off_loop(_characters(texts), self.prepare, texts, truncation, field=field)
+
+    async def lengths_async(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[int]:
+        """:meth:`lengths` in a worker thread, or on the event loop for a small request."""
+        return await self._off_loop(_characters(texts) + _characters(pairs or ()), self.lengths, texts, pairs)
+
+    async def _off_loop(self, characters: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # On the loop only when no worker thread holds the tokenizer: the loop must never wait
+        # for someone else's large request.
+        if characters <= INLINE_CHARS and self._lock.acquire(blocking=False):
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._lock.release()
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
     # -- Tokenize / Detokenize ----------------------------------------------------------------
 
     def tokenize(
@@ -193,3 +222,7 @@ class TokenCounter:
         checked = check_token_ids(ids, len(self._tokenizer), self.max_chars, self.model)
         with self._lock:
             return hf_detokenize(self._tokenizer, checked, skip_special_tokens=skip_special_tokens)
+
+
+def _characters(texts: Sequence[str]) -> int:
+    return sum(len(text) for text in texts)

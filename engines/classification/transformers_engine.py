@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
@@ -93,7 +91,7 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
                 model=self.spec.name,
             )
         with self.batcher.reserve(len(request.inputs)) as places:  # refused before tokenizing when full
-            prepared, used = await asyncio.to_thread(self.tokens.prepare, request.inputs, request.truncation)
+            prepared, used = await self.tokens.prepare_async(request.inputs, request.truncation)
             logits = np.stack(await self.batcher.submit(prepared, used, places=places))
         scores = probabilities(logits, multi_label=request.multi_label)
         return ClassificationResult(classifications(scores, self.labels, request), prompt_tokens=sum(used))

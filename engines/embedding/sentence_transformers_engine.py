@@ -121,7 +121,7 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
         """
         # Places first: a request refused for a full queue is refused before it is tokenized.
         with self.batcher.reserve(len(texts)) as places:
-            prepared, lengths = await asyncio.to_thread(self.tokens.prepare, texts, truncation, field=field)
+            prepared, lengths = await self.tokens.prepare_async(texts, truncation, field=field)
             vectors = await self.batcher.submit(prepared, lengths, places=places)
         return np.stack(vectors), sum(lengths)
 

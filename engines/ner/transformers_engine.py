@@ -9,7 +9,6 @@ also keep words whole. Offsets come from the fast tokenizer's offset mapping, so
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from engines.batching.engine import BatchedEncoderEngine
@@ -113,7 +112,7 @@ class TransformersNerEngine(BatchedEncoderEngine):
         check_input_characters(request.inputs, limit, self.spec.name)
         inputs = list(request.inputs)
         with self.batcher.reserve(len(inputs)) as places:  # refused before tokenizing when full
-            lengths = await asyncio.to_thread(self.tokens.lengths, inputs)
+            lengths = await self.tokens.lengths_async(inputs)
             costs = self.tokens.check(lengths, Truncation.END)
             found = await self.batcher.submit(inputs, costs, places=places)
         return EntityResult(entities=[kept(items, request) for items in found], prompt_tokens=sum(lengths))

@@ -7,8 +7,6 @@ pair. Pairs from concurrent requests share batches through the engine's dynamic 
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
@@ -97,7 +95,7 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
         documents = self.tokens.clip(request.documents, request.truncation, field="documents")
         queries = [query] * len(documents)
         with self.batcher.reserve(len(queries)) as places:  # refused before tokenizing when full
-            lengths = await asyncio.to_thread(self.tokens.lengths, queries, documents)
+            lengths = await self.tokens.lengths_async(queries, documents)
             used = self.tokens.check(
                 lengths, request.truncation, field="documents", what="query+document pair"
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -134,6 +135,8 @@ async def test_a_cancelled_callers_items_are_dropped_before_running(executor):
     doomed = asyncio.ensure_future(batcher.submit(["doomed", "doomed2"], [1, 1]))
     await asyncio.sleep(0.01)
     doomed.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await doomed  # the cancellation is through before the lane takes the next batch
     release.set()
     assert await first == ["first"]
     assert await batcher.submit(["after"], [1]) == ["after"]
@@ -254,3 +257,28 @@ async def test_an_item_that_waited_past_max_queue_wait_fails_instead_of_answerin
 def test_max_queue_wait_must_be_a_non_negative_number(value):
     with pytest.raises(InvalidArgumentError):
         BatchingConfig.from_options({"max_queue_wait_s": value})
+
+
+async def test_the_next_batch_waits_on_the_lane_and_takes_what_is_queued_when_it_starts(executor):
+    """The lane goes from one batch into the next without the event loop (JOBS_ON_LANE)."""
+    gate = threading.Event()
+    started: list[tuple[list[str], float]] = []
+
+    def run(items: list[str]) -> list[str]:
+        started.append((list(items), time.monotonic()))
+        gate.wait(timeout=10)
+        return items
+
+    batcher = DynamicBatcher(run, executor, BatchingConfig(), name="t")
+    first = asyncio.ensure_future(batcher.submit(["first"], [1]))
+    await asyncio.sleep(0.05)  # running, held by the gate
+    second = asyncio.ensure_future(batcher.submit(["second"], [1]))
+    await asyncio.sleep(0.05)  # its job now waits on the lane
+    third = asyncio.ensure_future(batcher.submit(["third"], [1]))
+    await asyncio.sleep(0.05)
+    gate.set()
+    time.sleep(0.3)  # the event loop is held: only a job already on the lane can start now
+    loop_free = time.monotonic()
+    assert await asyncio.gather(first, second, third) == [["first"], ["second"], ["third"]]
+    assert [items for items, _ in started] == [["first"], ["second", "third"]]
+    assert started[1][1] < loop_free, "the second batch started while the event loop was held"
