@@ -108,7 +108,7 @@ fuzz: install
 # bench/.venv-peers-* on first use; results go to bench/results/ and the tables to bench/README.md.
 .PHONY: bench bench-quick bench-deps
 bench-deps: install
-	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install --quiet -r bench/requirements.txt
+	@$(BIN)/python -c 'import matplotlib, aiohttp' 2>/dev/null || $(BIN)/pip install --quiet -r bench/requirements.txt
 
 bench: bench-deps
 	$(BIN)/python -m bench
