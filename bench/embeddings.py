@@ -9,7 +9,8 @@ export it (:func:`bench.encoder_runtimes.load`); our ``Embed`` over gRPC; our ga
 ``/v1/embeddings``; infinity (``infinity_emb v2``, torch engine on CPU, same local model directory).
 Our main rows run the embedding model on the served catalog's ``runtime`` (the default catalog's:
 OpenVINO); at 64 single-sentence clients and at 32 per call, also our ``Embed`` from servers whose
-catalog is the same with each other ``runtime`` on the embedding model.
+catalog is the same with each other ``runtime`` on the embedding model, and standalone gateways
+of 1 and 2 processes (``UR_GATEWAY_WORKERS``) in front of our main server.
 
 Besides the ratio to the torch reference of the same scenario, every row's sentences/s is given
 over the fastest in-process reference at the largest batch ("x best in-process": issue 19's goal
@@ -37,6 +38,8 @@ RUNTIME_REFERENCES = [
 ]
 #: The encoder runtimes our server offers (catalog option ``runtime``).
 RUNTIMES = ("torch", "onnx", "openvino")
+#: Standalone gateways measured beside the in-process one: processes each (``UR_GATEWAY_WORKERS``).
+GATEWAY_WORKERS = (1, 2)
 
 
 def served_runtime() -> str:
@@ -123,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ],
         )
         runtime_servers = [start_runtime_server(report, runtime) for runtime in side_runtimes()]
+        runtime_servers += [start_gateway_workers(report, ours.grpc_target, n) for n in GATEWAY_WORKERS]
         runtime_servers = [c for c in runtime_servers if c is not None]
         report.warm_up(
             contenders + runtime_servers, {"concurrency": 1, "requests": 1, "warmup": 0, "batch": 32}
@@ -145,6 +149,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             report.add_anchor(f"{TIMES} torch {batch}/call", name, "st-inprocess", "sentences_s")
         report.finish()
     return report.payload
+
+
+def start_gateway_workers(report: Report, grpc_target: str, workers: int) -> Contender | None:
+    """A standalone gateway of ``workers`` processes (``UR_GATEWAY_WORKERS``) in front of our server.
+
+    Measured at 64 single-sentence clients, beside the gateway inside the server's process: it
+    shows whether separate HTTP processes pay on this machine. Returns None when it did not start.
+    """
+    name, label = f"ours-gateway-{workers}w", f"ours gateway /v1/embeddings, {workers} worker processes"
+    try:
+        gateway = report.start_server(
+            lambda: servers.start_gateway(
+                report.cfg.log_dir, grpc_target, name, {"UR_GATEWAY_WORKERS": str(workers)}
+            )
+        )
+    except Exception as exc:
+        report.unavailable(name, label, "ours", str(exc)[-300:])
+        return None
+    args = ["--mode", "http-embed", "--target", gateway.http_base, "--model", EMBED_MODEL]
+    return report.add(client_contender(name, label, "ours", args))
 
 
 def start_runtime_server(report: Report, runtime: str) -> Contender | None:
