@@ -157,7 +157,8 @@ def start_gateway_workers(report: Report, grpc_target: str, workers: int) -> Con
     Measured at 64 single-sentence clients, beside the gateway inside the server's process: it
     shows whether separate HTTP processes pay on this machine. Returns None when it did not start.
     """
-    name, label = f"ours-gateway-{workers}w", f"ours gateway /v1/embeddings, {workers} worker processes"
+    processes = f"{workers} process{'es' if workers > 1 else ''}"
+    name, label = f"ours-gateway-{workers}w", f"ours gateway /v1/embeddings, {processes} (UR_GATEWAY_WORKERS)"
     try:
         gateway = report.start_server(
             lambda: servers.start_gateway(
