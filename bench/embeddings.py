@@ -9,8 +9,8 @@ export it (:func:`bench.encoder_runtimes.load`); our ``Embed`` over gRPC; our ga
 ``/v1/embeddings``; infinity (``infinity_emb v2``, torch engine on CPU, same local model directory).
 Our main rows run the embedding model on the served catalog's ``runtime`` (the default catalog's:
 OpenVINO); at 64 single-sentence clients and at 32 per call, also our ``Embed`` from servers whose
-catalog is the same with each other ``runtime`` on the embedding model, and standalone gateways
-of 1 and 2 processes (``UR_GATEWAY_WORKERS``) in front of our main server.
+catalog is the same with each other ``runtime`` on the embedding model (and ONNX int8), and
+standalone gateways of 1 and 2 processes (``UR_GATEWAY_WORKERS``) in front of our main server.
 
 Besides the ratio to the torch reference of the same scenario, every row's sentences/s is given
 over the fastest in-process reference at the largest batch ("x best in-process": issue 19's goal
@@ -36,8 +36,9 @@ RUNTIME_REFERENCES = [
     (("onnx", "int8"), "st-onnx-int8", "sentence-transformers + ONNX Runtime int8 (in-process)"),
     (("openvino", "int8"), "st-openvino-int8", "sentence-transformers + OpenVINO int8 (in-process)"),
 ]
-#: The encoder runtimes our server offers (catalog option ``runtime``).
-RUNTIMES = ("torch", "onnx", "openvino")
+#: The encoder variants our server offers (catalog options ``runtime``, ``quantize``): the float32
+#: runtimes, and the int8 copy that is fastest in-process (not a default: see the README's quality).
+RUNTIMES = (("torch", "none"), ("onnx", "none"), ("openvino", "none"), ("onnx", "int8"))
 #: Standalone gateways measured beside the in-process one: processes each (``UR_GATEWAY_WORKERS``).
 GATEWAY_WORKERS = (1, 2)
 
@@ -47,9 +48,10 @@ def served_runtime() -> str:
     return servers.served_option(EMBED_MODEL, "runtime", "torch")
 
 
-def side_runtimes() -> tuple[str, ...]:
-    """The runtimes of our side servers: every runtime but the served one."""
-    return tuple(runtime for runtime in RUNTIMES if runtime != served_runtime())
+def side_runtimes() -> tuple[tuple[str, str], ...]:
+    """The (runtime, quantize) variants of our side servers: every variant but the served one."""
+    served = (served_runtime(), servers.served_option(EMBED_MODEL, "quantize", "none"))
+    return tuple(variant for variant in RUNTIMES if variant != served)
 
 
 HEADLINE = [
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 *["--model", EMBED_MODEL],
             ],
         )
-        runtime_servers = [start_runtime_server(report, runtime) for runtime in side_runtimes()]
+        runtime_servers = [start_runtime_server(report, *variant) for variant in side_runtimes()]
         runtime_servers += [start_gateway_workers(report, ours.grpc_target, n) for n in GATEWAY_WORKERS]
         runtime_servers = [c for c in runtime_servers if c is not None]
         report.warm_up(
@@ -172,20 +174,23 @@ def start_gateway_workers(report: Report, grpc_target: str, workers: int) -> Con
     return report.add(client_contender(name, label, "ours", args))
 
 
-def start_runtime_server(report: Report, runtime: str) -> Contender | None:
+def start_runtime_server(report: Report, runtime: str, quantize: str = "none") -> Contender | None:
     """Our server with the embedding model on ``runtime``, measured by the load client's gRPC ``Embed``.
 
-    Its catalog is the served one with ``runtime`` set on :data:`EMBED_MODEL` (written beside the
-    logs). Returns its contender, or None when it did not start (registered as not measured).
+    Its catalog is the served one with ``runtime`` and ``quantize`` set on :data:`EMBED_MODEL`
+    (written beside the logs). Returns its contender, or None when it did not start.
     """
-    name, label = f"ours-grpc-{runtime}", f"ours gRPC Embed ({runtime})"
+    variant = runtime if quantize == "none" else f"{runtime}-{quantize}"
+    name, label = f"ours-grpc-{variant}", f"ours gRPC Embed ({variant.replace('-', ' ')})"
     catalog = servers.catalog_with_options(
-        report.cfg.log_dir / f"catalog-{runtime}.yaml", EMBED_MODEL, {"runtime": runtime}
+        report.cfg.log_dir / f"catalog-{variant}.yaml",
+        EMBED_MODEL,
+        {"runtime": runtime, "quantize": quantize},
     )
     try:
         server = report.start_server(
             lambda: servers.start_ours(
-                report.cfg.log_dir, f"ours-{runtime}", {"UR_CATALOG_PATH": str(catalog)}
+                report.cfg.log_dir, f"ours-{variant}", {"UR_CATALOG_PATH": str(catalog)}
             )
         )
     except Exception as exc:
