@@ -14,7 +14,7 @@ from gateway.api_keys import ApiKeys, load_api_keys
 from gateway.cors import install_cors
 from gateway.dependencies import require_api_key
 from gateway.errors import install_error_handlers
-from gateway.grpc_clients import GrpcClients
+from gateway.grpc_clients import ChannelWrapper, GrpcClients
 from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from gateway.routes import (
     anomaly,
@@ -50,6 +50,7 @@ def create_app(
     cors_origins: Sequence[str] = (),
     grpc_credentials: grpc.ChannelCredentials | None = None,
     routing: str = "round-robin",
+    wrap_channel: ChannelWrapper | None = None,
 ) -> FastAPI:
     """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
 
@@ -83,6 +84,8 @@ def create_app(
             (:func:`gateway.tls.channel_credentials`); ``None`` for plaintext.
         routing: ``round-robin`` (every call to the next replica) or ``model-affinity`` (a request
             naming a model goes to a replica that holds it; :mod:`gateway.routing`).
+        wrap_channel: Turns the gateway's channel into the one its stubs use (the server in the
+            same process passes its in-process calls; see :class:`gateway.grpc_clients.GrpcClients`).
 
     Raises:
         ValueError: ``max_message_bytes`` is not positive, or a CORS origin is malformed.
@@ -106,7 +109,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         clients = GrpcClients.open(
-            grpc_target, max_message_bytes=max_message_bytes, credentials=grpc_credentials
+            grpc_target,
+            max_message_bytes=max_message_bytes,
+            credentials=grpc_credentials,
+            wrap_channel=wrap_channel,
         )
         app.state.grpc = clients
         router = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -38,6 +39,10 @@ grpc/grpc): round-robin balancing over the target's addresses and a retry policy
 The README ("Scale out") gives the same to Python and Node callers."""
 
 
+ChannelWrapper = Callable[[grpc.aio.Channel], grpc.aio.Channel]
+"""Takes the gateway's channel and returns the channel its stubs are built on."""
+
+
 @dataclass(frozen=True, slots=True)
 class GrpcClients:
     """One ``grpc.aio`` channel and the stubs of every service the gateway calls.
@@ -60,7 +65,12 @@ class GrpcClients:
 
     @classmethod
     def open(
-        cls, target: str, *, max_message_bytes: int, credentials: grpc.ChannelCredentials | None = None
+        cls,
+        target: str,
+        *,
+        max_message_bytes: int,
+        credentials: grpc.ChannelCredentials | None = None,
+        wrap_channel: ChannelWrapper | None = None,
     ) -> GrpcClients:
         """Open a channel to ``target`` (``host:port``) and build the stubs: TLS with ``credentials``.
 
@@ -76,6 +86,9 @@ class GrpcClients:
             credentials: TLS credentials (:func:`gateway.tls.channel_credentials`); ``None`` for
                 plaintext. A TLS handshake that fails (unknown CA, client certificate refused)
                 makes calls fail with UNAVAILABLE.
+            wrap_channel: Turns the channel into the one the stubs use: the server in the same
+                process answers unary calls without the loopback hop this way
+                (``service.in_process_calls``); ``None`` for the channel itself.
 
         """
         options = [
@@ -97,6 +110,8 @@ class GrpcClients:
             if credentials is None
             else grpc.aio.secure_channel(target, credentials, options=options)
         )
+        if wrap_channel is not None:
+            channel = wrap_channel(channel)
         return cls(
             channel=channel,
             inference=inference_service_pb2_grpc.InferenceServiceStub(channel),

@@ -24,6 +24,7 @@ from gateway.api_keys import load_api_keys
 from gateway.tls import TlsConfigError
 from service.admin.main import COMMANDS, run
 from service.event_loop import EventLoopError, loop_factory, loop_name
+from service.in_process_calls import InProcessCalls
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
@@ -56,11 +57,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def gateway_app(settings: Settings, target: str) -> FastAPI:
+def gateway_app(settings: Settings, target: str, in_process: InProcessCalls | None = None) -> FastAPI:
     """The in-process REST gateway for the gRPC server at ``target``, built from the server's settings.
 
     It shares the server's keys (``api_key``, ``api_keys_file``), ``auth_public_health`` and
-    message limit; ``gateway_cors_origins`` turns CORS on.
+    message limit; ``gateway_cors_origins`` turns CORS on. With ``in_process`` (the server's
+    :class:`service.in_process_calls.InProcessCalls`), its unary calls skip the loopback hop, unless
+    ``gateway_in_process_calls`` is off or tracing is on (the server's spans come from gRPC).
 
     Raises:
         ValueError: A CORS origin is malformed, or the keys file (read again) is.
@@ -76,7 +79,13 @@ def gateway_app(settings: Settings, target: str) -> FastAPI:
         api_keys=load_api_keys(settings.api_key, settings.api_keys_file),
         auth_public_health=settings.auth_public_health,
         cors_origins=parse_cors_origins(settings.gateway_cors_origins),
+        wrap_channel=in_process.channel if in_process is not None and in_process_calls(settings) else None,
     )
+
+
+def in_process_calls(settings: Settings) -> bool:
+    """Whether the gateway beside the server calls it in-process (see :func:`gateway_app`)."""
+    return settings.gateway_in_process_calls and not settings.otlp_endpoint
 
 
 async def serve(settings: Settings, *, with_gateway: bool) -> None:
@@ -107,7 +116,7 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
         )
         if running.internal_socket is not None:  # the server speaks TLS: see service.tls.InternalSocket
             target = running.internal_socket.target
-        app = gateway_app(settings, target)
+        app = gateway_app(settings, target, running.in_process)
         instrument_gateway(app)  # route spans, when tracing is on
         gateway_server = uvicorn_server(
             app,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
@@ -26,6 +27,7 @@ from gateway.api_keys import load_api_keys
 from service import metrics
 from service.catalog import load_catalog, user_catalog_path
 from service.concurrency import ConcurrencyLimitInterceptor
+from service.in_process_calls import InProcessCalls
 from service.interceptors import (
     AuthInterceptor,
     ErrorMappingInterceptor,
@@ -87,6 +89,8 @@ class RunningServer:
     metrics_server: WSGIServer | None = None
     #: Plaintext socket of the in-process gateway when TLS is on (``start_server(internal_socket=True)``).
     internal_socket: InternalSocket | None = None
+    #: The server's unary methods for a gateway in this process (:mod:`service.in_process_calls`).
+    in_process: InProcessCalls | None = None
 
     @property
     def metrics_port(self) -> int | None:
@@ -102,7 +106,10 @@ class RunningServer:
         grace = self.settings.shutdown_grace_s if grace is None else grace
         log.info("shutting down", extra={"grace_s": grace})
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        if self.in_process is None:
+            await self.server.stop(grace)
+        else:  # in-process calls in flight get the same grace as the server's own
+            await asyncio.gather(self.server.stop(grace), self.in_process.close(grace))
         await self.manager.close()
         self.executors.shutdown(wait=True)
         metrics.unregister_model_state(self.manager)
@@ -234,12 +241,19 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
             *connection_options(settings.grpc_max_connection_age_s),
         ],
     )
-    inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(
-        inference_servicer(settings, manager, executors), server
+    # The same handlers and interceptors, callable by a gateway in this process (no loopback hop).
+    in_process = InProcessCalls(
+        interceptors,
+        max_receive_bytes=settings.max_receive_message_bytes,
+        max_send_bytes=settings.max_send_message_bytes,
     )
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(manager), server)
+    services = in_process.forwarding_to(server)
+    inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(
+        inference_servicer(settings, manager, executors), services
+    )
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(manager), services)
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, services)
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
@@ -267,7 +281,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         "grpc server listening", extra={"address": f"{settings.grpc_host}:{port}", "tls": bool(tls_files)}
     )
     running = RunningServer(
-        server, port, manager, health_servicer, executors, settings, metrics_server, internal
+        server, port, manager, health_servicer, executors, settings, metrics_server, internal, in_process
     )
     metrics.register_model_state(manager)  # once started: a failed start leaves nothing registered
     if metrics_server is not None:

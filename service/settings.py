@@ -117,6 +117,11 @@ class Settings(BaseSettings):
     gateway_cors_origins: str = Field(
         "", description="Comma-separated origins the gateway allows cross-origin calls from (empty: none)."
     )
+    gateway_in_process_calls: bool = Field(
+        True,
+        description="The gateway beside the server makes its unary calls in-process, not over loopback "
+        "gRPC (off while tracing, so the server's spans exist).",
+    )
     max_tokens_limit: int = Field(4096, gt=0, description="Largest max_tokens a request may ask for.")
     max_choices: int = Field(8, gt=0, description="Largest n (choices per request).")
     max_batch_inputs: int = Field(2048, gt=0, description="Most inputs in one encoder request.")

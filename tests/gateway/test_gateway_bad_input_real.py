@@ -31,9 +31,11 @@ def nested(depth: int) -> dict:
     return value
 
 
-@pytest.fixture(scope="module")
-async def http(server):
-    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES)
+@pytest.fixture(scope="module", params=["grpc", "in-process"])
+async def http(server, request):
+    """The gateway over gRPC (standalone), and with the combined process's in-process calls."""
+    wrap = server.in_process.channel if request.param == "in-process" else None
+    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES, wrap_channel=wrap)
     async with asgi_client(app) as client:
         yield client
 
