@@ -282,3 +282,20 @@ async def test_the_next_batch_waits_on_the_lane_and_takes_what_is_queued_when_it
     assert await asyncio.gather(first, second, third) == [["first"], ["second"], ["third"]]
     assert [items for items, _ in started] == [["first"], ["second", "third"]]
     assert started[1][1] < loop_free, "the second batch started while the event loop was held"
+
+
+async def test_a_lone_request_costs_one_lane_job(executor, monkeypatch):
+    jobs = 0
+    real_run = executor.run
+
+    async def counting_run(fn, *args, **kwargs):
+        nonlocal jobs
+        jobs += 1
+        return await real_run(fn, *args, **kwargs)
+
+    monkeypatch.setattr(executor, "run", counting_run)
+    batcher = DynamicBatcher(upper_batch([]), executor, BatchingConfig(), name="t")
+    for word in ("one", "two", "three"):
+        assert await batcher.submit([word], [1]) == [word.upper()]
+        await asyncio.sleep(0.05)  # idle between requests
+    assert jobs == 3
