@@ -308,8 +308,14 @@ def test_embeddings_measures_the_runtimes_in_process_and_in_our_server(tiny_runs
 
     references = {"st-onnx": ("onnx", "none"), "st-openvino": ("openvino", "none")}
     references |= {"st-onnx-int8": ("onnx", "int8"), "st-openvino-int8": ("openvino", "int8")}
-    servers = {f"ours-grpc-{runtime}": (runtime, "none") for runtime in embeddings.side_runtimes()}
-    assert len(servers) == 2 and embeddings.served_runtime() not in [r for r, _ in servers.values()]
+    servers = {
+        f"ours-grpc-{runtime}" + ("" if quantize == "none" else f"-{quantize}"): (runtime, quantize)
+        for runtime, quantize in embeddings.side_runtimes()
+    }
+    assert len(servers) == 3 and (embeddings.served_runtime(), "none") not in servers.values()
+    assert ("onnx", "int8") in servers.values()
+    gateways = [f"ours-gateway-{n}w" for n in embeddings.GATEWAY_WORKERS]
+    assert all(contenders[name]["role"] == "ours" and contenders[name]["reason"] is None for name in gateways)
     for name, choice in (references | servers).items():
         assert contenders[name]["role"] == ("reference" if name in references else "ours")
         if installed(*choice):
@@ -319,9 +325,10 @@ def test_embeddings_measures_the_runtimes_in_process_and_in_our_server(tiny_runs
         assert scenario["reference"] == "st-inprocess"
         measured = [n for n in references if contenders[n]["reason"] is None]
         assert all(scenario["results"][n]["metrics"]["sentences_s"]["median"] > 0 for n in measured)
-    runtime_servers = [n for n in servers if contenders[n]["reason"] is None]
+    runtime_servers = [n for n in servers if contenders[n]["reason"] is None] + gateways
     assert all(largest["results"][n]["metrics"]["sentences_s"]["median"] > 0 for n in runtime_servers)
-    assert not any(n in s["results"] for s in others for n in servers)  # only where the goals are stated
+    # only where the goals are stated
+    assert not any(n in s["results"] for s in others for n in [*servers, *gateways])
     best, torch = payload["anchors"]
     assert best["label"] == f"{results.TIMES} best in-process" and best["scenario"] == largest["name"]
     assert best["contender"] in ["st-inprocess", *references] and torch["contender"] == "st-inprocess"
