@@ -16,8 +16,9 @@ Streaming methods (``GenerateStream``, ``Ocr``) keep the real channel, and so do
 With tracing on, the gateway keeps the real channel too, so that the server's spans exist.
 
 Bounds: a call's request is at most the server's ``max_receive_message_bytes`` (checked before
-any work, as gRPC does), its response at most ``max_send_message_bytes``; a call's deadline
-(``timeout``) cancels the servicer's work like a gRPC deadline does.
+any work, as gRPC does), its response at most the smaller of ``max_send_message_bytes`` and what
+the gateway's channel would receive; a call's deadline (``timeout``) cancels the servicer's work
+like a gRPC deadline does.
 """
 
 from __future__ import annotations

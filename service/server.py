@@ -245,7 +245,9 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     in_process = InProcessCalls(
         interceptors,
         max_receive_bytes=settings.max_receive_message_bytes,
-        max_send_bytes=settings.max_send_message_bytes,
+        # The gateway beside the server receives at most max_receive_message_bytes over its
+        # channel (service.cli.gateway_app): in-process answers keep that bound too.
+        max_send_bytes=min(settings.max_send_message_bytes, settings.max_receive_message_bytes),
     )
     services = in_process.forwarding_to(server)
     inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(

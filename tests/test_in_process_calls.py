@@ -138,13 +138,13 @@ class RecordingChannel:
         return None  # Health.Watch: never called here
 
 
-async def guarded_health_calls() -> InProcessCalls:
+async def guarded_health_calls(max_send_bytes: int = 1024) -> InProcessCalls:
     interceptors = [
         RequestContextInterceptor(),
         AuthInterceptor(load_api_keys("sekrit", None), public_health=False),
         ErrorMappingInterceptor(),
     ]
-    calls = InProcessCalls(interceptors, max_receive_bytes=1024, max_send_bytes=1024)
+    calls = InProcessCalls(interceptors, max_receive_bytes=1024, max_send_bytes=max_send_bytes)
     servicer = health.aio.HealthServicer()
     await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, calls)
@@ -170,3 +170,12 @@ async def test_once_closed_new_calls_go_to_the_real_channel():
     answer = await stub.Check(health_pb2.HealthCheckRequest())
     assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
     assert remote.calls == ["/grpc.health.v1.Health/Check"]
+
+
+async def test_an_answer_over_the_send_limit_is_refused():
+    calls = await guarded_health_calls(max_send_bytes=1)  # SERVING is 2 bytes on the wire
+    stub = health_pb2_grpc.HealthStub(calls.channel(RecordingChannel()))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Check(health_pb2.HealthCheckRequest(), metadata=(("authorization", "Bearer sekrit"),))
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "larger than max (2 vs. 1)" in caught.value.details()
