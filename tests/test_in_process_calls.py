@@ -17,7 +17,8 @@ from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2, model_service_pb2_grpc
 
 from gateway.api_keys import load_api_keys
-from service.in_process_calls import InProcessCalls
+from service.cli import gateway_app
+from service.in_process_calls import InProcessCalls, InProcessChannel
 from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, error_info, free_port
 
@@ -179,3 +180,22 @@ async def test_an_answer_over_the_send_limit_is_refused():
         await stub.Check(health_pb2.HealthCheckRequest(), metadata=(("authorization", "Bearer sekrit"),))
     assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "larger than max (2 vs. 1)" in caught.value.details()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "in_process"),
+    [
+        ({}, True),
+        ({"gateway_in_process_calls": False}, False),
+        ({"otlp_endpoint": "http://127.0.0.1:4317"}, False),
+    ],
+    ids=["default", "turned-off", "tracing"],
+)
+async def test_the_gateway_beside_the_server_calls_in_process_unless_off_or_tracing(
+    server, settings, overrides, in_process
+):
+    app = gateway_app(settings.model_copy(update=overrides), f"127.0.0.1:{server.port}", server.in_process)
+    async with app.router.lifespan_context(app):
+        assert isinstance(app.state.grpc.channel, InProcessChannel) is in_process
+        answer = await app.state.grpc.health.Check(health_pb2.HealthCheckRequest())
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
