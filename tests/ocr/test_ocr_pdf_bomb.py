@@ -131,7 +131,8 @@ async def test_document_analysis_keeps_the_page_time_limit(stub):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         [_ async for _ in stub.AnalyzeDocument(_analyze_messages(BOMB))]
     assert error_info(err.value).reason == "PAGE_TOO_COMPLEX"
-    assert PAGE_TIMEOUT_S <= time.monotonic() - started < PAGE_TIMEOUT_S + 1.0
+    # Alone the call ends 0.02 s after the limit; in the full suite on 2 cores it once took 1.18 s.
+    assert PAGE_TIMEOUT_S <= time.monotonic() - started < PAGE_TIMEOUT_S + 2.0
 
 
 async def test_cancelling_document_analysis_kills_the_renderer(stub, limited):
