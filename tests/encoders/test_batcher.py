@@ -277,7 +277,7 @@ async def test_the_next_batch_waits_on_the_lane_and_takes_what_is_queued_when_it
     third = asyncio.ensure_future(batcher.submit(["third"], [1]))
     await asyncio.sleep(0.05)
     gate.set()
-    time.sleep(0.3)  # the event loop is held: only a job already on the lane can start now
+    time.sleep(0.3)  # noqa: ASYNC251 - held on purpose: only a job already on the lane can start now
     loop_free = time.monotonic()
     assert await asyncio.gather(first, second, third) == [["first"], ["second"], ["third"]]
     assert [items for items, _ in started] == [["first"], ["second", "third"]]
