@@ -381,17 +381,23 @@ class DynamicBatcher(Generic[I, O]):
         self._wakeup.set()  # what is still queued (a job that failed before taking) is looked at again
 
     def _drop_cancelled(self) -> None:
-        limit = self.config.max_queue_wait_s
         with self._lock:
-            if limit and self._queue:
-                now = time.monotonic()
-                for entry in self._queue:
-                    waited = now - entry.enqueued_at
-                    if waited > limit and not entry.future.done():
-                        entry.future.set_exception(queue_wait_exceeded(self.name, waited, limit))
+            now = time.monotonic()
+            expired = self._pop_expired(now)
             kept = deque(entry for entry in self._queue if not entry.future.done())
             self.stats.cancelled += len(self._queue) - len(kept)
             self._queue = kept
+        self._expire(expired, now)
+
+    def _pop_expired(self, now: float) -> list[_Entry[I]]:
+        """Pop the items that waited past ``max_queue_wait_s`` by ``now`` (lock held).
+
+        The queue is oldest first, so they are at its head.
+        """
+        limit, expired = self.config.max_queue_wait_s, []
+        while limit and self._queue and now - self._queue[0].enqueued_at > limit:
+            expired.append(self._queue.popleft())
+        return expired
 
     def _fits(self, count: int, longest: int) -> bool:
         return count <= self.config.max_batch_size and count * longest <= self.config.max_batch_tokens
@@ -418,13 +424,11 @@ class DynamicBatcher(Generic[I, O]):
         """Pop the next batch, longest first (on the lane thread, when its job starts).
 
         Items that waited past ``max_queue_wait_s`` by now are popped too, and failed on the
-        event loop (QUEUE_WAIT_EXCEEDED): the queue is oldest first, so they are at its head.
+        event loop (QUEUE_WAIT_EXCEEDED).
         """
-        limit, expired = self.config.max_queue_wait_s, []
         with self._lock:
             now = time.monotonic()
-            while limit and self._queue and now - self._queue[0].enqueued_at > limit:
-                expired.append(self._queue.popleft())
+            expired = self._pop_expired(now)
             taken, _ = self._plan()
             batch = []
             for _ in range(taken):
@@ -440,6 +444,7 @@ class DynamicBatcher(Generic[I, O]):
         return batch
 
     def _expire(self, entries: list[_Entry[I]], now: float) -> None:
+        """Fail popped items with QUEUE_WAIT_EXCEEDED (on the event loop); count those already cancelled."""
         limit = self.config.max_queue_wait_s
         for entry in entries:
             if not entry.future.done():
