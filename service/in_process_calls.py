@@ -24,7 +24,6 @@ like a gRPC deadline does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -35,6 +34,14 @@ import grpc
 LOCAL_SERVICES = ("/universal_runtime.v1.", "/grpc.health.v1.")
 
 Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+class UnaryMethod(NamedTuple):
+    """A unary method as a stub names it: its path and its request and response codecs."""
+
+    path: str
+    serialize: Callable[[Any], bytes]
+    deserialize: Callable[[bytes], Any]
 
 
 class _HandlerCallDetails(NamedTuple):
@@ -205,33 +212,18 @@ class InProcessCalls:
                 task.cancel()
 
     def start(
-        self,
-        method: str,
-        request: Any,
-        serialize: Callable[[Any], bytes],
-        deserialize: Callable[[bytes], Any],
-        *,
-        timeout: float | None,
-        metadata: Metadata,
+        self, method: UnaryMethod, request: Any, *, timeout: float | None, metadata: Metadata
     ) -> InProcessUnaryCall:
         """Start a unary call of ``method``; returns it (await it for the response message)."""
-        task = asyncio.get_running_loop().create_task(
-            self._run(method, request, serialize, deserialize, timeout, metadata)
-        )
+        task = asyncio.get_running_loop().create_task(self._run(method, request, timeout, metadata))
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
         return InProcessUnaryCall(task)
 
     async def _run(
-        self,
-        method: str,
-        request: Any,
-        serialize: Callable[[Any], bytes],
-        deserialize: Callable[[bytes], Any],
-        timeout_s: float | None,
-        metadata: Metadata,
+        self, method: UnaryMethod, request: Any, timeout_s: float | None, metadata: Metadata
     ) -> Any:
-        data = serialize(request)
+        data = method.serialize(request)
         if len(data) > self._max_receive:
             raise _rpc_error(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -243,7 +235,7 @@ class InProcessCalls:
         ended = False  # the servicer's work ran to an answer or a status (else: cancelled)
         try:
             async with timeout:
-                handler, response = await self._respond(method, data, context)
+                handler, response = await self._respond(method.path, data, context)
             ended = True
         except TimeoutError as exc:
             if not timeout.expired():
@@ -268,7 +260,7 @@ class InProcessCalls:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"Sent message larger than max ({len(out)} vs. {self._max_send})",
             )
-        return deserialize(out)
+        return method.deserialize(out)
 
     async def _respond(self, method: str, data: bytes, context: InProcessContext) -> tuple[Any, Any]:
         """(handler, response message) of one call, through the interceptors and the servicer."""
@@ -342,26 +334,15 @@ class InProcessUnaryCall:
 class _UnaryUnary:
     """The multi-callable a stub holds for one unary method (``grpc.aio``'s calling convention)."""
 
-    def __init__(
-        self,
-        calls: InProcessCalls,
-        remote: Any,
-        method: str,
-        serialize: Callable[[Any], bytes],
-        deserialize: Callable[[bytes], Any],
-    ) -> None:
+    def __init__(self, calls: InProcessCalls, remote: Any, method: UnaryMethod) -> None:
         self._calls, self._remote, self._method = calls, remote, method
-        self._serialize, self._deserialize = serialize, deserialize
 
     def __call__(
         self, request: Any, *, timeout: float | None = None, metadata: Metadata | None = None, **kwargs: Any
     ) -> Any:
         if self._calls.closed or kwargs.get("credentials") is not None:
             return self._remote(request, timeout=timeout, metadata=metadata, **kwargs)
-        pairs = tuple(metadata or ())
-        return self._calls.start(
-            self._method, request, self._serialize, self._deserialize, timeout=timeout, metadata=pairs
-        )
+        return self._calls.start(self._method, request, timeout=timeout, metadata=tuple(metadata or ()))
 
 
 class InProcessChannel:
@@ -386,14 +367,8 @@ class InProcessChannel:
         remote = self._remote.unary_unary(method, request_serializer, response_deserializer, **kwargs)
         if not self._calls.handles(method) or request_serializer is None or response_deserializer is None:
             return remote
-        return _UnaryUnary(self._calls, remote, method, request_serializer, response_deserializer)
+        codecs = UnaryMethod(method, request_serializer, response_deserializer)
+        return _UnaryUnary(self._calls, remote, codecs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._remote, name)
-
-    async def __aenter__(self) -> InProcessChannel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        with contextlib.suppress(Exception):
-            await self._remote.close()
