@@ -260,7 +260,11 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     ) -> anomaly_pb2.FitAnomalyDetectorResponse:
         """Fit a detector on the rows and save it as the next version of its name."""
         config = anomaly.fit_config_from_pb(
-            request.backend, request.schema, request.contamination, request.normalization
+            request.backend,
+            request.schema,
+            request.contamination,
+            request.normalization,
+            max_features=self._settings.anomaly_max_features,
         )
         fitted = await self._anomaly.fit(
             request.detector, config, anomaly.rows_decoder(request, self._settings)
@@ -279,7 +283,11 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
             )
         else:
             config = anomaly.fit_config_from_pb(
-                request.backend, request.schema, request.contamination, request.normalization
+                request.backend,
+                request.schema,
+                request.contamination,
+                request.normalization,
+                max_features=self._settings.anomaly_max_features,
             )
             result = await self._anomaly.detect_once(config, decode, threshold=threshold, explain=explain)
         return anomaly.detect_response(result, columnar=request.columnar_output)
@@ -292,7 +300,11 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         try:
             async for request in request_iterator:
                 if stream is None:
-                    stream = self._anomaly.open_stream(anomaly.stream_config_from_pb(request.config))
+                    stream = self._anomaly.open_stream(
+                        anomaly.stream_config_from_pb(
+                            request.config, max_features=self._settings.anomaly_max_features
+                        )
+                    )
                 step = await stream.add(anomaly.rows_decoder(request, self._settings, allow_empty=True))
                 yield anomaly.stream_response(step)
         finally:
