@@ -29,6 +29,9 @@ from tests.conftest import CHAT_MODEL, EMBED_MODEL, REPO_ROOT, child_server_env,
 
 START_TIMEOUT_S = 90
 NO_END = [g.LogitBias(token_id=token, bias=-100) for token in (0, 1, 2)]
+#: The cut stream's max_tokens: about the whole 2048-token context of the test catalog's chat model,
+#: tens of seconds of decoding on 2 cores (its end tokens are banned by NO_END, so only this ends it).
+STREAM_TOKENS = 2000
 
 
 class Replica:
@@ -148,45 +151,68 @@ async def test_calls_spread_over_both_replicas(replicas, gateway):
     assert min(served) >= 4, f"round robin left a replica nearly idle: {served}"
 
 
+class StreamProgress:
+    """What a stream reader has seen so far: tokens, and whether a final message came."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.finished = False
+        self.running = asyncio.Event()
+
+    async def read_until_cut(self, stream: grpc.aio.UnaryStreamCall) -> None:
+        """Read ``stream`` until it fails; an end (EOF) fails the test: the stream cannot finish."""
+        while True:
+            message = await stream.read()
+            assert message is not grpc.aio.EOF, "the stream ended as if finished"
+            self.tokens += len(message.token_ids)
+            self.finished |= message.finish_reason != g.FINISH_REASON_UNSPECIFIED
+            self.running.set()
+
+
 async def test_killing_a_replica_under_load_loses_no_unary_call_and_cuts_its_streams_cleanly(
     replicas, gateway
 ):
     survivor, victim = replicas
-    # A stream on the victim (direct gRPC), long enough to be running when it dies.
+    # Models loaded on both replicas first, so that the kill comes within about a second of the
+    # stream's start, while the stream has most of its STREAM_TOKENS still to go.
+    await warm_up(gateway, replicas)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{victim.port}") as channel:
         stream = inference_service_pb2_grpc.InferenceServiceStub(channel).GenerateStream(
             g.GenerateStreamRequest(
                 model=CHAT_MODEL,
                 prompt="Count:",
-                parameters=g.GenerationParameters(max_tokens=1000, logit_bias=NO_END),
+                parameters=g.GenerationParameters(max_tokens=STREAM_TOKENS, logit_bias=NO_END),
             ),
             timeout=120,
         )
-        await stream.read()  # it runs
-        await warm_up(gateway, replicas)
+        progress = StreamProgress()
+        reader = asyncio.create_task(progress.read_until_cut(stream))
+        await asyncio.wait_for(progress.running.wait(), timeout=60)
         outcomes: list[tuple[int, float]] = []
-        killed = asyncio.Event()
+        at_kill: list[tuple[int, bool]] = []
 
         async def worker(index: int) -> None:
             for i in range(15):  # bounded: 4 workers x 15 calls
                 outcomes.append(await embed(gateway, f"worker {index} call {i}"))
-                if len(outcomes) == 12 and not killed.is_set():
-                    killed.set()
+                if len(outcomes) == 12 and not at_kill:
+                    at_kill.append((progress.tokens, progress.finished))
                     victim.kill()
 
         await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(4))), timeout=120)
-        assert killed.is_set()
+        # The premise, checked: the stream was running (tokens came, no final message) and far from
+        # its end when its replica died, so what follows is the cut, not a finish.
+        [(tokens, finished)] = at_kill
+        assert 0 < tokens < STREAM_TOKENS // 2 and not finished, f"not running at the kill: {at_kill}"
         lost = [status for status, _ in outcomes if status != 200]
         slowest = max(seconds for _, seconds in outcomes)
         print(
-            f"\nreplica killed under load: {len(outcomes)} calls, {len(lost)} lost, slowest {slowest:.2f} s"
+            f"\nreplica killed under load: {len(outcomes)} calls, {len(lost)} lost, slowest {slowest:.2f} s; "
+            f"the stream had {tokens} tokens"
         )
         assert not lost, f"calls failed after the kill: {lost}"
         started = time.monotonic()
         with pytest.raises(grpc.aio.AioRpcError) as cut:
-            while True:
-                message = await asyncio.wait_for(stream.read(), timeout=30)
-                assert message is not grpc.aio.EOF, "the stream ended as if finished"
+            await asyncio.wait_for(reader, timeout=30)
         assert cut.value.code() == grpc.StatusCode.UNAVAILABLE
         assert time.monotonic() - started < 30
     # The survivor keeps serving.
