@@ -24,11 +24,14 @@ like a gRPC deadline does.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import grpc
+
+log = logging.getLogger(__name__)
 
 # The method-path prefix of the services a gateway calls in-process (reflection stays remote).
 LOCAL_SERVICES = ("/universal_runtime.v1.", "/grpc.health.v1.")
@@ -302,8 +305,12 @@ def _rpc_error(code: grpc.StatusCode, details: str, trailing: Metadata = ()) -> 
 
 
 def _unexpected(exc: Exception) -> grpc.aio.AioRpcError:
-    """What grpc's server answers for an exception nothing mapped to a status."""
-    return _rpc_error(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
+    """UNKNOWN, as grpc's server answers an exception nothing mapped to a status, but never its text.
+
+    The trace goes to the log; the client gets a generic message.
+    """
+    log.error("unexpected error in an in-process call", exc_info=exc)
+    return _rpc_error(grpc.StatusCode.UNKNOWN, "unexpected server error; see the server log")
 
 
 class InProcessUnaryCall:

@@ -2,7 +2,7 @@
 
 Order (outermost first): :class:`RequestContextInterceptor` →
 :class:`service.concurrency.ConcurrencyLimitInterceptor` → :class:`AuthInterceptor` →
-:class:`ErrorMappingInterceptor` → :class:`RequestSizeInterceptor` → servicer. Streaming handlers
+:class:`ErrorMappingInterceptor` → :class:`RequestParsingInterceptor` → servicer. Streaming handlers
 are iterated, never awaited.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from grpc_interceptor import AsyncServerInterceptor
 
-from engines.errors import ResourceExhaustedError, RuntimeServiceError
+from engines.errors import InvalidArgumentError, ResourceExhaustedError, RuntimeServiceError
 from gateway.api_keys import ApiKeys, load_api_keys
 from service import metrics
 from service.request_context import (
@@ -214,20 +214,30 @@ class ErrorMappingInterceptor(AsyncServerInterceptor):
         await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-class RequestSizeInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses a unary request over its method's byte limit before it is parsed.
+class RequestParsingInterceptor(grpc.aio.ServerInterceptor):
+    """Parses each request itself, so that bytes it refuses reach the client as a clear status.
 
-    grpc.aio parses each request on the event loop (about 2 ms per MB): a 15 MB ``Embed`` held
-    every other call for tens of ms. gRPC's own limit (``max_receive_message_bytes``) is one
-    number for every method, sized for the largest anomaly batch; the text RPCs get a smaller
-    one here. The check reads only the length of the received bytes; an oversized request is
-    RESOURCE_EXHAUSTED, reason MESSAGE_TOO_LARGE (HTTP 413 at the gateway), as gRPC's own limit
-    answers. Install it innermost (last), inside :class:`ErrorMappingInterceptor`, which maps
-    the error; the outer interceptors pass the request through unread.
+    Two refusals, both before any handler code sees the request:
+
+    - **Bytes that are not the method's message** (a corrupt varint, a length past the end, an
+      invalid wire type, bad UTF-8 in a string): INVALID_ARGUMENT, reason MALFORMED_REQUEST, with
+      a generic message naming the expected message type (metadata ``message_type``). grpc.aio
+      would answer UNKNOWN with the parser's exception text. Every method kind is covered: a
+      unary request is checked before the handler runs; a message of a client stream when the
+      handler reads it, which ends the stream with the same status.
+    - **A unary request over its method's byte limit**: grpc.aio parses each request on the event
+      loop (about 2 ms per MB), so a 15 MB ``Embed`` held every other call for tens of ms. gRPC's
+      own limit (``max_receive_message_bytes``) is one number for every method, sized for the
+      largest anomaly batch; the text RPCs get a smaller one here. The check reads only the
+      length of the received bytes; an oversized request is RESOURCE_EXHAUSTED, reason
+      MESSAGE_TOO_LARGE (HTTP 413 at the gateway), as gRPC's own limit answers.
+
+    Install it innermost (last), inside :class:`ErrorMappingInterceptor`, which maps the errors;
+    the outer interceptors pass the request through unread.
 
     Args:
         limits: the most bytes of one request by full method name
-            (``/universal_runtime.v1.InferenceService/Embed``); other methods are not checked.
+            (``/universal_runtime.v1.InferenceService/Embed``); other methods have only gRPC's limit.
 
     """
 
@@ -237,16 +247,19 @@ class RequestSizeInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler | None:
-        """The method's handler, with its deserializer and behaviour guarded when it has a limit."""
+        """The method's handler, its deserializer and behaviour guarded."""
         handler = await continuation(handler_call_details)
-        limit = self._limits.get(handler_call_details.method)
-        if handler is None or limit is None or handler.request_streaming:
+        if handler is None or handler.request_deserializer is None:
             return handler
+        parse = _checked_parser(handler.request_deserializer)
+        if handler.request_streaming:
+            # Messages are parsed as the handler reads them: the error surfaces in its loop.
+            return handler._replace(request_deserializer=_raise_refusals(parse))
+        limit = self._limits.get(handler_call_details.method)
         method = handler_call_details.method.rpartition("/")[2]
-        parse = handler.request_deserializer
 
         def deserialize(raw: bytes) -> Any:
-            if len(raw) > limit:
+            if limit is not None and len(raw) > limit:
                 # Handed to the behaviour below, which raises it where the error mapping sees it.
                 return ResourceExhaustedError(
                     f"the request is {len(raw)} bytes; {method} accepts at most {limit} bytes "
@@ -255,17 +268,56 @@ class RequestSizeInterceptor(grpc.aio.ServerInterceptor):
                     bytes=len(raw),
                     max_bytes=limit,
                 )
-            return parse(raw) if parse is not None else raw
+            return parse(raw)
 
         streaming = handler.response_streaming
         behaviour = handler.unary_stream if streaming else handler.unary_unary
         refuse = _raising_stream if streaming else _raising
 
         def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return refuse(request) if isinstance(request, Exception) else behaviour(request, context)
+            return (
+                refuse(request) if isinstance(request, RuntimeServiceError) else behaviour(request, context)
+            )
 
         kind = "unary_stream" if streaming else "unary_unary"
         return handler._replace(request_deserializer=deserialize, **{kind: guarded})
+
+
+def _checked_parser(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``parse`` returning :class:`InvalidArgumentError` (MALFORMED_REQUEST) for bytes it cannot parse.
+
+    The message type's full name comes from the generated class (``FromString``'s owner).
+    """
+    descriptor = getattr(getattr(parse, "__self__", None), "DESCRIPTOR", None)
+    type_name = getattr(descriptor, "full_name", "") or "the method's request message"
+
+    def parse_or_refuse(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except Exception as exc:  # any parse failure is the client's bytes
+            log.info(
+                "malformed request",
+                extra={"message_type": type_name, "bytes": len(raw), "error": type(exc).__name__},
+            )
+            return InvalidArgumentError(
+                f"the request message could not be parsed as {type_name}",
+                reason="MALFORMED_REQUEST",
+                message_type=type_name,
+            )
+
+    return parse_or_refuse
+
+
+def _raise_refusals(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``parse`` raising the refusals it returns (a stream's reader sees the error in its loop)."""
+
+    def parse_or_raise(raw: bytes) -> Any:
+        message = parse(raw)
+        if isinstance(message, RuntimeServiceError):
+            raise message
+        return message
+
+    return parse_or_raise
 
 
 async def _raising(error: Exception) -> Any:

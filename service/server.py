@@ -32,7 +32,7 @@ from service.interceptors import (
     AuthInterceptor,
     ErrorMappingInterceptor,
     RequestContextInterceptor,
-    RequestSizeInterceptor,
+    RequestParsingInterceptor,
 )
 from service.model_manager import ModelManager
 from service.servicers.inference import InferenceServicer
@@ -59,7 +59,7 @@ SERVICE_NAMES = (
     inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
 )
-#: RPCs whose requests are texts, held to ``max_text_request_bytes`` (see RequestSizeInterceptor).
+#: RPCs whose requests are texts, held to ``max_text_request_bytes`` (see RequestParsingInterceptor).
 TEXT_METHODS = tuple(
     f"/{SERVICE_NAMES[0]}/{name}"
     for name in (
@@ -232,7 +232,9 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     if api_keys:
         interceptors.append(AuthInterceptor(api_keys, public_health=settings.auth_public_health))
     interceptors.append(ErrorMappingInterceptor())
-    interceptors.append(RequestSizeInterceptor(dict.fromkeys(TEXT_METHODS, settings.max_text_request_bytes)))
+    interceptors.append(
+        RequestParsingInterceptor(dict.fromkeys(TEXT_METHODS, settings.max_text_request_bytes))
+    )
     server = grpc.aio.server(
         interceptors=interceptors,
         options=[
