@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 from universal_runtime.v1 import (
     inference_service_pb2,
     inference_service_pb2_grpc,
@@ -195,6 +196,60 @@ def inference_servicer(
     )
 
 
+#: Server reflection's stable service, beside ``grpc.reflection.v1alpha.ServerReflection``.
+REFLECTION_V1_SERVICE = "grpc.reflection.v1.ServerReflection"
+_REFLECTION_V1_FILE = "grpc/reflection/v1/reflection.proto"
+
+
+def _add_reflection_v1_descriptor() -> None:
+    """Add ``grpc/reflection/v1/reflection.proto`` to the default pool (once), built from v1alpha's.
+
+    grpcio-reflection ships only v1alpha; v1 is the same file under package ``grpc.reflection.v1``
+    (gRPC's ``src/proto/grpc/reflection/v1/reflection.proto``: same messages, fields and numbers),
+    so the messages are wire-identical and one servicer answers both. The descriptor lets a
+    client resolve the v1 service by reflection too.
+    """
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName(_REFLECTION_V1_FILE)
+        return
+    except KeyError:
+        pass
+    proto = descriptor_pb2.FileDescriptorProto()
+    reflection_pb2.DESCRIPTOR.CopyToProto(proto)
+    old, new = f".{proto.package}.", ".grpc.reflection.v1."
+    proto.name, proto.package = _REFLECTION_V1_FILE, "grpc.reflection.v1"
+    proto.ClearField("options")
+    for message in proto.message_type:
+        for field in message.field:
+            if field.HasField("type_name"):  # message and enum fields only
+                field.type_name = field.type_name.replace(old, new, 1)
+    for service in proto.service:
+        for method in service.method:
+            method.input_type = method.input_type.replace(old, new, 1)
+            method.output_type = method.output_type.replace(old, new, 1)
+    pool.AddSerializedFile(proto.SerializeToString())
+
+
+def enable_reflection(service_names: tuple[str, ...], server: grpc.aio.Server) -> None:
+    """Serve gRPC server reflection as ``grpc.reflection.v1`` and ``v1alpha`` (one servicer).
+
+    Newer grpcurl and other tools ask v1 first and fall back to v1alpha; older ones ask only
+    v1alpha. ``service_names`` are listed with both reflection services added.
+    """
+    _add_reflection_v1_descriptor()
+    servicer = reflection.aio.ReflectionServicer(
+        (*service_names, reflection.SERVICE_NAME, REFLECTION_V1_SERVICE)
+    )
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    for name in (reflection.SERVICE_NAME, REFLECTION_V1_SERVICE):
+        server.add_registered_method_handlers(name, {"ServerReflectionInfo": handler})
+
+
 async def start_server(settings: Settings, *, internal_socket: bool = False) -> RunningServer:
     """Create and start the server on ``settings.grpc_host:grpc_port`` (port 0 picks a free one).
 
@@ -258,9 +313,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(manager), services)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, services)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
     address = f"{settings.grpc_host}:{settings.grpc_port}"
     port = add_port(server, address, tls_files, settings.tls_refresh_interval_s)
     if port == 0:
