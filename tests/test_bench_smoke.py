@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import embeddings, results
+from bench.__main__ import AREAS as AREAS_OF_RUN_ALL
 from bench.stats import is_unstable, paired_ratio, percentile, summarize
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,6 +105,43 @@ def test_documents_entry_point_alone(tmp_path):
     )
     log = _wait(proc)
     check_area_output(tmp_path, "documents", proc.returncode, log)
+
+
+@pytest.mark.parametrize("area", ["encoder_runtimes", "kv_pool_memory"])
+def test_entry_point_alone_writes_json_plot_and_table(tmp_path, area):
+    """The areas whose figures are quoted in README.md, each on its own (they load every variant)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"bench.{area}", "--tiny", "--out", str(tmp_path / area)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    log = _wait(proc, timeout_s=600)
+    check_area_output(tmp_path, area, proc.returncode, log)
+    payload = json.loads((tmp_path / area / f"{area}.json").read_text())
+    if area == "encoder_runtimes":
+        quality = payload["quality"]
+        assert list(quality) == ["torch", "onnx", "onnx-int8", "openvino", "openvino-int8"]
+        assert quality["torch"]["cosine_min"] > 0.9999 and quality["torch"]["rerank_orders_same"] == 30
+        assert all(q["cosine_min"] > 0.9 for q in quality.values())
+        assert "| onnx-int8 |" in (tmp_path / area / "README.md").read_text()
+    else:
+        (scenario,) = payload["scenarios"]
+        cells = {name: r["metrics"]["kv_cells"]["median"] for name, r in scenario["results"].items()}
+        assert cells == {"llama-cpp-python": 4096, "streams": 8 * 2048, "kv-pool": 4096}
+
+
+@pytest.mark.parametrize("area", sorted(AREAS_OF_RUN_ALL))
+def test_every_area_refuses_a_dirty_tree_before_it_runs(monkeypatch, capsys, area):
+    from bench import runner
+
+    dirty = {"revision": "abc1234", "dirty": True, "dirty_paths": ["engines/x.py"]}
+    monkeypatch.setattr(runner.environment, "git_state", lambda repo: dirty)
+    monkeypatch.setattr(runner.signal, "signal", lambda *args: None)
+    with pytest.raises(SystemExit) as refused:
+        AREAS_OF_RUN_ALL[area].main(["--quick"])
+    assert refused.value.code == 2 and "engines/x.py" in capsys.readouterr().err
 
 
 def check_area_output(out: Path, area: str, returncode: int, log: str) -> None:
