@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import grpc
@@ -268,10 +268,14 @@ class InProcessCalls:
     async def _respond(self, method: str, data: bytes, context: InProcessContext) -> tuple[Any, Any]:
         """(handler, response message) of one call, through the interceptors and the servicer."""
         handler = await self._handler(_HandlerCallDetails(method, context.invocation_metadata()))
-        if handler is None or handler.request_streaming or handler.response_streaming:
+        if handler is None or handler.response_streaming:
             raise _rpc_error(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-        message = handler.request_deserializer(data) if handler.request_deserializer else data
-        return handler, await handler.unary_unary(message, context)
+        parse = handler.request_deserializer
+        if handler.request_streaming:
+            # A handler that may refuse before reading (the API-key check): the message is
+            # parsed only if it reads it, as grpc.aio would receive it.
+            return handler, await handler.stream_unary(_one_message(parse, data), context)
+        return handler, await handler.unary_unary(parse(data) if parse else data, context)
 
     async def _handler(self, details: _HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         """The method's handler as the server's interceptors make it (grpc.aio's own order)."""
@@ -288,6 +292,11 @@ class InProcessCalls:
         for interceptor in reversed(self._interceptors):
             continuation = _bind(interceptor, continuation)
         return await continuation(details)
+
+
+async def _one_message(parse: Callable[[bytes], Any] | None, data: bytes) -> AsyncIterator[Any]:
+    """The request stream of a call with one message, parsed when it is read."""
+    yield parse(data) if parse else data
 
 
 Continuation = Callable[[Any], Any]

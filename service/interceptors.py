@@ -49,8 +49,13 @@ def _short(method_name: str) -> str:
     return method_name.rpartition("/")[2]
 
 
+def _text_metadata(metadata: Any) -> dict[str, str]:
+    """The text entries of call metadata (``(key, value)`` pairs) by key; binary ones left out."""
+    return {key: value for key, value in metadata if isinstance(value, str)}
+
+
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
-    return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
+    return _text_metadata(context.invocation_metadata() or ())
 
 
 class RequestContextInterceptor(AsyncServerInterceptor):
@@ -126,12 +131,17 @@ class RequestContextInterceptor(AsyncServerInterceptor):
         )
 
 
-class AuthInterceptor(AsyncServerInterceptor):
-    """Requires ``authorization: Bearer <key>`` with one of the configured keys.
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Requires ``authorization: Bearer <key>`` with one of the configured keys, read from metadata only.
+
+    A call without a valid key is refused before its message is received or parsed: grpc.aio
+    starts a handler whose request is a stream before reading any message, so the refusal is a
+    handler of that kind that never reads its stream (a 15 MB request with a wrong key costs the
+    server its metadata, not a parse of 15 MB). A call with a valid key gets the method's own
+    handler, which sets the key's name in ``api_key_name_var`` for the RPC's log line.
 
     The scheme is matched in any case (``bearer``, ``BEARER``: RFC 7235 section 2.1), as the
-    gateway does, and the token against every key in constant time (:meth:`ApiKeys.match`). The
-    matching key's name goes to ``api_key_name_var`` for the RPC's log line.
+    gateway does, and the token against every key in constant time (:meth:`ApiKeys.match`).
 
     Args:
         keys: The keys (:func:`gateway.api_keys.load_api_keys`), or one key, named ``default``.
@@ -144,20 +154,48 @@ class AuthInterceptor(AsyncServerInterceptor):
         self._keys = load_api_keys(keys) if isinstance(keys, str) else keys
         self._public = PUBLIC_METHOD_PREFIXES if public_health else ()
 
-    async def intercept(
-        self, method: Callable, request: Any, context: grpc.aio.ServicerContext, method_name: str
-    ):
-        """Reject calls without a configured key with UNAUTHENTICATED."""
-        if not method_name.startswith(self._public):
-            matched = self._keys.match(_metadata(context).get("authorization", ""))
-            if matched is None:
-                status = rich_status(
-                    grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED"
-                )
-                await context.abort(status.code, status.details, status.trailing_metadata)
-            else:
-                api_key_name_var.set(matched[0])
-        return await _call(method, request, context)
+    async def intercept_service(
+        self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        """The method's handler for a call with a valid key (or a public method), else a refusal."""
+        if handler_call_details.method.startswith(self._public):
+            return await continuation(handler_call_details)
+        metadata = handler_call_details.invocation_metadata or ()
+        authorization = _text_metadata(metadata).get("authorization", "")
+        matched = self._keys.match(authorization)
+        if matched is None:
+            return _UNAUTHENTICATED
+        handler = await continuation(handler_call_details)
+        return None if handler is None else _naming_key(handler, matched[0])
+
+
+async def _refuse_unauthenticated(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+    """Abort UNAUTHENTICATED without reading ``request_iterator`` (no message is received)."""
+    status = rich_status(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED")
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+# A request-streaming handler: grpc.aio calls it before reading a message (any method, any kind:
+# the wire does not say whether a call streams, and an aborted call's response is its status).
+_UNAUTHENTICATED = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
+
+_BEHAVIOURS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+
+
+def _naming_key(handler: grpc.RpcMethodHandler, key_name: str) -> grpc.RpcMethodHandler:
+    """``handler`` whose behaviour first sets ``api_key_name_var`` to ``key_name``.
+
+    Set when the behaviour is called (inside :class:`RequestContextInterceptor`, which resets it
+    per call), in the call's own task.
+    """
+    kind = next(kind for kind in _BEHAVIOURS if getattr(handler, kind) is not None)
+    behaviour = getattr(handler, kind)
+
+    def named(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        api_key_name_var.set(key_name)
+        return behaviour(request, context)
+
+    return handler._replace(**{kind: named})
 
 
 class ErrorMappingInterceptor(AsyncServerInterceptor):
