@@ -6,9 +6,12 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 from fastapi import Depends, FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from gateway.api_keys import ApiKeys, load_api_keys
 from gateway.cors import install_cors
@@ -131,11 +134,19 @@ def create_app(
                 await router.close()
             await clients.close()
 
+    # Without keys the check would pass every request: leave the dependency out (one less per call).
+    authenticated = [Depends(require_api_key)] if config.api_keys else []
+    # Probes (/health, and /metrics beside it) are open unless auth_public_health is off; so are
+    # the API docs (/docs, /redoc, /openapi.json), which FastAPI would otherwise serve to anyone.
+    probes = [] if auth_public_health else authenticated
     app = FastAPI(
         title="Universal Runtime gateway",
         summary="OpenAI-compatible REST API in front of the Universal Runtime gRPC server.",
         lifespan=lifespan,
+        **({} if not probes else {"docs_url": None, "redoc_url": None, "openapi_url": None}),
     )
+    if probes:
+        _install_guarded_docs(app, probes)
     app.state.config = config
     app.state.grpc = app.state.router = None
     install_error_handlers(app)
@@ -144,10 +155,6 @@ def create_app(
     app.add_middleware(RequestIdMiddleware)
     install_cors(app, cors_origins)  # outermost: error responses carry the CORS headers too
 
-    # Without keys the check would pass every request: leave the dependency out (one less per call).
-    authenticated = [Depends(require_api_key)] if config.api_keys else []
-    # Probes (/health, and /metrics beside it) are open unless auth_public_health is off.
-    probes = [] if auth_public_health else authenticated
     app.include_router(health.router, dependencies=probes, responses=HEALTH_ERROR_RESPONSES)
     app.include_router(metrics.router, dependencies=probes, responses=METRICS_ERROR_RESPONSES)
     for module in (
@@ -165,3 +172,30 @@ def create_app(
     ):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
     return app
+
+
+def _install_guarded_docs(app: FastAPI, dependencies: list[Any]) -> None:
+    """FastAPI's ``/openapi.json``, ``/docs`` (with its OAuth2 redirect), ``/redoc``, behind ``dependencies``.
+
+    A browser does not send the key when Swagger UI fetches ``/openapi.json``; clients with the
+    key read the schema from ``/openapi.json`` directly.
+    """
+    title = f"{app.title} - docs"
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=dependencies)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=dependencies)
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json", title=title, oauth2_redirect_url="/docs/oauth2-redirect"
+        )
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False, dependencies=dependencies)
+    async def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False, dependencies=dependencies)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title=title)

@@ -231,22 +231,74 @@ def rpc_error_to_http(err: grpc.RpcError) -> tuple[int, dict[str, Any]]:
     return status_code, body
 
 
+# Names pydantic gives the members of a union in error locations: a core type ("str", "none"),
+# a schema with parameters ("list[...]", "function-after[...]", "literal[...]") or a model's class
+# name. They are not fields of the request, and clients must not see them.
+_CORE_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "bytes", "list", "dict", "json"})
+
+# Leftovers of pydantic's rendering in a message (a ValidationError's text raised inside a validator).
+_PYDANTIC_DETAIL = re.compile(
+    r"\s*\[type=[^\]]*\]|\s*For further information visit \S+|^(Value error|Assertion failed), "
+)
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (
+        part in _CORE_TYPE_TAGS or "[" in part or "-" in part or part[:1].isupper()
+    )
+
+
+def _validation_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A pydantic error location as request fields: ``("body", ...)``, union tags and ``[key]`` dropped."""
+    parts = loc[1:] if loc and loc[0] == "body" else loc
+    # "[key]": pydantic's pseudo location of a dict key; the dict's name suffices.
+    return tuple(part for part in parts if part != "[key]" and not _is_union_tag(part))
+
+
 def _validation_param(loc: tuple[Any, ...]) -> str | None:
     """Render a pydantic error location as an OpenAI ``param`` path, e.g. ``messages[0].role``."""
-    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
     path = ""
-    for part in parts:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part == "[key]":
-            continue  # pydantic marks dict-key errors with a pseudo location; the dict name suffices
-        else:
-            path += f".{part}" if path else str(part)
+    for part in _validation_path(loc):
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path or None
 
 
+# OpenAI's codes for a missing field and for one it does not know.
+_VALIDATION_CODES = {"missing": "missing_required_parameter", "extra_forbidden": "unknown_parameter"}
+
+
+def _validation_message(error: dict[str, Any]) -> str:
+    if error.get("type") == "extra_forbidden":
+        return "unknown field: this route does not accept it"
+    return _PYDANTIC_DETAIL.sub("", str(error.get("msg", "invalid value"))).strip()
+
+
+def _reported_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The errors worth telling: for a union, only the member that got furthest into the value.
+
+    A value that fails every member of a union (``content: str | list[part]``) gets an error per
+    member; one at a location that a deeper error extends ("not a string" at ``content`` beside
+    ``content[1]``'s real problem) is noise, as is the same message twice.
+    """
+    paths = [_validation_path(tuple(error.get("loc", ()))) for error in errors]
+    kept, seen = [], set()
+    for error, path in zip(errors, paths, strict=True):
+        extended = any(len(other) > len(path) and other[: len(path)] == path for other in paths)
+        key = (path, _validation_message(error))
+        if (extended and len(path) < len(tuple(error.get("loc", ())))) or key in seen:
+            continue
+        seen.add(key)
+        kept.append(error)
+    return kept or errors[:1]
+
+
 def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
-    """Render a request validation failure as 400 (FastAPI's default is 422; OpenAI answers 400)."""
+    """Render a request validation failure as 400 (FastAPI's default is 422; OpenAI answers 400).
+
+    The message names each field at fault as the client sent it (``messages[0].content[1]``) with
+    pydantic's short message; pydantic's internals (union member names, ``input_value=``, links to
+    its documentation) are left out.
+    """
     errors = list(exc.errors())
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
@@ -255,11 +307,14 @@ def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(
             error_body(message, error_type="invalid_request_error", code="invalid_json"), status_code=400
         )
+    errors = _reported_errors(errors)
+    first = errors[0] if errors else {}
     messages = []
     for error in errors:
         where = _validation_param(tuple(error.get("loc", ())))
-        messages.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
-    code = "missing_required_parameter" if first.get("type") == "missing" else "invalid_value"
+        text = _validation_message(error)
+        messages.append(f"{where}: {text}" if where else text)
+    code = _VALIDATION_CODES.get(first.get("type", ""), "invalid_value")
     param = _validation_param(tuple(first.get("loc", ())))
     return JSONResponse(
         error_body("; ".join(messages), error_type="invalid_request_error", code=code, param=param),

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
 
 from gateway.errors import GatewayError, error_info_from_rpc_error
+from gateway.json_body import object_key_limit, off_loop_if_large, parse_body
 from gateway.schemas.uploads import FileUploadRequest
 
 CHUNK_BYTES = 1024 * 1024
@@ -120,20 +121,18 @@ async def _from_form(request: Request, schema: type[Body]) -> tuple[bytes, Body]
     return data, body
 
 
-async def _from_json(request: Request, schema: type[Body]) -> tuple[bytes, Body]:
-    try:
-        raw = json.loads(await request.body())
-        body = schema.model_validate(raw)
-    except json.JSONDecodeError as exc:
-        raise GatewayError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:  # json.loads gives up on thousands of nested levels
-        raise GatewayError(400, "Request body is nested too deeply to parse", code="invalid_json") from None
-    except ValidationError as exc:
-        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+def _parse_json_upload(schema: type[Body], raw: bytes, max_object_keys: int) -> tuple[bytes, Body]:
+    body = parse_body(schema, raw, max_object_keys)
     data, mime = decode_file(body.file)
     if mime and not body.mime_type:
         body.mime_type = mime
     return data, body
+
+
+async def _from_json(request: Request, schema: type[Body]) -> tuple[bytes, Body]:
+    # Parsed, checked and base64-decoded like every JSON body: off the event loop when large.
+    raw = await request.body()
+    return await off_loop_if_large(len(raw), _parse_json_upload, schema, raw, object_key_limit(request))
 
 
 async def read_upload(request: Request, schema: type[Body]) -> tuple[bytes, Body]:
@@ -147,7 +146,8 @@ async def read_upload(request: Request, schema: type[Body]) -> tuple[bytes, Body
 
     Raises:
         GatewayError: 400 ``invalid_file`` for a form without a file part or a file that is not
-            base64; 400 ``invalid_json`` for a body that is not JSON.
+            base64; 400 ``invalid_json`` for a body that is not JSON
+            (:func:`gateway.json_body.decode_json`).
         RequestValidationError: fields that ``schema`` rejects (rendered as 400 by
             :mod:`gateway.errors`).
 

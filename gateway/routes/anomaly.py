@@ -8,10 +8,11 @@ from fastapi import APIRouter
 from universal_runtime.v1 import anomaly_pb2 as pb
 
 from gateway.calls import Rpc
+from gateway.json_body import JsonBodyRoute
 from gateway.schemas.anomaly import DetectBody, FitBody
 from gateway.translate.anomaly import to_detect_request, to_fit_request, to_json
 
-router = APIRouter(tags=["anomaly"])
+router = APIRouter(tags=["anomaly"], route_class=JsonBodyRoute)
 
 
 @router.post("/v1/anomaly/fit")

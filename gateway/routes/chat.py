@@ -6,10 +6,11 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from gateway.calls import Rpc, generate
+from gateway.json_body import JsonBodyRoute
 from gateway.schemas.chat import ChatCompletionRequest
 from gateway.translate import chat
 
-router = APIRouter(tags=["generation"])
+router = APIRouter(tags=["generation"], route_class=JsonBodyRoute)
 
 
 @router.post("/v1/chat/completions", response_model=None)

@@ -12,6 +12,7 @@ from fastapi import APIRouter
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.calls import Rpc
+from gateway.json_body import JsonBodyRoute
 from gateway.schemas.classify import ClassifyRequest, FitClassifierRequest
 from gateway.translate.classify import (
     classifier_json,
@@ -20,7 +21,7 @@ from gateway.translate.classify import (
     to_fit_classifier_request,
 )
 
-router = APIRouter(tags=["encoders"])
+router = APIRouter(tags=["encoders"], route_class=JsonBodyRoute)
 
 
 @router.post("/v1/classify")

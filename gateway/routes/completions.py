@@ -6,10 +6,11 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from gateway.calls import Rpc, generate
+from gateway.json_body import JsonBodyRoute
 from gateway.schemas.completions import CompletionRequest
 from gateway.translate import completions
 
-router = APIRouter(tags=["generation"])
+router = APIRouter(tags=["generation"], route_class=JsonBodyRoute)
 
 
 @router.post("/v1/completions", response_model=None)

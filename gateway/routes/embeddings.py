@@ -7,12 +7,13 @@ import asyncio
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
+from gateway.json_body import JsonBodyRoute
 from gateway.responses import JsonResponse
 from gateway.schemas.embeddings import EmbeddingRequest, EmbeddingResponse
 from gateway.token_ids import texts_from_token_ids
 from gateway.translate.embeddings import embeddings_from_proto, to_embed_request
 
-router = APIRouter(tags=["encoders"])
+router = APIRouter(tags=["encoders"], route_class=JsonBodyRoute)
 
 
 # The model documents the answer; the route returns it already encoded (see gateway.responses).

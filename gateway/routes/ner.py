@@ -7,10 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
+from gateway.json_body import JsonBodyRoute
 from gateway.schemas.ner import NerRequest
 from gateway.translate.ner import entities_from_proto, to_entities_request
 
-router = APIRouter(tags=["encoders"])
+router = APIRouter(tags=["encoders"], route_class=JsonBodyRoute)
 
 
 @router.post("/v1/ner")

@@ -14,10 +14,11 @@ from universal_runtime.v1 import encoders_pb2
 
 from gateway.calls import Rpc
 from gateway.dependencies import get_request_id
+from gateway.json_body import JsonBodyRoute
 from gateway.schemas.rerank import RerankRequest
 from gateway.translate.rerank import cohere_v2_rerank_from_proto, rerank_from_proto, to_rerank_request
 
-router = APIRouter(tags=["encoders"])
+router = APIRouter(tags=["encoders"], route_class=JsonBodyRoute)
 
 
 async def _rerank(body: RerankRequest, rpc: Rpc) -> encoders_pb2.RerankResponse:

@@ -7,10 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
+from gateway.json_body import JsonBodyRoute
 from gateway.schemas.tokenize import DetokenizeRequest, TokenizeRequest
 from gateway.translate.tokenize import to_detokenize_request, to_tokenize_request, tokenize_from_proto
 
-router = APIRouter(tags=["tokenization"])
+router = APIRouter(tags=["tokenization"], route_class=JsonBodyRoute)
 
 
 @router.post("/tokenize")

@@ -1,4 +1,4 @@
-"""JSON bodies of the anomaly routes (``/v1/anomaly/...``)."""
+"""JSON bodies of the anomaly routes (``/v1/anomaly/...``); unknown fields are refused (400)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from gateway.schemas.base import OpenAIRequestModel
+from gateway.schemas.base import StrictRequestModel
 
 Backend = Literal["isolation_forest", "local_outlier_factor", "one_class_svm", "ecod", "hbos", "copod", "knn"]
 NormalizationName = Literal["standard", "robust", "none"]
 
 
-class FeatureFieldBody(OpenAIRequestModel):
+class FeatureFieldBody(StrictRequestModel):
     """One column: ``name``, ``type`` (numeric or categorical) and the categorical ``encoding``."""
 
     name: str = ""
@@ -20,7 +20,7 @@ class FeatureFieldBody(OpenAIRequestModel):
     encoding: Literal["one_hot", "label", "hash", "frequency"] = "one_hot"
 
 
-class FitSettings(OpenAIRequestModel):
+class FitSettings(StrictRequestModel):
     """Fit settings shared by ``fit`` and one-shot ``detect``; unset fields take server defaults.
 
     Attributes:

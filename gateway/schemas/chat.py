@@ -6,9 +6,10 @@ Source of the shapes: https://platform.openai.com/docs/api-reference/chat/create
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from gateway.schemas.base import Int32, JsonObject, OpenAIRequestModel
 from gateway.schemas.generation import SamplingRequest
@@ -17,10 +18,26 @@ ChatRoleName = Literal["system", "developer", "user", "assistant", "tool"]
 
 
 class TextContentPart(OpenAIRequestModel):
-    """A ``{"type": "text", "text": ...}`` content part; other part types (images, audio) are rejected."""
+    """A ``{"type": "text", "text": ...}`` content part; other part types (images, audio) are rejected.
+
+    A part of another type (``image_url``, ``input_audio``, ``file``) is a 400 naming the part and
+    its type: no model this server runs reads them.
+    """
 
     type: Literal["text"]
     text: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_parts_only(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("type", "text") != "text":
+            kind = str(data["type"])[:64]
+            raise PydanticCustomError(
+                "unsupported_content_part",
+                "content parts of type '{kind}' are not supported by this server: send text parts",
+                {"kind": kind},
+            )
+        return data
 
 
 class FunctionCall(OpenAIRequestModel):

@@ -1,15 +1,19 @@
-"""Request bodies of ``POST /v1/classify`` and of the custom classifier routes ``/v1/classifiers``."""
+"""Request bodies of ``POST /v1/classify`` and of the custom classifier routes ``/v1/classifiers``.
+
+These are the runtime's own routes: unknown fields are refused (400).
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from gateway.schemas.base import StrictRequestModel
 from gateway.schemas.encoder_base import EncoderRequestModel, TextsRequestModel
 
 
-class ClassifyRequest(TextsRequestModel):
+class ClassifyRequest(TextsRequestModel, StrictRequestModel):
     """Body of ``POST /v1/classify``.
 
     Attributes:
@@ -32,14 +36,14 @@ class ClassifyRequest(TextsRequestModel):
     truncation: Literal["end", "start", "error"] | bool | None = None
 
 
-class ClassifierExample(BaseModel):
+class ClassifierExample(StrictRequestModel):
     """One labelled example."""
 
     text: str
     label: str
 
 
-class FitClassifierRequest(EncoderRequestModel):
+class FitClassifierRequest(EncoderRequestModel, StrictRequestModel):
     """Body of ``POST /v1/classifiers``: fit and save a custom classifier.
 
     Attributes:

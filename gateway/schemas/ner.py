@@ -1,13 +1,14 @@
-"""Request body of ``POST /v1/ner`` (named-entity recognition)."""
+"""Request body of ``POST /v1/ner`` (named-entity recognition); unknown fields are refused (400)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
+from gateway.schemas.base import StrictRequestModel
 from gateway.schemas.encoder_base import TextsRequestModel
 
 
-class NerRequest(TextsRequestModel):
+class NerRequest(TextsRequestModel, StrictRequestModel):
     """Body of ``POST /v1/ner``.
 
     Attributes:

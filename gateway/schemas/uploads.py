@@ -1,4 +1,7 @@
-"""Fields of every file upload (``POST /v1/ocr``, ``POST /v1/documents/*``): the file and how it is read."""
+"""Fields of every file upload (``POST /v1/ocr``, ``POST /v1/documents/*``): the file and how it is read.
+
+These are the runtime's own routes: unknown fields (JSON keys or form fields) are refused (400).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from gateway.schemas.base import OpenAIRequestModel, keep_alive_duration
+from gateway.schemas.base import StrictRequestModel, keep_alive_duration
 
 # Not Int32 with Field(ge=0): the Annotated bound would win over the field's own, letting -1 through.
 NonNegativeInt32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
@@ -16,7 +19,7 @@ READ_OPTION_FIELDS = ("mime_type", "languages", "first_page", "last_page", "use_
 options messages (``OcrOptions``, ``DocumentReadOptions``); ``keep_alive`` is converted."""
 
 
-class FileUploadRequest(OpenAIRequestModel):
+class FileUploadRequest(StrictRequestModel):
     """Base of the upload bodies: the file, sent as JSON (base64) or as a multipart form field.
 
     In a ``multipart/form-data`` upload the file is the form field ``file`` and the other fields

@@ -1,0 +1,217 @@
+"""The gateway's HTTP edges (issue 29): bodies that are not UTF-8 or hold lone surrogates, objects
+of a million keys, content parts it cannot serve, unknown fields on the runtime's own routes,
+64-bit integers in answers, and the API docs behind the key. Each is a clear 400 (or 401) in
+OpenAI's error shape, never a 500, and no message shows pydantic's internals.
+
+Before the fixes: a lone surrogate was a 500 on every route (protobuf cannot hold one); invalid
+UTF-8 was "There was an error parsing the body"; a million unknown keys were validated, served and
+logged by name on one line; an ``image_url`` part answered with pydantic's union member names;
+``"contamnation": 0.1`` on ``/v1/anomaly/fit`` was a 200; a detector's ``created_at_ms`` was a string.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+import pytest
+from universal_runtime.v1 import anomaly_pb2
+
+from gateway.app import create_app
+from gateway.json_body import DEFAULT_MAX_OBJECT_KEYS
+from gateway.schemas.base import LOGGED_UNKNOWN_FIELDS
+from gateway.translate.anomaly import to_json
+from tests.gateway.gateway_fakes import asgi_client
+
+USER = [{"role": "user", "content": "hi"}]
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+
+# One body per JSON route; "X" marks the string the bad text goes into, and the path it has.
+ROUTES = [
+    ("/v1/chat/completions", '{"model":"m","messages":[{"role":"user","content":"X"}]}', "messages[0].content"),
+    ("/v1/completions", '{"model":"m","prompt":"X"}', "prompt"),
+    ("/v1/embeddings", '{"model":"m","input":["a","X"]}', "input[1]"),
+    ("/tokenize", '{"model":"m","prompt":"X"}', "prompt"),
+    ("/v1/rerank", '{"model":"m","query":"X","documents":["a"]}', "query"),
+    ("/v1/ner", '{"model":"m","input":"X"}', "input"),
+    ("/v1/classify", '{"model":"m","input":"X"}', "input"),
+    ("/v1/anomaly/fit", '{"detector":"d","rows":[[1.0,"X"]]}', "rows[0][1]"),
+    ("/v1/classifiers", '{"name":"n","embedding_model":"m","examples":[{"text":"X","label":"a"}]}',
+     "examples[0].text"),
+    ("/v1/ocr", '{"file":"' + PNG + '","languages":["X"]}', "languages[0]"),
+    ("/v1/documents/ask", '{"file":"' + PNG + '","question":"X"}', "question"),
+]  # fmt: skip
+
+PYDANTIC_INTERNALS = ("input_value", "errors.pydantic.dev", "function-after", "list[", "Value error")
+
+
+def post_raw(http, route: str, body: bytes):
+    return http.post(route, content=body, headers={"content-type": "application/json"})
+
+
+def assert_clean_400(response, code: str) -> dict:
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == code, error
+    for internal in PYDANTIC_INTERNALS:
+        assert internal not in error["message"], error["message"]
+    return error
+
+
+@pytest.mark.parametrize(("route", "body", "path"), ROUTES, ids=[r[0] for r in ROUTES])
+async def test_a_lone_surrogate_is_400_naming_where(client, route, body, path):
+    response = await post_raw(client, route, body.replace("X", "a\\ud800b").encode())
+    error = assert_clean_400(response, "invalid_json")
+    assert f"lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape) at {path}" in error["message"]
+    assert error["param"] == path
+
+
+@pytest.mark.parametrize(("route", "body", "path"), ROUTES, ids=[r[0] for r in ROUTES])
+async def test_invalid_utf8_is_400_saying_so(client, route, body, path):
+    raw = body.encode().replace(b"X", b"a\xff\xfeb")
+    response = await post_raw(client, route, raw)
+    error = assert_clean_400(response, "invalid_json")
+    where = raw.index(b"\xff")
+    assert f"Request body is not valid UTF-8: byte {where} (0xff)" in error["message"]
+
+
+async def test_a_surrogate_in_a_key_and_a_paired_one_in_a_value(client, fake):
+    response = await post_raw(client, "/v1/chat/completions", b'{"model":"m","\\udc00":1,"messages":[]}')
+    assert "lone UTF-16 surrogate" in assert_clean_400(response, "invalid_json")["message"]
+    # A pair is one character (U+1F600): served.
+    body = '{"model":"m","messages":[{"role":"user","content":"\\ud83d\\ude00"}]}'
+    response = await post_raw(client, "/v1/chat/completions", body.encode())
+    assert response.status_code == 200, response.text
+    assert fake.inference.received[-1].request.messages[0].content == "\N{GRINNING FACE}"
+
+
+async def test_an_object_of_too_many_keys_is_400_before_validation(client, fake, caplog):
+    keys = {f"k{i}": 1 for i in range(DEFAULT_MAX_OBJECT_KEYS + 1)}
+    with caplog.at_level(logging.WARNING, logger="gateway.schemas"):
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": USER, **keys})
+    error = assert_clean_400(response, "invalid_json")
+    assert (
+        f"an object of {DEFAULT_MAX_OBJECT_KEYS + 3} keys; at most {DEFAULT_MAX_OBJECT_KEYS}"
+        in error["message"]
+    )
+    assert not caplog.records  # refused before validation: nothing logged per key
+    assert not fake.inference.received
+    nested = {"model": "m", "messages": [{"role": "user", "content": "hi", **keys}]}
+    assert_clean_400(await client.post("/v1/chat/completions", json=nested), "invalid_json")
+
+
+async def test_unknown_openai_fields_are_served_and_logged_in_one_short_line(client, caplog):
+    keys = {f"unknown_{i:04d}_" + "x" * 200: 1 for i in range(500)}
+    with caplog.at_level(logging.WARNING, logger="gateway.schemas"):
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": USER, **keys})
+    assert response.status_code == 200, response.text
+    [record] = [r for r in caplog.records if "ignoring unsupported fields" in r.getMessage()]
+    line = record.getMessage()
+    assert len(line) < 1200, len(line)
+    assert line.endswith(f"and {500 - LOGGED_UNKNOWN_FIELDS} more")
+    assert "unknown_0000_" in line and "unknown_0499_" not in line
+
+
+@pytest.mark.parametrize(
+    ("part", "kind"),
+    [
+        ({"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}, "image_url"),
+        ({"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}, "input_audio"),
+    ],
+)
+async def test_a_content_part_it_cannot_serve_is_400_naming_the_part(client, part, kind):
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}]
+    response = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+    error = assert_clean_400(response, "invalid_value")
+    assert error["message"] == (
+        f"messages[0].content[1]: content parts of type '{kind}' are not supported by this server: "
+        "send text parts"
+    )
+    assert error["param"] == "messages[0].content[1]"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "message"),
+    [
+        (
+            {"model": "m", "messages": [{"role": "robot", "content": "hi"}]},
+            "messages[0].role",
+            "Input should be",
+        ),
+        ({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content", "valid string"),
+        ({"model": "m", "messages": USER, "tool_choice": "sometimes"}, "tool_choice", "Input should be"),
+        ({"model": "m", "messages": USER, "max_tokens": 10, "max_completion_tokens": 20}, None, "differ"),
+    ],
+)
+async def test_validation_messages_name_fields_without_pydantic_internals(client, body, param, message):
+    error = assert_clean_400(await client.post("/v1/chat/completions", json=body), "invalid_value")
+    assert message in error["message"]
+    assert error["param"] == param
+    assert not error["message"].startswith(("str", "list"))
+
+
+# The runtime's own routes refuse a field they do not know; the OpenAI ones serve it.
+OWN_ROUTES = [
+    ("/v1/anomaly/fit", {"detector": "d", "rows": [[1.0]], "contamnation": 0.1}, "contamnation"),
+    ("/v1/anomaly/detect", {"rows": [[1.0]], "treshold": 0.5}, "treshold"),
+    ("/v1/anomaly/fit", {"detector": "d", "rows": [[1.0]], "schema": [{"name": "a", "kind": "x"}]},
+     "schema[0].kind"),
+    ("/v1/classifiers", {"name": "n", "embedding_model": "m", "examples": [], "overwrite_": True}, "overwrite_"),
+    ("/v1/classifiers", {"name": "n", "embedding_model": "m", "examples": [{"text": "a", "label": "b", "w": 1}]},
+     "examples[0].w"),
+    ("/v1/classify", {"model": "m", "input": "x", "multilabel": True}, "multilabel"),
+    ("/v1/ner", {"model": "m", "input": "x", "min_scor": 0.5}, "min_scor"),
+    ("/v1/ocr", {"file": PNG, "return_box": True}, "return_box"),
+    ("/v1/documents/ask", {"file": PNG, "question": "q", "topk": 2}, "topk"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("route", "body", "param"), OWN_ROUTES, ids=[f"{r[0]}:{r[2]}" for r in OWN_ROUTES])
+async def test_own_routes_refuse_unknown_fields_by_name(client, fake, route, body, param):
+    error = assert_clean_400(await client.post(route, json=body), "unknown_parameter")
+    assert error["param"] == param
+    assert error["message"] == f"{param}: unknown field: this route does not accept it"
+    assert not fake.inference.received
+
+
+async def test_an_upload_form_refuses_unknown_fields_too(client, fake):
+    response = await client.post(
+        "/v1/documents/ask", data={"question": "q", "top_kk": "2"}, files={"file": ("a.png", b"\x89PNG")}
+    )
+    assert assert_clean_400(response, "unknown_parameter")["param"] == "top_kk"
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/v1/chat/completions", {"model": "m", "messages": USER, "user": "u1", "store": False}),
+        ("/v1/embeddings", {"model": "m", "input": "x", "user": "u1"}),
+    ],
+)
+async def test_openai_routes_keep_serving_unknown_fields(client, route, body):
+    response = await client.post(route, json=body)
+    assert response.status_code == 200, response.text
+
+
+def test_detector_times_are_numbers_like_classifier_times():
+    response = anomaly_pb2.ListAnomalyDetectorsResponse()
+    response.detectors.add(detector="d", version=3, created_at_ms=1_764_000_000_123, row_count=7)
+    [detector] = to_json(response)["detectors"]
+    assert detector["created_at_ms"] == 1_764_000_000_123
+    assert detector["row_count"] == 7
+    assert detector["version"] == 3
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"])
+async def test_api_docs_need_the_key_when_health_does(fake, path):
+    guarded = create_app(fake.target, api_key="sekret", auth_public_health=False)
+    async with asgi_client(guarded) as http:
+        refused = await http.get(path)
+        assert refused.status_code == 401, refused.text
+        assert refused.json()["error"]["code"] == "invalid_api_key"
+        allowed = await http.get(path, headers={"Authorization": "Bearer sekret"})
+        assert allowed.status_code == 200
+    public = create_app(fake.target, api_key="sekret")  # public probes: the docs stay open too
+    async with asgi_client(public) as http:
+        assert (await http.get(path)).status_code == 200
