@@ -54,6 +54,7 @@ def create_app(
     grpc_credentials: grpc.ChannelCredentials | None = None,
     routing: str = "round-robin",
     wrap_channel: ChannelWrapper | None = None,
+    embeddings_truncate: bool = False,
 ) -> FastAPI:
     """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
 
@@ -89,6 +90,8 @@ def create_app(
             naming a model goes to a replica that holds it; :mod:`gateway.routing`).
         wrap_channel: Turns the gateway's channel into the one its stubs use (the server in the
             same process passes its in-process calls; see :class:`gateway.grpc_clients.GrpcClients`).
+        embeddings_truncate: ``/v1/embeddings`` truncates inputs over the model's window when the
+            request does not say; ``False`` (default) refuses them, as OpenAI does.
 
     Raises:
         ValueError: ``max_message_bytes`` is not positive, or a CORS origin is malformed.
@@ -104,6 +107,7 @@ def create_app(
         shutdown_grace_s=shutdown_grace_s,
         api_keys=api_keys if api_keys is not None else load_api_keys(api_key, api_keys_file),
         auth_public_health=auth_public_health,
+        embeddings_truncate=embeddings_truncate,
     )
 
     if routing not in ROUTING_MODES:

@@ -122,6 +122,7 @@ def serve(settings: GatewaySettings, sockets: list[socket.socket] | None = None)
             cors_origins=parse_cors_origins(settings.cors_origins),
             grpc_credentials=grpc_credentials,
             routing=settings.routing,
+            embeddings_truncate=settings.embeddings_truncate,
         )
     # The messages name the setting, or the keys file and key name (never a key): no traceback.
     except (ApiKeyError, TlsConfigError, RuntimeError) as err:

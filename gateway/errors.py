@@ -70,6 +70,19 @@ _HTTP_STATUS_BY_REASON: dict[str, int] = {
     "FIT_TOO_SLOW": 413,
 }
 
+CONTEXT_LENGTH_EXCEEDED_CODE = "context_length_exceeded"
+"""OpenAI's error code of an input over the model's context (LiteLLM's ContextWindowExceededError
+and LangChain's context-overflow handling key on it, and on the message's opening words)."""
+
+# The OpenAI routes, and what their input is called in OpenAI's context-overflow message. On
+# them an INPUT_TOO_LONG context overflow is answered as OpenAI answers it; elsewhere it stays
+# ``input_too_long`` with the server's own message.
+_OPENAI_INPUT_BY_ROUTE: dict[str, str] = {
+    "/v1/chat/completions": "messages",
+    "/v1/completions": "prompt",
+    "/v1/embeddings": "input",
+}
+
 _ERROR_TYPE_BY_HTTP_STATUS: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -205,11 +218,53 @@ def retry_after_headers(err: grpc.RpcError) -> dict[str, str]:
     return {"Retry-After": str(RETRY_AFTER_SECONDS)}
 
 
-def rpc_error_to_http(err: grpc.RpcError) -> tuple[int, dict[str, Any]]:
+def context_length_message(info: error_details_pb2.ErrorInfo | None, route: str | None) -> str | None:
+    """OpenAI's message for a context overflow on an OpenAI route; ``None`` for anything else.
+
+    A context overflow is INVALID_ARGUMENT with reason INPUT_TOO_LONG whose metadata names the
+    model's limit in tokens: ``context_length`` (generation) or ``max_tokens`` (encoders); other
+    INPUT_TOO_LONG errors (a JSON schema over its character limit, too many token ids…) are not.
+    The input's size is ``prompt_tokens``/``input_tokens``, or, for an input refused on its
+    characters before it was tokenized, ``prompt_characters``/``input_characters`` and
+    ``max_characters``. The form is OpenAI's (chat completions): "This model's maximum context
+    length is N tokens. However, your messages resulted in M tokens. Please reduce the length of
+    the messages." (``prompt`` on ``/v1/completions``, ``input`` on ``/v1/embeddings``).
+
+    Args:
+        info: The error's ErrorInfo, if any.
+        route: The HTTP route's path, e.g. ``"/v1/chat/completions"``.
+
+    """
+    subject = _OPENAI_INPUT_BY_ROUTE.get(route or "")
+    if subject is None or info is None or info.reason != "INPUT_TOO_LONG":
+        return None
+    metadata = info.metadata
+    limit = metadata.get("context_length") or metadata.get("max_tokens")
+    if not limit:
+        return None
+    tokens = metadata.get("prompt_tokens") or metadata.get("input_tokens")
+    characters = metadata.get("prompt_characters") or metadata.get("input_characters")
+    if tokens:
+        size = f"{tokens} tokens"
+    elif characters:
+        read = metadata.get("max_characters")
+        size = f"{characters} characters (more than the {read} characters read for {limit} tokens)"
+    else:
+        size = "more tokens than that"
+    return (
+        f"This model's maximum context length is {limit} tokens. However, your {subject} resulted "
+        f"in {size}. Please reduce the length of the {subject}."
+    )
+
+
+def rpc_error_to_http(err: grpc.RpcError, *, route: str | None = None) -> tuple[int, dict[str, Any]]:
     """Translate a failed gRPC call into ``(http_status, openai_error_body)``.
 
     Args:
         err: The call's error; ``code()`` and ``details()`` are read, plus the ErrorInfo detail.
+        route: The HTTP route's path. On an OpenAI route (chat, completions, embeddings) a context
+            overflow gets OpenAI's code ``context_length_exceeded`` and message
+            (:func:`context_length_message`); elsewhere, and without a route, the server's.
 
     Returns:
         The HTTP status (see :func:`http_status_for_grpc`) and the body from :func:`error_body`.
@@ -227,8 +282,17 @@ def rpc_error_to_http(err: grpc.RpcError) -> tuple[int, dict[str, Any]]:
     else:
         error_code = code.name.lower()
     param = _openai_param(info.metadata.get("field")) if info is not None else None
+    overflow = context_length_message(info, route)
+    if overflow is not None:
+        details, error_code = overflow, CONTEXT_LENGTH_EXCEEDED_CODE
+        param = param or _OPENAI_INPUT_BY_ROUTE[route or ""]
     body = error_body(details, error_type=error_type_for_status(status_code), code=error_code, param=param)
     return status_code, body
+
+
+def route_path(request: Request) -> str:
+    """The path of the route that served ``request`` (its template), else the request's path."""
+    return getattr(request.scope.get("route"), "path", request.url.path)
 
 
 # Names pydantic gives the members of a union in error locations: a core type ("str", "none"),
@@ -333,7 +397,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_rpc_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, grpc.aio.AioRpcError)
-        status_code, body = rpc_error_to_http(exc)
+        status_code, body = rpc_error_to_http(exc, route=route_path(request))
         level = logging.WARNING if status_code >= 500 else logging.INFO
         logger.log(
             level,

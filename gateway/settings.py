@@ -35,6 +35,9 @@ class GatewayConfig:
         api_keys: Every key ``/v1/*`` accepts (``api_key`` among them, named ``default``); the
             client's own token is forwarded, so the server can name its key. Empty: no auth.
         auth_public_health: ``/health`` (and ``/metrics``) need no key; ``False`` guards them too.
+        embeddings_truncate: ``/v1/embeddings`` truncates an input longer than the model's
+            window when the request does not say (``truncate``/``truncation``); ``False`` (the
+            default) refuses it with 400 ``context_length_exceeded``, as OpenAI does.
 
     """
 
@@ -44,6 +47,7 @@ class GatewayConfig:
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     api_keys: ApiKeys = field(default_factory=ApiKeys)
     auth_public_health: bool = True
+    embeddings_truncate: bool = False
 
 
 class GatewaySettings(BaseSettings):
@@ -89,6 +93,10 @@ class GatewaySettings(BaseSettings):
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of the gateway and uvicorn."
+    )
+    embeddings_truncate: bool = Field(
+        default=False,
+        description="/v1/embeddings truncates over-long inputs the request does not say about; false: 400.",
     )
 
     @field_validator("cors_origins")

@@ -19,7 +19,13 @@ from sse_starlette import EventSourceResponse
 from universal_runtime.v1 import generation_pb2
 
 from gateway.dependencies import CallMetadata
-from gateway.errors import HTTP_CLIENT_CLOSED_REQUEST, GatewayError, error_body, rpc_error_to_http
+from gateway.errors import (
+    HTTP_CLIENT_CLOSED_REQUEST,
+    GatewayError,
+    error_body,
+    route_path,
+    rpc_error_to_http,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +163,11 @@ async def _relay(
     first: generation_pb2.GenerateStreamResponse | grpc.aio.EOFType,
     translator: StreamTranslator,
     drain: _Drain,
+    route: str,
 ) -> AsyncIterator[dict[str, str]]:
     """Yield the SSE events of a generation stream whose first message was already read.
+
+    ``route`` (the HTTP route's path) picks the OpenAI form of an error event, as for a status.
 
     On client disconnect sse-starlette cancels this generator; ``finally`` then cancels the gRPC call.
     A stream still running when the shutdown grace period ends gets an error event, never a silent cut.
@@ -182,7 +191,7 @@ async def _relay(
                 return
     except grpc.aio.AioRpcError as err:
         # The HTTP status (200) is already sent: the error can only travel as an event.
-        status_code, body = rpc_error_to_http(err)
+        status_code, body = rpc_error_to_http(err, route=route)
         logger.warning("generation stream failed after start: %s (HTTP %d)", err.code().name, status_code)
         yield _data(body)
         return
@@ -223,7 +232,7 @@ async def stream_generation(
     grace_s = request.app.state.config.shutdown_grace_s
     shutdown = anyio.Event()
     return EventSourceResponse(
-        _relay(call, first, translator, _Drain(shutdown, grace_s)),
+        _relay(call, first, translator, _Drain(shutdown, grace_s), route_path(request)),
         sep="\n",
         ping=_SSE_PING_SECONDS,
         shutdown_event=shutdown,

@@ -79,6 +79,7 @@ def gateway_app(settings: Settings, target: str, in_process: InProcessCalls | No
         api_keys=load_api_keys(settings.api_key, settings.api_keys_file),
         auth_public_health=settings.auth_public_health,
         cors_origins=parse_cors_origins(settings.gateway_cors_origins),
+        embeddings_truncate=settings.gateway_embeddings_truncate,
         wrap_channel=in_process.channel if in_process is not None and in_process_calls(settings) else None,
     )
 

@@ -122,6 +122,11 @@ class Settings(BaseSettings):
         description="The gateway beside the server makes its unary calls in-process, not over loopback "
         "gRPC (off while tracing, so the server's spans exist).",
     )
+    gateway_embeddings_truncate: bool = Field(
+        False,
+        description="The gateway's /v1/embeddings truncates over-long inputs the request does not say "
+        "about; false: 400 context_length_exceeded, as OpenAI.",
+    )
     max_tokens_limit: int = Field(4096, gt=0, description="Largest max_tokens a request may ask for.")
     max_choices: int = Field(8, gt=0, description="Largest n (choices per request).")
     max_batch_inputs: int = Field(2048, gt=0, description="Most inputs in one encoder request.")

@@ -21,6 +21,10 @@ router = APIRouter(tags=["encoders"], route_class=JsonBodyRoute)
 async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> JsonResponse:
     """Embed one or more texts; returns OpenAI's embeddings list (float lists or base64 strings).
 
+    An input longer than the model's window is refused (400 ``context_length_exceeded``) unless
+    the request or the gateway's ``embeddings_truncate`` setting asks to truncate it
+    (:func:`gateway.translate.embeddings.truncation_policy`).
+
     Raises:
         GatewayError: 400 for token-id input that cannot be read (see :mod:`gateway.token_ids`).
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
@@ -30,7 +34,8 @@ async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> JsonResponse:
         # OpenAI's tokenizer ids back to text, off the event loop (bounded: MAX_TOKEN_IDS ids).
         body = body.model_copy(update={"input": await asyncio.to_thread(texts_from_token_ids, body.input)})
     rpc = rpc.for_model(body.model)
-    response = await rpc.unary(rpc.clients.inference.Embed, to_embed_request(body))
+    message = to_embed_request(body, truncate_by_default=rpc.request.app.state.config.embeddings_truncate)
+    response = await rpc.unary(rpc.clients.inference.Embed, message)
     return JsonResponse(
         embeddings_from_proto(response, requested_model=body.model, encoding_format=body.encoding_format)
     )

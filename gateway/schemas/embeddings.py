@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, field_validator, model_validator
 
 from gateway.schemas.base import Int32
 from gateway.schemas.encoder_base import TextsRequestModel
@@ -28,9 +28,16 @@ class EmbeddingRequest(TextsRequestModel):
             ``ceil(dimensions / 8)`` of them, as int8 or uint8); null means ``"float"``.
         dimensions: Keep only the first ``dimensions`` values (Matryoshka truncation).
         normalize: Extension: scale vectors to unit length (default true, like OpenAI's vectors).
-        truncation: Extension: handling of over-long inputs: ``"end"`` (drop the end, the server
-            default), ``"start"`` (drop the start), ``"error"`` (reject); ``true`` means the
-            default, ``false`` means ``"error"``.
+        truncation: Extension: handling of inputs longer than the model's window: ``"end"`` (drop
+            the end), ``"start"`` (drop the start), ``"error"`` (refuse: 400
+            ``context_length_exceeded``); ``true`` means the server's default policy (drop the
+            end), ``false`` means ``"error"``. Unset: the gateway's ``embeddings_truncate``
+            setting decides, which by default refuses, as OpenAI, vLLM and TEI do.
+        truncate: Extension, as in Hugging Face TEI: ``true`` drops what is over the window (at
+            the side ``truncation_direction`` names), ``false`` refuses; unset as for
+            ``truncation``. At most one of ``truncate`` and ``truncation``.
+        truncation_direction: Extension, as in TEI: with ``truncate: true``, ``"Right"`` drops the
+            end (default), ``"Left"`` drops the start (lower case accepted too).
         prompt_name: Extension: name of a prompt configured on the model, e.g. ``"query"``.
         prompt: Extension: literal instruction prefixed to every input (exclusive with prompt_name).
         keep_alive: Extension: keep-alive override, as in chat completions.
@@ -42,6 +49,8 @@ class EmbeddingRequest(TextsRequestModel):
     dimensions: Int32 | None = None
     normalize: bool = True
     truncation: Literal["end", "start", "error"] | bool | None = None
+    truncate: bool | None = None
+    truncation_direction: Literal["Left", "Right", "left", "right"] | None = None
     prompt_name: str | None = None
     prompt: str | None = None
 
@@ -50,6 +59,12 @@ class EmbeddingRequest(TextsRequestModel):
     def _null_means_default(cls, value: object) -> object:
         # LiteLLM sends "encoding_format": null, which OpenAI's API takes as the default.
         return "float" if value is None else value
+
+    @model_validator(mode="after")
+    def _one_truncation_field(self) -> EmbeddingRequest:
+        if self.truncate is not None and self.truncation is not None:
+            raise ValueError("set truncate (TEI's) or truncation, not both")
+        return self
 
     @property
     def has_token_ids(self) -> bool:

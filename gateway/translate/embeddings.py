@@ -30,15 +30,38 @@ ENCODINGS: dict[str, int] = {
 SIGNED_ENCODINGS = frozenset({"int8", "binary"})
 
 
-def to_embed_request(request: EmbeddingRequest) -> encoders_pb2.EmbedRequest:
+def truncation_policy(request: EmbeddingRequest, *, truncate_by_default: bool) -> int:
+    """The ``TruncationPolicy`` of an embeddings request.
+
+    OpenAI (like vLLM and TEI) refuses an input longer than the model's window, so an unset
+    policy refuses (``TRUNCATION_POLICY_ERROR``: 400 ``context_length_exceeded``) unless the
+    gateway truncates by default (``truncate_by_default``, the ``embeddings_truncate`` setting).
+    The runtime's ``truncation`` wins when set; else TEI's ``truncate`` and
+    ``truncation_direction`` (``"Left"`` drops the start, ``"Right"``, the default, the end).
+    The request is never left UNSPECIFIED, so the gRPC default (truncate) does not apply here.
+    """
+    if request.truncation is not None:
+        return TRUNCATION_POLICIES[request.truncation]
+    truncate = truncate_by_default if request.truncate is None else request.truncate
+    if not truncate:
+        return encoders_pb2.TRUNCATION_POLICY_ERROR
+    if (request.truncation_direction or "right").lower() == "left":
+        return encoders_pb2.TRUNCATION_POLICY_START
+    return encoders_pb2.TRUNCATION_POLICY_END
+
+
+def to_embed_request(
+    request: EmbeddingRequest, *, truncate_by_default: bool = False
+) -> encoders_pb2.EmbedRequest:
     """Convert an OpenAI embeddings request of texts to ``EmbedRequest`` (``normalize`` defaults to true).
 
-    Token-id ``input`` is decoded to texts before (:mod:`gateway.token_ids`).
+    Token-id ``input`` is decoded to texts before (:mod:`gateway.token_ids`); the truncation
+    policy is :func:`truncation_policy`'s.
     """
     return encoders_pb2.EmbedRequest(
         **texts_fields(request),
         **set_fields(request, "normalize", "dimensions", "prompt_name", "prompt"),
-        truncation=TRUNCATION_POLICIES[request.truncation],
+        truncation=truncation_policy(request, truncate_by_default=truncate_by_default),
         encoding=ENCODINGS[request.encoding_format],
     )
 

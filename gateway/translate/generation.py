@@ -67,9 +67,25 @@ def timings_dict(timings: common_pb2.Timings) -> dict[str, float]:
     }
 
 
+#: Prefix of the server's completion ids (``gen-`` and 32 hex characters, the same on every
+#: message of one call); the gateway swaps it for the OpenAI API's own prefix.
+SERVER_ID_PREFIX = "gen-"
+
+
 def completion_id(server_id: str, prefix: str) -> str:
-    """Return the server's completion id, or a fresh ``<prefix>-<hex>`` id when it sent none."""
-    return server_id or f"{prefix}-{uuid.uuid4().hex}"
+    """Return the answer's id as OpenAI spells it: ``<prefix>-<the server id's hex>``.
+
+    OpenAI's ids are ``chatcmpl-…`` (chat completions, the same on every chunk of one stream) and
+    ``cmpl-…`` (legacy completions); clients and tests check the prefix. The server's ``gen-``
+    is replaced, so the hex part still finds the call in the server's log; without a server id
+    (none sent) the hex part is fresh.
+
+    Args:
+        server_id: ``GenerateResponse.id`` or ``GenerateStreamResponse.id`` (may be empty).
+        prefix: ``"chatcmpl"`` or ``"cmpl"``.
+
+    """
+    return f"{prefix}-{server_id.removeprefix(SERVER_ID_PREFIX) or uuid.uuid4().hex}"
 
 
 def unix_now() -> int:

