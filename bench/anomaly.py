@@ -84,8 +84,12 @@ def columnar_response_bytes(rows: int) -> int:
     return anomaly_pb2.DetectAnomalyResponse(columns=columns, summary=summary).ByteSize()
 
 
-def floor_note(label: str, record: dict[str, Any], reference: str, floor: str) -> str | None:
-    """The note that turns the echo floor into a ceiling ratio (per repetition, then the median)."""
+def floor_ceiling(record: dict[str, Any], reference: str, floor: str) -> dict[str, float] | None:
+    """The ceiling the echo floor sets over gRPC, from a recorded scenario (see :func:`floor_note`).
+
+    Returns ``{"ceiling": median of ref / (ref + floor) per repetition, "echo_ms", "ref_ms"}`` (the
+    medians of the floor's and the reference's batch latency p50), or None without both runs.
+    """
     reps = record["results"]
     if reference not in reps or floor not in reps:
         return None
@@ -96,12 +100,23 @@ def floor_note(label: str, record: dict[str, Any], reference: str, floor: str) -
     ]
     if not pairs:
         return None
-    ceiling = percentile([ref / (ref + echo) for ref, echo in pairs], 50)
-    echo_ms, ref_ms = percentile([e for _, e in pairs], 50), percentile([r for r, _ in pairs], 50)
+    return {
+        "ceiling": percentile([ref / (ref + echo) for ref, echo in pairs], 50),
+        "echo_ms": percentile([e for _, e in pairs], 50),
+        "ref_ms": percentile([r for r, _ in pairs], 50),
+    }
+
+
+def floor_note(label: str, record: dict[str, Any], reference: str, floor: str) -> str | None:
+    """The note that turns the echo floor into a ceiling ratio (per repetition, then the median)."""
+    figures = floor_ceiling(record, reference, floor)
+    if figures is None:
+        return None
+    echo_ms, ref_ms = figures["echo_ms"], figures["ref_ms"]
     return (
         f"{label}: the round trip of the same bytes with no work costs {echo_ms:.2f} ms "
         f"({echo_ms / ref_ms:.0%} of the library's {ref_ms:.1f} ms batch): over gRPC on this machine "
-        f"the ceiling is x{ceiling:.2f} of the library's rows/s (median of ref / (ref + floor))."
+        f"the ceiling is x{figures['ceiling']:.2f} of the library's rows/s (median of ref / (ref + floor))."
     )
 
 
