@@ -1,0 +1,184 @@
+"""Fuzz every way a JSON Schema reaches a grammar, on a server in its own process (issue 29, items 1-2).
+
+Schemas come from :func:`tests.fuzz.edge_strategies.json_schemas` (repetition bounds up to 10^6,
+``{m,n}`` patterns, deep nesting, many properties, big enums, ``$ref``) and go through chat
+``response_format``, a forced tool, gRPC ``Generate``/``GenerateStream`` and ``ExtractDocument``.
+A schema can crash native grammar code, so the server is a child process
+(:mod:`tests.fuzz.launched_server`): a crash fails the case and the next case gets a new process.
+
+A case passes when the process is alive after it, its event loop was not held past the probe's
+bound, and the answer is either a refusal (INVALID_ARGUMENT / HTTP 400) or output that parses as
+strict JSON and validates against the schema (when the model finished on its own, not at
+``max_tokens``). Budget: ``UR_FUZZ_EDGE_EXAMPLES`` schemas per surface.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import grpc
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image, ImageDraw
+from universal_runtime.v1 import documents_pb2 as d
+from universal_runtime.v1 import generation_pb2 as g
+from universal_runtime.v1 import inference_service_pb2_grpc
+
+from tests.conftest import CHAT_MODEL, HF_CHAT_MODEL
+from tests.fuzz.checks import assert_grpc_answer, assert_valid_output, launched_case
+from tests.fuzz.edge_strategies import EDGE_SETTINGS, describe_schema, json_schemas
+
+#: Tokens per answer: enough for small objects to finish, few enough to keep a case under a second.
+MAX_TOKENS = 48
+DEADLINE_S = 60.0
+#: A prompt that draws newlines and quotes into strings (the issue's control-character case), and plain ones.
+PROMPTS = ["Write a short poem of three lines about the sea.", "Describe a cat.", "Give me JSON."]
+REFUSED_HTTP = {400}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def forget_fitted():
+    """Nothing to forget: this module calls only the launched server."""
+
+
+def _page() -> bytes:
+    image = Image.new("L", (320, 80), color=255)
+    ImageDraw.Draw(image).text((10, 30), "Invoice 42 total 19.99 EUR", fill=0)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+PAGE = _page()
+
+
+def _chat_body(schema: dict, seed: int, prompt: str) -> dict:
+    return {
+        "model": CHAT_MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": MAX_TOKENS,
+        "seed": seed,
+        "temperature": 1.0,
+    }
+
+
+def chat_response_format(server, schema: dict, seed: int, prompt: str, what) -> None:
+    body = _chat_body(schema, seed, prompt)
+    body["response_format"] = {
+        "type": "json_schema",
+        "json_schema": {"name": "s", "strict": True, "schema": schema},
+    }
+    answer = httpx.post(f"{server.http_base}/v1/chat/completions", json=body, timeout=DEADLINE_S)
+    if answer.status_code in REFUSED_HTTP:
+        return
+    assert answer.status_code == 200, f"HTTP {answer.status_code} ({answer.text[:300]}) for {what()}"
+    choice = answer.json()["choices"][0]
+    if choice["finish_reason"] == "stop":
+        assert_valid_output(choice["message"]["content"], schema, what)
+
+
+def chat_forced_tool(server, schema: dict, seed: int, prompt: str, what) -> None:
+    body = _chat_body(schema, seed, prompt)
+    body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    body["tool_choice"] = {"type": "function", "function": {"name": "f"}}
+    answer = httpx.post(f"{server.http_base}/v1/chat/completions", json=body, timeout=DEADLINE_S)
+    if answer.status_code in REFUSED_HTTP:
+        return
+    assert answer.status_code == 200, f"HTTP {answer.status_code} ({answer.text[:300]}) for {what()}"
+    choice = answer.json()["choices"][0]
+    if choice["finish_reason"] in ("stop", "tool_calls"):
+        for call in choice["message"].get("tool_calls") or []:
+            assert_valid_output(call["function"]["arguments"], schema, what)
+
+
+def _parameters(schema: dict, seed: int) -> g.GenerationParameters:
+    return g.GenerationParameters(
+        max_tokens=MAX_TOKENS,
+        seed=seed,
+        temperature=1.0,
+        response_format=g.ResponseFormat(
+            type=g.RESPONSE_FORMAT_TYPE_JSON_SCHEMA, json_schema=json.dumps(schema), schema_name="s"
+        ),
+    )
+
+
+def _grpc(server, call) -> tuple[grpc.StatusCode, str, object]:
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        try:
+            return grpc.StatusCode.OK, "", call(inference_service_pb2_grpc.InferenceServiceStub(channel))
+        except grpc.RpcError as err:
+            return err.code(), err.details() or "", None
+
+
+def _refused_or_ok(code: grpc.StatusCode, details: str, what) -> bool:
+    assert_grpc_answer(code, details, what)
+    assert code in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT), (
+        f"{code.name} ({details}) for {what()}"
+    )
+    return code is grpc.StatusCode.OK
+
+
+def grpc_generate(server, schema: dict, seed: int, prompt: str, what, model: str = CHAT_MODEL) -> None:
+    messages = [g.ChatMessage(role=g.CHAT_ROLE_USER, content=prompt)]
+    request = g.GenerateRequest(model=model, messages=messages, parameters=_parameters(schema, seed))
+    code, details, response = _grpc(server, lambda stub: stub.Generate(request, timeout=DEADLINE_S))
+    if _refused_or_ok(code, details, what):
+        choice = response.choices[0]
+        if choice.finish_reason == g.FINISH_REASON_STOP:
+            assert_valid_output(choice.text, schema, what)
+
+
+def grpc_generate_transformers(server, schema: dict, seed: int, prompt: str, what) -> None:
+    grpc_generate(server, schema, seed, prompt, what, model=HF_CHAT_MODEL)
+
+
+def grpc_generate_stream(server, schema: dict, seed: int, prompt: str, what) -> None:
+    messages = [g.ChatMessage(role=g.CHAT_ROLE_USER, content=prompt)]
+    request = g.GenerateStreamRequest(
+        model=CHAT_MODEL, messages=messages, parameters=_parameters(schema, seed)
+    )
+    code, details, chunks = _grpc(server, lambda stub: list(stub.GenerateStream(request, timeout=DEADLINE_S)))
+    if _refused_or_ok(code, details, what):
+        text = "".join(choice.text for chunk in chunks for choice in chunk.choices if choice.index == 0)
+        finish = [
+            choice.finish_reason for chunk in chunks for choice in chunk.choices if choice.finish_reason
+        ]
+        if finish and finish[-1] == g.FINISH_REASON_STOP:
+            assert_valid_output(text, schema, what)
+
+
+def extract_document(server, schema: dict, seed: int, prompt: str, what) -> None:
+    options = d.ExtractDocumentOptions(json_schema=json.dumps(schema), max_tokens=MAX_TOKENS)
+    request = d.ExtractDocumentRequest(options=options, chunk=PAGE)
+    code, details, response = _grpc(
+        server, lambda stub: stub.ExtractDocument(iter([request]), timeout=DEADLINE_S)
+    )
+    if _refused_or_ok(code, details, what):
+        assert_valid_output(response.json, schema, what)
+
+
+SURFACES = [
+    chat_response_format,
+    chat_forced_tool,
+    grpc_generate,
+    grpc_generate_stream,
+    grpc_generate_transformers,
+    extract_document,
+]
+
+
+@pytest.mark.parametrize("surface", SURFACES, ids=lambda surface: surface.__name__)
+def test_a_schema_is_refused_or_obeyed(launched, surface):
+    @EDGE_SETTINGS
+    @given(schema=json_schemas(), seed=st.integers(0, 2**16), prompt=st.sampled_from(PROMPTS))
+    def case(schema: dict, seed: int, prompt: str) -> None:
+        def what() -> str:
+            return f"{surface.__name__} seed={seed} prompt={prompt!r} schema={describe_schema(schema)}"
+
+        with launched_case(launched, what):
+            surface(launched, schema, seed, prompt, what)
+
+    case()
