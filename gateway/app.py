@@ -18,6 +18,7 @@ from gateway.cors import install_cors
 from gateway.dependencies import require_api_key
 from gateway.errors import install_error_handlers
 from gateway.grpc_clients import ChannelWrapper, GrpcClients
+from gateway.json_body import DEFAULT_MAX_OBJECT_KEYS
 from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from gateway.routes import (
     anomaly,
@@ -55,6 +56,7 @@ def create_app(
     routing: str = "round-robin",
     wrap_channel: ChannelWrapper | None = None,
     embeddings_truncate: bool = False,
+    max_json_object_keys: int = DEFAULT_MAX_OBJECT_KEYS,
 ) -> FastAPI:
     """Build the OpenAI-compatible REST gateway for the gRPC server at ``grpc_target``.
 
@@ -82,7 +84,8 @@ def create_app(
             client's own token is forwarded, so the server can name the key in its log.
         api_keys: Keys already loaded (by the server beside it), used instead of ``api_key`` and
             ``api_keys_file``.
-        auth_public_health: ``/health`` needs no key (default); ``False`` guards it like ``/v1``.
+        auth_public_health: ``/health`` needs no key (default); ``False`` guards it like ``/v1``, and
+            the API docs (``/docs``, ``/redoc``, ``/openapi.json``) with it.
         cors_origins: Origins allowed cross-origin calls (:mod:`gateway.cors`); empty: CORS off.
         grpc_credentials: TLS credentials of the channel to the server
             (:func:`gateway.tls.channel_credentials`); ``None`` for plaintext.
@@ -92,6 +95,8 @@ def create_app(
             same process passes its in-process calls; see :class:`gateway.grpc_clients.GrpcClients`).
         embeddings_truncate: ``/v1/embeddings`` truncates inputs over the model's window when the
             request does not say; ``False`` (default) refuses them, as OpenAI does.
+        max_json_object_keys: Most keys one JSON object of a request body may have; more is a
+            400 before validation (:mod:`gateway.json_body`).
 
     Raises:
         ValueError: ``max_message_bytes`` is not positive, or a CORS origin is malformed.
@@ -108,6 +113,7 @@ def create_app(
         api_keys=api_keys if api_keys is not None else load_api_keys(api_key, api_keys_file),
         auth_public_health=auth_public_health,
         embeddings_truncate=embeddings_truncate,
+        max_json_object_keys=max_json_object_keys,
     )
 
     if routing not in ROUTING_MODES:

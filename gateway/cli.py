@@ -123,6 +123,7 @@ def serve(settings: GatewaySettings, sockets: list[socket.socket] | None = None)
             grpc_credentials=grpc_credentials,
             routing=settings.routing,
             embeddings_truncate=settings.embeddings_truncate,
+            max_json_object_keys=settings.max_json_object_keys,
         )
     # The messages name the setting, or the keys file and key name (never a key): no traceback.
     except (ApiKeyError, TlsConfigError, RuntimeError) as err:
@@ -136,6 +137,7 @@ def serve(settings: GatewaySettings, sockets: list[socket.socket] | None = None)
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        header_limits=settings.header_limits(),
         timeout_graceful_shutdown=settings.shutdown_grace_s + 2.0,
     )
 

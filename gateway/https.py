@@ -11,16 +11,22 @@ import grpc
 import uvicorn
 from uvicorn.main import STARTUP_FAILURE
 
+from gateway.http_limits import HeaderLimits
 from gateway.settings import ENV_PREFIX, GatewaySettings
 from gateway.tls import Https, TlsFiles, channel_credentials
 
 
-def uvicorn_server(app: Any, https: Https | None, **options: Any) -> uvicorn.Server:
+def uvicorn_server(
+    app: Any, https: Https | None, *, header_limits: HeaderLimits | None = None, **options: Any
+) -> uvicorn.Server:
     """A :class:`uvicorn.Server` for ``app`` with ``uvicorn.Config(app, **options)``.
 
-    With ``https`` the config also gets :meth:`Https.uvicorn_options`, and the server runs
+    Its HTTP protocol bounds every request's head (:mod:`gateway.http_limits`; ``header_limits``,
+    the defaults when ``None``), unless ``options`` name another ``http``. With ``https`` the
+    config also gets :meth:`Https.uvicorn_options`, and the server runs
     :meth:`Https.reload_certificate` beside it while it serves.
     """
+    options.setdefault("http", (header_limits or HeaderLimits()).protocol())
     if https is None:
         return uvicorn.Server(uvicorn.Config(app, **options))
     return _ReloadingServer(uvicorn.Config(app, **options, **https.uvicorn_options()), https)

@@ -11,6 +11,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.api_keys import ApiKeys
 from gateway.cors import parse_cors_origins
+from gateway.http_limits import (
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADER_COUNT,
+    DEFAULT_MAX_HEADER_LINE_BYTES,
+    HeaderLimits,
+)
+from gateway.json_body import DEFAULT_MAX_OBJECT_KEYS
 
 # 64 MiB: large enough for batched embeddings of long texts, small enough that one request cannot
 # exhaust the gateway's memory. The same limit bounds HTTP bodies and gRPC messages both ways.
@@ -38,6 +45,8 @@ class GatewayConfig:
         embeddings_truncate: ``/v1/embeddings`` truncates an input longer than the model's
             window when the request does not say (``truncate``/``truncation``); ``False`` (the
             default) refuses it with 400 ``context_length_exceeded``, as OpenAI does.
+        max_json_object_keys: Most keys one JSON object of a request body may have
+            (:mod:`gateway.json_body`); more is a 400 before the body is validated.
 
     """
 
@@ -48,6 +57,7 @@ class GatewayConfig:
     api_keys: ApiKeys = field(default_factory=ApiKeys)
     auth_public_health: bool = True
     embeddings_truncate: bool = False
+    max_json_object_keys: int = DEFAULT_MAX_OBJECT_KEYS
 
 
 class GatewaySettings(BaseSettings):
@@ -68,7 +78,9 @@ class GatewaySettings(BaseSettings):
     api_keys_file: Path | None = Field(
         default=None, description="YAML/JSON mapping of key name to key accepted on /v1 routes."
     )
-    auth_public_health: bool = Field(default=True, description="/health needs no key; false guards it.")
+    auth_public_health: bool = Field(
+        default=True, description="/health and the API docs need no key; false guards them."
+    )
     cors_origins: str = Field(
         default="", description="Comma-separated origins allowed cross-origin calls (empty: CORS off)."
     )
@@ -98,6 +110,25 @@ class GatewaySettings(BaseSettings):
         default=False,
         description="/v1/embeddings truncates over-long inputs the request does not say about; false: 400.",
     )
+    # Bounds of a request's head (gateway.http_limits: 431 above them) and of a JSON body's objects.
+    max_header_line_bytes: int = Field(
+        default=DEFAULT_MAX_HEADER_LINE_BYTES,
+        gt=0,
+        description="Largest header line or request target, bytes.",
+    )
+    max_header_bytes: int = Field(
+        default=DEFAULT_MAX_HEADER_BYTES, gt=0, description="Largest request head (all headers), bytes."
+    )
+    max_header_count: int = Field(
+        default=DEFAULT_MAX_HEADER_COUNT, gt=0, description="Most headers a request may have."
+    )
+    max_json_object_keys: int = Field(
+        default=DEFAULT_MAX_OBJECT_KEYS, gt=0, description="Most keys of one JSON object in a request body."
+    )
+
+    def header_limits(self) -> HeaderLimits:
+        """The request-head bounds of these settings."""
+        return HeaderLimits(self.max_header_line_bytes, self.max_header_bytes, self.max_header_count)
 
     @field_validator("cors_origins")
     @classmethod

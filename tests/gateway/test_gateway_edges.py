@@ -215,3 +215,20 @@ async def test_api_docs_need_the_key_when_health_does(fake, path):
     public = create_app(fake.target, api_key="sekret")  # public probes: the docs stay open too
     async with asgi_client(public) as http:
         assert (await http.get(path)).status_code == 200
+
+
+async def test_the_key_limit_is_a_setting(fake, monkeypatch):
+    from gateway import cli
+    from gateway.http_limits import HeaderLimits
+
+    served = {}
+    monkeypatch.setattr(cli, "run_uvicorn", lambda app, https, **kwargs: served.update(app=app, **kwargs))
+    monkeypatch.setenv("UR_GATEWAY_MAX_JSON_OBJECT_KEYS", "3")
+    monkeypatch.setenv("UR_GATEWAY_MAX_HEADER_COUNT", "20")
+    cli.main(["--grpc-target", fake.target, "--port", "0"])
+    assert served["header_limits"] == HeaderLimits(max_count=20)
+    async with asgi_client(served["app"]) as http:
+        three = await http.post("/v1/chat/completions", json={"model": "m", "messages": USER, "n": 1})
+        assert three.status_code == 200, three.text
+        four = await http.post("/v1/chat/completions", json={"model": "m", "messages": USER, "n": 1, "x": 1})
+        assert "an object of 4 keys; at most 3" in assert_clean_400(four, "invalid_json")["message"]
