@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engines.errors import InvalidArgumentError
+from engines.generation.json_schema_bounds import check_schema_bounds
 from engines.generation.structured import OutputConstraint
 
 if TYPE_CHECKING:
@@ -56,12 +57,14 @@ class GrammarTokenizer:
         """A fresh matcher for one sequence.
 
         Raises:
-            InvalidArgumentError: the schema cannot be compiled (reason INVALID_JSON_SCHEMA).
+            InvalidArgumentError: the schema exceeds a bound of :func:`check_schema_bounds`
+                (reason JSON_SCHEMA_TOO_COMPLEX) or cannot be compiled (reason INVALID_JSON_SCHEMA).
 
         """
         from llguidance import LLMatcher
 
         schema = spec.schema if spec.schema is not None else {"type": "object"}
+        check_schema_bounds(schema)  # the same bounds as llama.cpp's grammars, before native code
         try:
             grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_LAYOUT)
         except ValueError as exc:

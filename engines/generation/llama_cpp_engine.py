@@ -20,7 +20,6 @@ sequences' cells sit, so greedy output under concurrency may differ in the last 
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from engines.device import available_memory_bytes, cpu_threads, resolve_device
 from engines.errors import InvalidArgumentError, ModelLoadError, kv_pool_exhausted
 from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.context_size import CONTEXT_ALIGNMENT, DEFAULT_CAP, kv_bytes_per_token, plan_context
+from engines.generation.json_grammar import gbnf_grammar
 from engines.generation.logprobs import token_logprobs
 from engines.generation.prompt_cache import PromptCache
 from engines.generation.requantize import model_file, quantize_option
@@ -426,7 +426,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
     def _sampler(self, request: GenerationRequest) -> Any:
         import llama_cpp
         from llama_cpp._internals import LlamaSampler
-        from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
         params: SamplingParams = request.params
         constraint = output_constraint(request)
@@ -435,16 +434,9 @@ class LlamaCppGenerationEngine(GenerationEngine):
             return ArgmaxSampler(self.vocab_size, params.logit_bias)
         sampler = LlamaSampler()
         if constraint is not None:
-            try:
-                grammar = (
-                    JSON_GBNF
-                    if constraint.schema is None
-                    else json_schema_to_gbnf(json.dumps(constraint.schema))
-                )
-            except Exception as exc:
-                raise InvalidArgumentError(
-                    f"the JSON schema cannot be turned into a grammar: {exc}", reason="INVALID_JSON_SCHEMA"
-                ) from None
+            # Strict JSON and bounded before the native parser sees it (cached: the request's
+            # validation built it already).
+            grammar = gbnf_grammar(constraint)
             handle = llama_cpp.llama_sampler_init_grammar(self.model.vocab, grammar.encode(), b"root")
             if not handle:
                 raise InvalidArgumentError(

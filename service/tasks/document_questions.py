@@ -20,6 +20,7 @@ ranked by the count the OCR limits allow (pages x blocks per page).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -48,6 +49,8 @@ from engines.documents.types import (
 )
 from engines.encoder_types import ClassificationRequest, RerankRequest
 from engines.errors import InvalidArgumentError, TaskNotSupportedError
+from engines.generation.json_grammar import gbnf_grammar
+from engines.generation.structured import OutputConstraint
 from engines.ocr.types import OcrPage
 from engines.types import (
     ChatMessage,
@@ -328,6 +331,9 @@ class DocumentQuestionTask:
                 "options.json_schema: required to extract with a generation model",
                 field="options.json_schema",
             )
+        # The schema's bounds before the pages are read: a schema too complex to enforce is
+        # refused before any OCR or model work (and the grammar is cached for the engine).
+        await asyncio.to_thread(gbnf_grammar, OutputConstraint(job.json_schema))
         pages = await self._analyzed(job.read, data)
         names = ", ".join(job.json_schema.get("properties", {}))
         text = await self._generate(

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from engines.capabilities import TextGenerator
+from engines.generation.json_grammar import validate_output_constraint
 from engines.types import (
     FinishReason,
     GenerationDelta,
@@ -162,10 +163,16 @@ class GenerationTask:
             n: choices (validated by the caller against ``max_choices``).
 
         Raises:
+            InvalidArgumentError: the output constraint's schema or grammar exceeds a bound
+                (reason JSON_SCHEMA_TOO_COMPLEX) or cannot be enforced (INVALID_JSON_SCHEMA).
             Errors of :meth:`ModelManager.acquire` and of the generator (see ``TextGenerator``).
 
         """
         started = time.perf_counter()
+        # Bounded schema and grammar before a model slot is taken or native code runs; off the
+        # event loop (a large schema converts for tens of ms), and cached for the engine.
+        if request.response_format.json_schema is not None or request.tools:
+            await asyncio.to_thread(validate_output_constraint, request)
         completion_id = f"gen-{uuid.uuid4().hex}"
         requests = _choice_requests(request, n)
         usage = GenerationUsage()
