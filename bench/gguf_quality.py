@@ -20,7 +20,7 @@ The quality figures are deterministic (greedy, one sequence): they are measured 
 process; the speed figures take the usual repetitions.
 
 Usage: ``python -m bench.gguf_quality [--quick|--tiny] [--out DIR] [--allow-dirty] [--cache-dir DIR]
-[--file LABEL=PATH ...]``.
+[--file LABEL=PATH ...] [--quality-only]``.
 """
 
 from __future__ import annotations
@@ -157,8 +157,9 @@ def quality_table(quality: dict[str, dict[str, Any]], files: dict[str, dict[str,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--cache-dir`` (where the requantized copies go; default: the server's converted cache) and
-    ``--file LABEL=PATH`` (another GGUF of the model to compare, repeatable)."""
+    """``--cache-dir`` (where the requantized copies go; default: the server's converted cache),
+    ``--file LABEL=PATH`` (another GGUF of the model to compare, repeatable) and ``--quality-only``
+    (no ceiling: for a busy machine, where only the deterministic figures mean anything)."""
     parser.add_argument("--cache-dir", type=Path, help="requantized copies (default: the server's cache)")
     parser.add_argument(
         "--file",
@@ -166,6 +167,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="LABEL=PATH",
         help="another GGUF of SmolLM2-135M-Instruct to compare (e.g. a Q4_0 made from the original weights)",
+    )
+    parser.add_argument(
+        "--quality-only",
+        action="store_true",
+        help="greedy answers and log-likelihood only (deterministic), no batched-decode ceiling (timing)",
     )
 
 
@@ -200,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from engines.device import cpu_threads
 
     cfg = parse_config("gguf_quality", argv, __doc__, add_arguments=add_arguments)
-    levels = cfg.pick(full=(1, 8), quick=(1, 8), tiny=(1,))
+    levels = () if cfg.args.quality_only else cfg.pick(full=(1, 8), quick=(1, 8), tiny=(1,))
     prompts = cfg.pick(full=QUALITY_PROMPTS, quick=QUALITY_PROMPTS, tiny=QUALITY_PROMPTS[:3])
     answer_tokens = cfg.pick(full=ANSWER_TOKENS, quick=ANSWER_TOKENS, tiny=8)
     max_tokens = cfg.pick(full=128, quick=128, tiny=4)
@@ -226,12 +232,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report.payload["tables"] = [quality_table(quality, files)]
         report.payload["quality"] = quality
         contenders = []
-        for name, path in paths.items():
-            label = f"{files[name]['label'].split(' (')[0]} batched decode"
-            contenders += report.start_reference(
-                "llama-batched", name, label, "generate_batched", args=(str(path),)
-            )
-        report.warm_up(contenders, {"concurrency": 1, "requests": 1, "warmup": 0, "max_tokens": 1})
+        if not levels:
+            report.note("the batched-decode ceiling was not measured (--quality-only)")
+        else:
+            for name, path in paths.items():
+                label = f"{files[name]['label'].split(' (')[0]} batched decode"
+                contenders += report.start_reference(
+                    "llama-batched", name, label, "generate_batched", args=(str(path),)
+                )
+            report.warm_up(contenders, {"concurrency": 1, "requests": 1, "warmup": 0, "max_tokens": 1})
         report.note(
             "greedy answers: each prompt alone in the chat template, argmax at every step, "
             f"{answer_tokens} new tokens or end of generation; the texts are in the JSON (quality)"
@@ -245,10 +254,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "from the kernels alone (F16 matrix products take the activations as 16-bit floats, Q4_1's "
             "quantize them to 8 bits): the scale against which the other types' agreement is to be read"
         )
-        report.note(
-            "ceiling: the bare llama.cpp loop of bench/batched_decode.py (as in the generation table), "
-            f"cold chat prompts, {max_tokens} new tokens, two waves of each size; Q4_1 is the reference"
-        )
+        if levels:
+            report.note(
+                "ceiling: the bare llama.cpp loop of bench/batched_decode.py (as in the generation table), "
+                f"cold chat prompts, {max_tokens} new tokens, two waves of each size; Q4_1 is the reference"
+            )
         for level in levels:
             params = {"concurrency": level, "requests": 2 * level, "warmup": 1, "max_tokens": max_tokens}
             scenario = f"ceiling, {level} sequence{'s' if level > 1 else ''}"

@@ -58,7 +58,8 @@ def machine_line(payload: dict[str, Any]) -> str:
 def plot(path: Path, payload: dict[str, Any]) -> Path | None:
     """Grouped bars (one panel per headline metric): medians with p5-p95 whiskers per contender.
 
-    Returns the PNG's path, or None when matplotlib is not installed (noted in the payload).
+    Returns the PNG's path, or None when matplotlib is not installed (noted in the payload) or the
+    payload has no scenarios.
     """
     try:
         import matplotlib
@@ -70,6 +71,8 @@ def plot(path: Path, payload: dict[str, Any]) -> Path | None:
         return None
     headline = payload["headline"]
     scenarios = payload["scenarios"]
+    if not scenarios:  # only deterministic tables (e.g. a quality-only run): nothing to plot
+        return None
     labels = {name: c["label"] for name, c in payload["contenders"].items()}
     names = [n for n in payload["contenders"] if any(n in _available(s) for s in scenarios)]
     fig, axes = plt.subplots(1, len(headline), figsize=(max(6.0, 4.2 * len(headline)), 5.2), squeeze=False)
@@ -181,18 +184,28 @@ def markdown(payload: dict[str, Any]) -> str:
     anchors = payload.get("anchors", [])
     extra = [f"{ceiling['label']}"] if ceiling else []
     extra += [anchor["label"] for anchor in anchors]
-    lines = [
-        f"### {payload['title']}",
-        "",
-        f"{measured_line(payload)}; "
-        f"{payload['mode']} mode, "
-        f"{_reps(payload)}, wall {payload['wall_s']:.0f} s. "
-        f"Cells: median [p5{DASH}p95] over repetitions, {TIMES}: median of the per-repetition ratios to the "
-        f"scenario's reference (ref). JSON: `{payload['json_name']}`, plot: `{payload['png_name']}`.",
-        "",
-        "| scenario | contender | " + " | ".join([*(m["label"] for m in headline), *extra]) + " | errors |",
-        "|---|---|" + "---|" * (len(headline) + len(extra)) + "---|",
-    ]
+    if not payload["scenarios"]:  # only the deterministic tables below
+        lines = [
+            f"### {payload['title']}",
+            "",
+            f"{measured_line(payload)}; {payload['mode']} mode, wall {payload['wall_s']:.0f} s. "
+            f"JSON: `{payload['json_name']}`.",
+        ]
+    else:
+        lines = [
+            f"### {payload['title']}",
+            "",
+            f"{measured_line(payload)}; "
+            f"{payload['mode']} mode, "
+            f"{_reps(payload)}, wall {payload['wall_s']:.0f} s. "
+            f"Cells: median [p5{DASH}p95] over repetitions, {TIMES}: median of the per-repetition ratios to "
+            f"the scenario's reference (ref). JSON: `{payload['json_name']}`, plot: `{payload['png_name']}`.",
+            "",
+            "| scenario | contender | "
+            + " | ".join([*(m["label"] for m in headline), *extra])
+            + " | errors |",
+            "|---|---|" + "---|" * (len(headline) + len(extra)) + "---|",
+        ]
     for scenario in payload["scenarios"]:
         for name in _available(scenario):
             result = scenario["results"][name]

@@ -238,6 +238,31 @@ def test_unstable_cells_are_marked_with_their_values():
     assert "not reproducible" in results.markdown({**payload, "git_dirty": True})
 
 
+def test_a_run_of_deterministic_tables_only_has_no_timing_table_or_plot(tmp_path):
+    """A payload without scenarios (``bench.gguf_quality --quality-only``): its tables, no empty main table."""
+    payload = {
+        "title": "t",
+        "finished": "now",
+        "machine": {"cpu_model": "cpu", "usable_cores": 2, "ram_bytes": 2**34, "gpus": []},
+        "mode": "quick",
+        "reps": 3,
+        "wall_s": 1.0,
+        "json_name": "a.json",
+        "png_name": "a.png",
+        "git_revision": "abc1234",
+        "git_dirty": False,
+        "headline": [{"key": "tok_s", "label": "tok/s", "higher_is_better": True}],
+        "contenders": {},
+        "scenarios": [],
+        "tables": [{"title": "Quality", "header": ["type", "perplexity"], "rows": [["Q4_1", "9.1"]]}],
+        "notes": ["the ceiling was not measured"],
+    }
+    text = results.markdown(payload)
+    assert "| scenario |" not in text and "plot:" not in text and "commit `abc1234`" in text
+    assert "| Q4_1 | 9.1 |" in text and "- the ceiling was not measured" in text
+    assert results.plot(tmp_path / "a.png", payload) is None and not (tmp_path / "a.png").exists()
+
+
 def test_git_state_ignores_the_bench_outputs(tmp_path):
     from bench.environment import git_state
 
