@@ -28,12 +28,15 @@ Guarantees by backend:
 Every call is blocking (callers run the stores on a CPU lane or a worker thread, never on the
 event loop) and bounded in time (``timeout_s``). Any failure of the store itself (down,
 unreachable, access denied, timed out) raises :class:`~engines.errors.UnavailableError` with
-reason ``STATE_STORE_UNAVAILABLE``, naming the URL without credentials.
+reason ``STATE_STORE_UNAVAILABLE``, naming the URL without credentials; a store out of space
+raises :class:`~engines.errors.ResourceExhaustedError` with reason ``STORAGE_FULL`` (see
+:meth:`StateStore.failure`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from engines.errors import RuntimeServiceError, UnavailableError, clip_text
+from engines.errors import ResourceExhaustedError, RuntimeServiceError, UnavailableError, clip_text
 from engines.storage import fsync_dir, write_durable
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,8 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 10.0
 STORE_UNAVAILABLE = "STATE_STORE_UNAVAILABLE"
+#: ErrorInfo reason of a save refused because the store is out of space (see :meth:`StateStore.failure`).
+STORAGE_FULL = "STORAGE_FULL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,9 @@ class StateStore:
     """Keys (``/``-separated relative paths) holding bytes, under one root.
 
     Subclasses implement the ``_`` methods; the public ones turn failures of the store itself into
-    :class:`~engines.errors.UnavailableError` (reason STATE_STORE_UNAVAILABLE).
+    :class:`~engines.errors.UnavailableError` (reason STATE_STORE_UNAVAILABLE), or
+    :class:`~engines.errors.ResourceExhaustedError` (reason STORAGE_FULL) when it is out of space
+    (:meth:`failure`).
 
     Attributes:
         url: where the store is, without credentials (for messages).
@@ -100,17 +107,34 @@ class StateStore:
         except RuntimeServiceError:
             raise
         except Exception as exc:
-            raise self.unavailable(what, exc) from exc
+            raise self.failure(what, exc) from exc
 
-    def unavailable(self, what: str, exc: BaseException) -> UnavailableError:
-        """The error a failed store call becomes: UNAVAILABLE, reason STATE_STORE_UNAVAILABLE."""
+    def failure(self, what: str, exc: BaseException) -> RuntimeServiceError:
+        """The error a failed store call becomes.
+
+        Out of space (``ENOSPC``, or ``EDQUOT``: the disk's quota) is a fault the operator must
+        fix, not one a retry clears: RESOURCE_EXHAUSTED, reason STORAGE_FULL. Anything else
+        (down, unreachable, access denied, timed out) is UNAVAILABLE, reason
+        STATE_STORE_UNAVAILABLE. The message names the URL (without credentials), the operation
+        and the errno's name or the exception's type, never the exception's text (the log has it).
+        """
+        log.warning("state store call failed", extra={"state_url": self.url, "op": what, "error": repr(exc)})
+        code = getattr(exc, "errno", None)
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            return ResourceExhaustedError(
+                f"the state store {self.url} is out of space ({what}); nothing was saved. "
+                "The server's operator must free space or grow the volume",
+                reason=STORAGE_FULL,
+                state_url=self.url,
+            )
         if isinstance(exc, PermissionError):
             cause = "access denied"
         elif isinstance(exc, TimeoutError) or type(exc).__name__ in ("FSTimeoutError", "ReadTimeoutError"):
             cause = "timed out"
+        elif isinstance(code, int) and code in errno.errorcode:
+            cause = errno.errorcode[code]
         else:
-            cause = clip_text(f"{type(exc).__name__}: {exc}", 200)
-        log.warning("state store call failed", extra={"state_url": self.url, "op": what, "error": repr(exc)})
+            cause = clip_text(type(exc).__name__, 64)
         return UnavailableError(
             f"the state store {self.url} is unavailable ({what}: {cause}); retry later",
             reason=STORE_UNAVAILABLE,

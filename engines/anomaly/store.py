@@ -138,6 +138,47 @@ def fit_for_store(rows: Any, config: FitConfig) -> tuple[Detector, bytes]:
     return detector, serialize_detector(detector)
 
 
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _bounded_int(value: Any, high: int) -> int:
+    """``value`` as an int in ``[0, high]`` (the range of its field on the wire).
+
+    Raises:
+        ValueError, TypeError, OverflowError: not an integer-valued number in range.
+
+    """
+    number = int(value)
+    if number != value or not 0 <= number <= high:
+        raise ValueError(f"{value!r} is not an integer in [0, {high}]")
+    return number
+
+
+def _detector_info(name: str, manifest: dict[str, Any]) -> DetectorInfo:
+    """The summary of a detector from its manifest, every value checked against its type and range.
+
+    Raises:
+        LookupError, TypeError, ValueError, ArithmeticError, AttributeError: the manifest does
+            not hold a valid summary.
+
+    """
+    latest, entry = manifest["latest"], manifest["versions"][-1]
+    return DetectorInfo(
+        name=name,
+        version=_bounded_int(entry["version"], INT32_MAX),
+        backend=AnomalyBackend(latest["backend"]),
+        schema=tuple(
+            FeatureField(str(n), FeatureKind(k), CategoricalEncoding(e)) for n, k, e in latest["schema"]
+        ),
+        row_count=_bounded_int(latest["row_count"], INT32_MAX),
+        threshold=float(latest["threshold"]),
+        contamination=float(latest["contamination"]),
+        normalization=Normalization(latest["normalization"]),
+        created_at_ms=_bounded_int(entry["created_at_ms"], INT64_MAX),
+    )
+
+
 class DetectorStore:
     """Saves, loads (with a cache), lists and deletes detectors in a :class:`StateStore`.
 
@@ -388,27 +429,23 @@ class DetectorStore:
                 manifest = self._manifest(name)
                 if manifest is None:  # deleted since it was listed
                     continue
-                latest, entry = manifest["latest"], manifest["versions"][-1]
-                infos.append(
-                    DetectorInfo(
-                        name=name,
-                        version=int(entry["version"]),
-                        backend=AnomalyBackend(latest["backend"]),
-                        schema=tuple(
-                            FeatureField(n, FeatureKind(k), CategoricalEncoding(e))
-                            for n, k, e in latest["schema"]
-                        ),
-                        row_count=int(latest["row_count"]),
-                        threshold=float(latest["threshold"]),
-                        contamination=float(latest["contamination"]),
-                        normalization=Normalization(latest["normalization"]),
-                        created_at_ms=int(entry["created_at_ms"]),
-                    )
-                )
+                infos.append(_detector_info(name, manifest))
             except UnavailableError:
                 raise
-            except (RuntimeServiceError, KeyError, TypeError, ValueError):
-                log.warning("skipping unreadable detector folder", extra={"folder": name})
+            # Whatever a hand-edited or foreign manifest holds (wrong types, Infinity, a list):
+            # the rest are still listed, and the broken one is named in the log.
+            except (
+                RuntimeServiceError,
+                LookupError,
+                TypeError,
+                ValueError,
+                ArithmeticError,
+                AttributeError,
+            ) as exc:
+                log.warning(
+                    "skipping unreadable detector folder",
+                    extra={"folder": name, "error": type(exc).__name__},
+                )
         return infos
 
     def delete(self, name: str) -> int:

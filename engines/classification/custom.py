@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
@@ -34,6 +35,8 @@ from engines.state_store import Blob, LocalStateStore, StateStore, publish_versi
 from engines.storage import StoreQuota
 
 HEAD_SUFFIX = ".skops"
+log = logging.getLogger(__name__)
+
 INFO_SUFFIX = ".json"
 _INFO_FIELDS = frozenset(f.name for f in fields(ClassifierInfo))
 
@@ -69,6 +72,36 @@ def _exists_error(name: str) -> FailedPreconditionError:
     )
 
 
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _in_range(value: Any, high: int) -> int:
+    """``value`` if it is an int in ``[0, high]`` (its field's range on the wire).
+
+    Raises:
+        TypeError: not an int. ValueError: out of range.
+
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{type(value).__name__} is not an integer")
+    if not 0 <= value <= high:
+        raise ValueError(f"{value} is out of [0, {high}]")
+    return value
+
+
+def _check_info(info: ClassifierInfo) -> None:
+    """Raise TypeError or ValueError unless every field of ``info`` has its declared type and range."""
+    if not (isinstance(info.name, str) and isinstance(info.embedding_model, str)):
+        raise TypeError("name and embedding_model are strings")
+    if not isinstance(info.labels, list) or not all(isinstance(label, str) for label in info.labels):
+        raise TypeError("labels is a list of strings")
+    _in_range(info.example_count, INT32_MAX)
+    _in_range(info.created_at_unix_ms, INT64_MAX)
+    if not isinstance(info.training_accuracy, (int, float)) or isinstance(info.training_accuracy, bool):
+        raise TypeError("training_accuracy is a number")
+
+
 class ClassifierStore:
     """Saved custom classifiers in one folder of a state store, with a cache of loaded heads.
 
@@ -92,6 +125,9 @@ class ClassifierStore:
         # name -> (version, head sha256, classifier, monotonic time the description was last read)
         self._cache: dict[str, tuple[int, str, CustomClassifier, float]] = {}
         self._lock = threading.Lock()
+        self._reported: set[str] = (
+            set()
+        )  # keys of foreign files already logged (bounded by the store's quota)
 
     @staticmethod
     def _info_key(name: str) -> str:
@@ -99,10 +135,22 @@ class ClassifierStore:
 
     @staticmethod
     def _parse(blob: Blob) -> tuple[ClassifierInfo, int, str | None]:
-        """The description, head version and head checksum (None for a file without versions)."""
+        """The description, head version and head checksum (None for a file without versions).
+
+        Raises:
+            ValueError, TypeError: not a description this server writes (not a JSON object, a
+                field missing, of the wrong type or out of its range on the wire).
+
+        """
         raw = json.loads(blob.data.decode("utf-8"))
+        if not isinstance(raw, dict):
+            raise TypeError("a classifier description is a JSON object")
         info = ClassifierInfo(**{k: v for k, v in raw.items() if k in _INFO_FIELDS})
-        return info, int(raw.get("version", 0)), raw.get("sha256")
+        _check_info(info)
+        sha = raw.get("sha256")
+        if sha is not None and not isinstance(sha, str):
+            raise TypeError("sha256 is a string")
+        return info, _in_range(raw.get("version", 0), INT32_MAX), sha
 
     def exists(self, name: str) -> bool:
         """Whether a classifier called ``name`` is saved.
@@ -265,10 +313,20 @@ class ClassifierStore:
                 continue
             blob = self.store.read_tagged(key)
             try:
-                if blob is not None:
-                    infos.append(self._parse(blob)[0])
-            except (ValueError, TypeError):
+                if blob is None:  # deleted since it was listed
+                    continue
+                info = self._parse(blob)[0]
+                if info.name != name:
+                    raise ValueError("the description names another classifier")
+            except (ValueError, TypeError) as exc:
+                # A foreign or hand-edited file: the rest are still listed, this one named in the log.
+                if key not in self._reported:  # once per file, not at every listing
+                    self._reported.add(key)
+                    log.warning(
+                        "skipping a file that is not a classifier", extra={"key": key, "error": str(exc)}
+                    )
                 continue
+            infos.append(info)
         return infos
 
     def delete(self, name: str) -> ClassifierInfo:
