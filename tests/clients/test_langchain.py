@@ -143,3 +143,16 @@ async def test_default_token_id_embeddings_need_no_tiktoken_cache_on_the_server(
     by_ids = await OpenAIEmbeddings(**common).aembed_documents(texts)
     by_text = await OpenAIEmbeddings(**common, check_embedding_ctx_length=False).aembed_documents(texts)
     np.testing.assert_allclose(np.array(by_ids), np.array(by_text), atol=1e-6)
+
+
+async def test_a_long_text_needs_chunks_that_fit_the_models_window(gateway_url, tiktoken_files):
+    """LangChain's default chunks (8191 cl100k_base tokens) are OpenAI's window, not MiniLM's 256:
+    such a chunk is refused as OpenAI refuses one over its window (issue 29: silently cut to 256
+    tokens); chunks below the model's window embed the whole text."""
+    text = "This is a test " * 512  # about 1,500 tokens
+    common = {"model": EMBED_MODEL, "base_url": f"{gateway_url}/v1", "api_key": "unused", "max_retries": 0}
+    with pytest.raises(openai.BadRequestError) as caught:
+        await OpenAIEmbeddings(**common).aembed_documents([text])
+    assert caught.value.code == "context_length_exceeded"
+    (vector,) = await OpenAIEmbeddings(**common, embedding_ctx_length=200).aembed_documents([text])
+    assert len(vector) == 384 and np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-4)
