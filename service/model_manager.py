@@ -70,6 +70,22 @@ PREFLIGHT_REASONS = frozenset(
 )
 
 
+# Weights of other frameworks and runtimes that the default hub backends never read.
+_HUB_IGNORE_PATTERNS = ("*.h5", "*.msgpack", "*.ot", "*.onnx", "onnx/*", "openvino/*", "*.tflite", "*.gguf")
+
+
+def _hub_snapshot(repo_id: str) -> str:
+    """Absolute folder of ``repo_id``'s snapshot in the hub cache, downloaded unless offline (blocking).
+
+    Raises:
+        huggingface_hub errors: unknown or gated repository, not cached while offline, hub unreachable.
+
+    """
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(repo_id, ignore_patterns=list(_HUB_IGNORE_PATTERNS))
+
+
 @functools.cache
 def _provides(engine_type: type, capability: type) -> bool:
     """Whether ``engine_type`` has the methods of ``capability``, computed once per class.
@@ -172,6 +188,8 @@ class ModelManager:
         self._invalid = dict(invalid or {})
         for name in self._invalid:
             self._models[name] = self._managed(ModelSpec(name=name, backend="", tasks=(), source=""))
+        # Entries clients added by naming hub ids (allow_hub_models), oldest first; at most hub_max_models.
+        self._hub_names: dict[str, None] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -207,10 +225,41 @@ class ModelManager:
         if managed is not None:
             return managed
         if self._settings.allow_hub_models and "/" in name and task in HUB_DEFAULT_BACKENDS:
+            self._make_room_for_hub_model()
             spec = ModelSpec(name=name, backend=HUB_DEFAULT_BACKENDS[task], tasks=(task,), source=name)
             managed = self._models[name] = self._managed(spec)
+            self._hub_names[name] = None
             return managed
         raise ModelNotFoundError(f"model {name!r} is not in the catalog", field="model", model=name)
+
+    def _make_room_for_hub_model(self) -> None:
+        """Keep the hub entries clients add under ``hub_max_models``.
+
+        When full, entries that are neither loaded, loading nor in use are dropped (the oldest
+        first); a hub entry that failed to load is dropped at once (:meth:`_load_locked`).
+
+        Raises:
+            ResourceExhaustedError: every hub entry is loaded or in use (reason HUB_MODELS_LIMIT).
+
+        """
+        limit = self._settings.hub_max_models
+        for name in list(self._hub_names):  # insertion order: the oldest first
+            if len(self._hub_names) < limit:
+                return
+            managed = self._models[name]
+            if managed.state in (ModelState.NOT_LOADED, ModelState.ERROR) and not managed.active:
+                self._forget_hub_model(name)
+        if len(self._hub_names) >= limit:
+            raise ResourceExhaustedError(
+                f"{limit} hub models are loaded or in use (setting hub_max_models); "
+                "unload one first or name a catalog model",
+                reason="HUB_MODELS_LIMIT",
+                hub_max_models=limit,
+            )
+
+    def _forget_hub_model(self, name: str) -> None:
+        self._hub_names.pop(name, None)
+        self._models.pop(name, None)
 
     def models(self) -> list[ManagedModel]:
         """All managed models, sorted by name."""
@@ -329,6 +378,8 @@ class ModelManager:
         spec = managed.spec
         loading: tuple[str, DeviceExecutor] | None = None  # set once engine.load may hold memory
         try:
+            if spec.name in self._hub_names:
+                spec = await self._hub_spec(spec)
             cls = self._preflight(spec)
             preference = spec.device if spec.device != "auto" else self._settings.device
             try:
@@ -349,6 +400,8 @@ class ModelManager:
             await executor.run(engine.load)
         except RuntimeServiceError as exc:
             await self._load_failed(managed, exc.message, loading)
+            if isinstance(exc, ModelNotFoundError):
+                raise
             if exc.reason in PREFLIGHT_REASONS and exc.status == "INTERNAL":
                 # A source problem found only while loading is still the catalog's, not a server bug.
                 raise FailedPreconditionError(exc.message, reason=exc.reason, model=spec.name) from exc
@@ -377,9 +430,35 @@ class ModelManager:
             },
         )
 
+    async def _hub_spec(self, spec: ModelSpec) -> ModelSpec:
+        """``spec`` of a client-named hub id, its source the id's snapshot folder in the hub cache.
+
+        Resolved by ``huggingface_hub.snapshot_download`` (the local cache only under
+        ``HF_HUB_OFFLINE``), in a worker thread, so the loaders get an absolute path inside the
+        cache: a folder that happens to be called ``org/name`` under the server's working
+        directory is never read (the loaders take an existing path before a hub id).
+
+        Raises:
+            ModelNotFoundError: no such repository, or not cached and not downloadable now
+                (reason MODEL_NOT_FOUND).
+
+        """
+        try:
+            folder = await asyncio.to_thread(_hub_snapshot, spec.source)
+        except Exception as exc:
+            log.warning("hub model not found", extra={"model": spec.name, "error": repr(exc)})
+            raise ModelNotFoundError(
+                f"model {spec.name!r} is neither in the catalog nor a hub model that could be fetched",
+                field="model",
+                model=spec.name,
+            ) from exc
+        return dataclasses.replace(spec, source=folder)
+
     async def _load_failed(
         self, managed: ManagedModel, error: str, loading: tuple[str, DeviceExecutor] | None
     ) -> None:
+        if managed.spec.name in self._hub_names and not managed.active:
+            self._forget_hub_model(managed.spec.name)  # a failed hub id holds no entry
         managed.state, managed.error = ModelState.ERROR, error
         if loading is not None:
             # Free whatever the failed load allocated before reporting.
@@ -415,8 +494,12 @@ class ModelManager:
                 reason = "INVALID_MODEL_OPTION" if invalid else "MODEL_UNAVAILABLE"
             raise FailedPreconditionError(exc.message, reason=reason, model=spec.name) from exc
         except Exception as exc:
+            # An unexpected failure of a check: its text stays in the log, not in the answer.
+            log.warning("catalog entry check failed", exc_info=exc, extra={"model": spec.name})
             raise FailedPreconditionError(
-                f"{type(exc).__name__}: {exc}", reason="MODEL_UNAVAILABLE", model=spec.name
+                f"model {spec.name!r} failed its backend's checks ({type(exc).__name__}); see the server log",
+                reason="MODEL_UNAVAILABLE",
+                model=spec.name,
             ) from exc
         return cls
 

@@ -100,7 +100,16 @@ class Settings(BaseSettings):
         "finish, new ones reconnect and re-resolve DNS); 0 = never.",
     )
     allow_hub_models: bool = Field(
-        False, description="Let clients name Hugging Face hub ids that are not in the catalog."
+        False,
+        description="Let clients name Hugging Face hub ids that are not in the catalog (resolved "
+        "through the hub cache only, never a local folder).",
+    )
+    hub_max_models: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Most hub ids clients may add beside the catalog; when full, entries not loaded "
+        "make room, else RESOURCE_EXHAUSTED (HUB_MODELS_LIMIT).",
     )
     api_key: str | None = Field(None, description="When set, RPCs need 'authorization: Bearer <key>'.")
     api_keys_file: Path | None = Field(
