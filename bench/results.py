@@ -122,8 +122,17 @@ def _cell(summary: dict[str, float] | None, ratio: dict[str, float] | None, is_r
 
 
 def measured_line(payload: dict[str, Any]) -> str:
-    """``Measured <when> at <revision> on <machine>``: how every section's context line starts."""
-    return f"Measured {payload['finished']} at {revision_line(payload)} on {machine_line(payload)}"
+    """``Measured <when> at <revision> on <machine>``: how every section's context line starts.
+
+    When the machine's 1-minute load average at the start was over its usable cores (other work
+    was running), the line says so: timings then describe a busy machine.
+    """
+    line = f"Measured {payload['finished']} at {revision_line(payload)} on {machine_line(payload)}"
+    load = (payload["machine"].get("load_average_at_start") or [0.0])[0]
+    cores = payload["machine"].get("usable_cores") or 1
+    if load > cores:
+        line += f" **under load (load average {load:.1f} at the start): timings describe a busy machine**"
+    return line
 
 
 def revision_line(payload: dict[str, Any]) -> str:

@@ -237,6 +237,9 @@ def test_unstable_cells_are_marked_with_their_values():
     assert "1 stream, the peer, tok/s: 38.8, 90.3, 39.5" in text
     assert "commit `abc1234`" in text and "uncommitted" not in text
     assert "not reproducible" in results.markdown({**payload, "git_dirty": True})
+    busy = {**payload["machine"], "load_average_at_start": [15.1, 12.0, 9.0]}
+    assert "under load (load average 15.1 at the start)" in results.markdown({**payload, "machine": busy})
+    assert "under load" not in text
 
 
 def test_a_run_of_deterministic_tables_only_has_no_timing_table_or_plot(tmp_path):
