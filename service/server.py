@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
@@ -322,9 +323,20 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     if internal is not None:
         internal.bind(server)
     metrics_server = None
+    metrics.count_by_key_name(settings.metrics_key_names)
     if settings.metrics_port:
         try:
-            metrics_server = metrics.start_metrics_server(settings.grpc_host, settings.metrics_port)
+            # The gRPC port's TLS and keys; metrics_public drops the keys and client certificates.
+            metrics_tls = tls_files
+            if settings.metrics_public and tls_files is not None:
+                metrics_tls = dataclasses.replace(tls_files, ca_file=None)
+            metrics_server = metrics.start_metrics_server(
+                settings.grpc_host,
+                settings.metrics_port,
+                tls=metrics_tls,
+                api_keys=None if settings.metrics_public else api_keys,
+                tls_refresh_interval_s=settings.tls_refresh_interval_s,
+            )
         except OSError as exc:
             raise RuntimeError(
                 f"could not bind the metrics port {settings.grpc_host}:{settings.metrics_port} ({exc}); "

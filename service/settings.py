@@ -85,6 +85,15 @@ class Settings(BaseSettings):
     metrics_port: int = Field(
         9090, ge=0, le=65535, description="Port of the gRPC server's own /metrics (on grpc_host); 0 = off."
     )
+    metrics_public: bool = Field(
+        False,
+        description="Serve the metrics port without the API key and client certificate the gRPC port "
+        "requires (its TLS stays on when the server's is).",
+    )
+    metrics_key_names: bool = Field(
+        False,
+        description="Count RPCs by API key name (ur_requests_by_api_key_total); off, no series names a key.",
+    )
     shutdown_grace_s: float = Field(10.0, ge=0, description="Time in-flight RPCs get on shutdown.")
     event_loop: EventLoopName = Field(
         "uvloop",

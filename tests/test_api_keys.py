@@ -130,7 +130,10 @@ def test_long_key_is_refused():
 
 @pytest.fixture(scope="module")
 async def keyed(settings, keys_file):
-    running = await start_server(settings.model_copy(update={"api_key": SINGLE, "api_keys_file": keys_file}))
+    # metrics_key_names: the test below reads the count by key name, off by default.
+    running = await start_server(
+        settings.model_copy(update={"api_key": SINGLE, "api_keys_file": keys_file, "metrics_key_names": True})
+    )
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
         yield running, channel
     await running.stop(grace=0.5)
