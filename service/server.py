@@ -36,6 +36,7 @@ from service.interceptors import (
     RequestContextInterceptor,
     RequestParsingInterceptor,
 )
+from service.metrics_server import start_metrics_server
 from service.model_manager import ModelManager
 from service.servicers.inference import InferenceServicer
 from service.servicers.models import ModelServicer
@@ -330,7 +331,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
             metrics_tls = tls_files
             if settings.metrics_public and tls_files is not None:
                 metrics_tls = dataclasses.replace(tls_files, ca_file=None)
-            metrics_server = metrics.start_metrics_server(
+            metrics_server = start_metrics_server(
                 settings.grpc_host,
                 settings.metrics_port,
                 tls=metrics_tls,
