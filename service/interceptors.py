@@ -134,11 +134,13 @@ class RequestContextInterceptor(AsyncServerInterceptor):
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Requires ``authorization: Bearer <key>`` with one of the configured keys, read from metadata only.
 
-    A call without a valid key is refused before its message is received or parsed: grpc.aio
-    starts a handler whose request is a stream before reading any message, so the refusal is a
-    handler of that kind that never reads its stream (a 15 MB request with a wrong key costs the
-    server its metadata, not a parse of 15 MB). A call with a valid key gets the method's own
-    handler, which sets the key's name in ``api_key_name_var`` for the RPC's log line.
+    A call without a valid key is refused before its message is parsed: grpc.aio starts a handler
+    whose request is a stream before reading any message, so the refusal is a handler of that kind
+    without a deserializer. For a unary request it reads nothing (a 15 MB request with a wrong key
+    costs the server its metadata, not a parse of 15 MB); a client stream is received, unparsed
+    and bounded, before the refusal (see :func:`_refuse_unauthenticated_upload`). A call with a
+    valid key gets the method's own handler, which sets the key's name in ``api_key_name_var`` for
+    the RPC's log line.
 
     The scheme is matched in any case (``bearer``, ``BEARER``: RFC 7235 section 2.1), as the
     gateway does, and the token against every key in constant time (:meth:`ApiKeys.match`).
@@ -163,10 +165,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         metadata = handler_call_details.invocation_metadata or ()
         authorization = _text_metadata(metadata).get("authorization", "")
         matched = self._keys.match(authorization)
-        if matched is None:
-            return _UNAUTHENTICATED
         handler = await continuation(handler_call_details)
+        if matched is None:
+            streaming = handler is not None and handler.request_streaming
+            return _UNAUTHENTICATED_UPLOAD if streaming else _UNAUTHENTICATED
         return None if handler is None else _naming_key(handler, matched[0])
+
+
+#: Bounds of the upload a refused client stream is read for (never parsed): bytes, then seconds.
+REFUSED_UPLOAD_MAX_BYTES = 64 * 1024 * 1024
+REFUSED_UPLOAD_MAX_S = 2.0
 
 
 async def _refuse_unauthenticated(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
@@ -175,9 +183,30 @@ async def _refuse_unauthenticated(request_iterator: Any, context: grpc.aio.Servi
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-# A request-streaming handler: grpc.aio calls it before reading a message (any method, any kind:
-# the wire does not say whether a call streams, and an aborted call's response is its status).
+async def _refuse_unauthenticated_upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+    """Abort UNAUTHENTICATED once the client's stream is sent, its messages received but never parsed.
+
+    grpc-python's client answers its own INTERNAL ("Internal error from Core") instead of the
+    server's status when a call ends while it is still sending a stream (seen in nearly every
+    refused two-message 15 MB upload), so the upload is read as raw bytes first, within
+    :data:`REFUSED_UPLOAD_MAX_BYTES` and :data:`REFUSED_UPLOAD_MAX_S`; past either the call is
+    refused all the same. Unary requests need no such wait (their one message is sent whole).
+    """
+    received = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(REFUSED_UPLOAD_MAX_S):
+            async for raw in request_iterator:
+                received += len(raw)
+                if received > REFUSED_UPLOAD_MAX_BYTES:
+                    break
+    await _refuse_unauthenticated(request_iterator, context)
+
+
+# Request-streaming handlers, without a deserializer: grpc.aio calls them before reading a
+# message (for any method kind: the wire does not say whether a call streams, and an aborted
+# call's answer is its status), and nothing they read is parsed.
 _UNAUTHENTICATED = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
+_UNAUTHENTICATED_UPLOAD = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated_upload)
 
 _BEHAVIOURS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
 
