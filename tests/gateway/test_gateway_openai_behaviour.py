@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import tiktoken.registry
 from google.rpc import error_details_pb2
 from tiktoken_ext import openai_public
 
@@ -237,7 +238,10 @@ def empty_tiktoken_cache(monkeypatch, tmp_path):
     """A deployed server's tiktoken cache: empty, with nothing loaded yet and no way to download."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+    # Nothing loaded yet: neither here nor in tiktoken's own registry (put back afterwards).
     token_ids._load.cache_clear()
+    for name in (token_ids.SHIPPED_ENCODING, token_ids.ENCODING):
+        monkeypatch.delitem(tiktoken.registry.ENCODINGS, name, raising=False)
     yield tmp_path
     token_ids._load.cache_clear()
 
