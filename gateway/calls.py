@@ -17,6 +17,7 @@ from sse_starlette import EventSourceResponse
 
 from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
 from gateway.grpc_clients import GrpcClients
+from gateway.json_body import off_loop_for_body
 from gateway.schemas.generation import SamplingRequest
 from gateway.streaming import StreamTranslator, collect_stream, stream_generation, unary_call
 from gateway.translate.generation import GenerationApi
@@ -119,8 +120,11 @@ async def generate(rpc: RpcContext, body: SamplingRequest, api: GenerationApi[An
 
     """
     rpc = rpc.for_model(body.model)
+    # A long conversation is seconds of protobuf building: off the event loop, as its parse was.
     if body.stream:
         translator = api.stream_translator(requested_model=body.model, include_usage=body.include_usage)
-        return await rpc.stream_generation(api.generate_stream_request(body), translator)
-    response = await rpc.unary(rpc.clients.inference.Generate, api.generate_request(body))
+        message = await off_loop_for_body(rpc.request, api.generate_stream_request, body)
+        return await rpc.stream_generation(message, translator)
+    message = await off_loop_for_body(rpc.request, api.generate_request, body)
+    response = await rpc.unary(rpc.clients.inference.Generate, message)
     return JSONResponse(api.response_json(response, requested_model=body.model))

@@ -193,13 +193,15 @@ def _openai_param(field: str | None) -> str | None:
     """Rename a server field path to the OpenAI request field the client actually sent.
 
     The server names proto fields: sampling options live under ``parameters`` and texts in
-    ``inputs``, while the OpenAI request has them at top level and in ``input``.
+    ``inputs``, while the OpenAI request has them at top level and in ``input``; anomaly rows the
+    gateway packed (``numeric_rows``) were the body's ``rows``.
     """
     if not field:
         return None
     field = field.removeprefix("parameters.")
-    if field == "inputs" or field.startswith(("inputs[", "inputs.")):
-        field = "input" + field[len("inputs") :]
+    for proto_name, body_name in (("inputs", "input"), ("numeric_rows", "rows")):
+        if field == proto_name or field.startswith((f"{proto_name}[", f"{proto_name}.")):
+            return body_name + ("" if body_name == "rows" else field[len(proto_name) :])
     return field
 
 

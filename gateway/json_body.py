@@ -167,6 +167,15 @@ async def off_loop_if_large(size: int, fn: Callable[..., Result], *args: Any) ->
     return await asyncio.to_thread(fn, *args)
 
 
+async def off_loop_for_body(request: Request, fn: Callable[..., Result], *args: Any) -> Result:
+    """``fn(*args)`` where the request's body was parsed: on the event loop or in a worker thread.
+
+    For work in proportion to the body (its translation to protobuf, its answer), so a large
+    request's every step stays off the event loop.
+    """
+    return await off_loop_if_large(len(await request.body()), fn, *args)
+
+
 def object_key_limit(request: Request) -> int:
     """The app's limit on keys per JSON object (its ``GatewayConfig``), or the default."""
     config = getattr(request.app.state, "config", None)

@@ -1,7 +1,14 @@
-"""Anomaly JSON bodies ↔ anomaly protos (enum names in lower snake case, without their prefix)."""
+"""Anomaly JSON bodies ↔ anomaly protos (enum names in lower snake case, without their prefix).
+
+Rows that are all numbers, of one width, go to the server packed (``numeric_rows``: one array of
+doubles instead of a message per cell; 200,000 rows of 8 took seconds as cells), and scores
+without explanations come back packed (``columnar_output``) and are spread into the same JSON
+objects as per-row scores; the answers are the same either way.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from google.protobuf.message import Message
@@ -43,15 +50,50 @@ def _rows(rows: list[list[float | str]]) -> list[pb.FeatureRow]:
     ]
 
 
+def _numeric_rows(body: FitSettings, rows: list[list[float | str]]) -> pb.NumericRows | None:
+    """``rows`` packed row-major when every cell is a finite number and every row has one width.
+
+    ``None`` (send cells) otherwise, or when the schema declares categorical columns: the server's
+    own checks then word any error about the cells.
+    """
+    if not rows or not rows[0] or any(field.type == "categorical" for field in body.schema_):
+        return None
+    width = len(rows[0])
+    values: list[float | str] = []
+    for row in rows:
+        if len(row) != width:
+            return None
+        values.extend(row)
+    try:
+        finite = all(map(math.isfinite, values))
+    except TypeError:  # a string cell
+        return None
+    return pb.NumericRows(column_count=width, values=values) if finite else None
+
+
+def _rows_fields(body: FitSettings, rows: list[list[float | str]]) -> dict[str, Any]:
+    packed = _numeric_rows(body, rows)
+    return {"rows": _rows(rows)} if packed is None else {"numeric_rows": packed}
+
+
 def to_fit_request(body: FitBody) -> pb.FitAnomalyDetectorRequest:
     """``FitBody`` → ``FitAnomalyDetectorRequest``."""
-    return pb.FitAnomalyDetectorRequest(detector=body.detector, rows=_rows(body.rows), **_fit_fields(body))
+    return pb.FitAnomalyDetectorRequest(
+        detector=body.detector, **_rows_fields(body, body.rows), **_fit_fields(body)
+    )
 
 
 def to_detect_request(body: DetectBody) -> pb.DetectAnomalyRequest:
-    """``DetectBody`` → ``DetectAnomalyRequest`` (fit settings only matter for one-shot use)."""
+    """``DetectBody`` → ``DetectAnomalyRequest`` (fit settings only matter for one-shot use).
+
+    Without ``explain`` the scores are asked for packed (read them with :func:`detect_json`).
+    """
     request = pb.DetectAnomalyRequest(
-        detector=body.detector, rows=_rows(body.rows), explain=body.explain, **_fit_fields(body)
+        detector=body.detector,
+        explain=body.explain,
+        columnar_output=not body.explain,
+        **_rows_fields(body, body.rows),
+        **_fit_fields(body),
     )
     if body.threshold is not None:
         request.threshold = body.threshold
@@ -83,3 +125,22 @@ def _names(value: Any) -> Any:
 def to_json(message: Message) -> dict[str, Any]:
     """A response message as JSON with proto field names and friendly enum names."""
     return _names(proto_json(message))
+
+
+def detect_json(response: pb.DetectAnomalyResponse) -> dict[str, Any]:
+    """``DetectAnomalyResponse`` as JSON, whether the scores came packed or one message per row.
+
+    Shape: ``{"scores": [{"index", "score", "normalized_score", "is_anomaly", "explanation"}],
+    "summary": {"row_count", "anomaly_count", "anomaly_rate", "threshold"}}``.
+    """
+    columns = response.columns
+    scores = list(columns.scores)
+    normalized, flags = list(columns.normalized_scores), list(columns.is_anomaly)
+    response.ClearField("columns")
+    data = to_json(response)
+    if scores:
+        data["scores"] = [
+            {"index": index, "score": score, "normalized_score": norm, "is_anomaly": flag, "explanation": []}
+            for index, (score, norm, flag) in enumerate(zip(scores, normalized, flags, strict=True))
+        ]
+    return data
