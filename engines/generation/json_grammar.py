@@ -251,7 +251,9 @@ def gbnf_grammar(constraint: OutputConstraint) -> str:
 
     """
     schema = constraint.schema if constraint.schema is not None else {"type": "object"}
-    return _gbnf_for_text(json.dumps(schema, sort_keys=True))
+    # Keys keep their order: properties are generated in the schema's order (a tool call's
+    # "name" before its "arguments").
+    return _gbnf_for_text(json.dumps(schema))
 
 
 def validate_output_constraint(request: GenerationRequest) -> OutputConstraint | None:

@@ -45,20 +45,40 @@ def tools_active(request: GenerationRequest) -> bool:
     return bool(request.tools) and request.tool_choice is not ToolChoiceMode.NONE
 
 
+def _rebased(schema: object, base: str) -> object:
+    """A copy of ``schema`` whose local ``$ref`` pointers (``#``, ``#/$defs/x``) start at ``base``."""
+    if isinstance(schema, list):
+        return [_rebased(item, base) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _rebased(value, base) for key, value in schema.items()}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        out["$ref"] = base + ref[1:]
+    return out
+
+
 def tool_call_schema(request: GenerationRequest) -> dict:
-    """JSON Schema of one call to one of the request's tools (``name`` first, then ``arguments``)."""
+    """JSON Schema of one call to one of the request's tools (``name`` first, then ``arguments``).
+
+    Each tool's parameters go under ``$defs/tool-<name>`` with their local ``$ref`` pointers
+    rebased there (a pydantic model's ``#/$defs/Item`` would not resolve under ``arguments``);
+    the depth of the copy is bounded by the request's JSON depth check.
+    """
     tools = request.tools
     if request.tool_choice is ToolChoiceMode.FUNCTION:
         tools = [t for t in tools if t.name == request.tool_choice_function]
+    defs = {f"tool-{tool.name}": _rebased(tool.parameters, f"#/$defs/tool-{tool.name}") for tool in tools}
     variants = [
         {
             "type": "object",
-            "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+            "properties": {"name": {"const": tool.name}, "arguments": {"$ref": f"#/$defs/tool-{tool.name}"}},
             "required": ["name", "arguments"],
         }
         for tool in tools
     ]
-    return variants[0] if len(variants) == 1 else {"oneOf": variants}
+    schema = variants[0] if len(variants) == 1 else {"oneOf": variants}
+    return {**schema, "$defs": defs}
 
 
 def output_constraint(request: GenerationRequest) -> OutputConstraint | None:

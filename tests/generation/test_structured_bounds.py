@@ -25,7 +25,8 @@ from universal_runtime.v1 import inference_service_pb2_grpc
 from engines.errors import InvalidArgumentError
 from engines.generation.json_grammar import MAX_GRAMMAR_NESTING, gbnf_grammar
 from engines.generation.json_schema_bounds import MAX_REPETITION, check_schema_bounds
-from engines.generation.structured import OutputConstraint
+from engines.generation.structured import OutputConstraint, tool_call_schema
+from engines.types import ChatMessage, GenerationRequest, ToolChoiceMode, ToolSpec
 from tests.conftest import CHAT_MODEL, REPO_ROOT, child_server_env, error_info, free_port
 from tests.launched import serving
 
@@ -136,6 +137,32 @@ def test_grammars_at_the_limits_parse_natively_in_a_child_process():
     assert done.stdout.split() == ["parsed"] * len(grammars)
 
 
+def test_tool_parameters_keep_their_refs_and_their_order():
+    """A pydantic-style tool schema (``#/$defs/Item``) resolves under the call's ``arguments``,
+    and properties come in the schema's order (``name`` before ``arguments``), not sorted."""
+    parameters = {
+        "type": "object",
+        "properties": {
+            "zeta": {"type": "string"},
+            "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}},
+        },
+        "required": ["zeta", "items"],
+        "$defs": {"Item": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}},
+    }
+    request = GenerationRequest(
+        request_id="t",
+        messages=[ChatMessage(role="user", content="hi")],
+        tools=[ToolSpec("f", "", parameters)],
+        tool_choice=ToolChoiceMode.REQUIRED,
+    )
+    grammar = gbnf_grammar(OutputConstraint(tool_call_schema(request)))
+    root = next(line for line in grammar.splitlines() if line.startswith("root ::="))
+    assert root.index("name-kv") < root.index("arguments-kv")
+    tool = next(line for line in grammar.splitlines() if line.startswith("tool-f ::="))
+    assert tool.index("zeta") < tool.index("items")
+    assert "Item ::=" in grammar
+
+
 def test_grammar_nesting_is_bounded_even_when_the_schema_bounds_pass():
     deep = "(" * (MAX_GRAMMAR_NESTING + 1) + ")" * (MAX_GRAMMAR_NESTING + 1)
     from engines.generation.json_grammar import check_grammar_bounds
@@ -220,9 +247,7 @@ def test_every_crash_input_is_refused_on_every_path_and_the_server_keeps_serving
                     "tool_choice": {"type": "function", "function": {"name": "f"}},
                 },
             )
-            # A tool's parameters sit under the call's "arguments": its root $refs do not resolve
-            # there, which is refused as well (INVALID_JSON_SCHEMA, naming the $ref).
-            _check_http_error(tools, ("$ref",) if name == "ref_cycle" else words)
+            _check_http_error(tools, words)
             request = g.GenerateRequest(
                 model=CHAT_MODEL,
                 messages=[g.ChatMessage(role=g.CHAT_ROLE_USER, content="Answer in JSON.")],
