@@ -2,7 +2,7 @@
 
 gRPC parses each request with the method's deserializer before any handler runs; a failure there
 used to reach the client as UNKNOWN with the parser's exception text. Every method of the contract
-(unary, server-, client- and bidi-streaming) now answers the same stable status and a generic message
+and of standard health (unary, server-, client- and bidi-streaming) now answers the same stable status and a generic message
 naming the message type, never the parser's text.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 from universal_runtime.v1 import anomaly_pb2, inference_service_pb2, model_service_pb2
 
 from service.in_process_calls import UnaryMethod
@@ -17,7 +18,7 @@ from tests.conftest import error_info
 
 METHODS = [
     (service.full_name, method)
-    for module in (inference_service_pb2, model_service_pb2)
+    for module in (inference_service_pb2, model_service_pb2, health_pb2)
     for service in module.DESCRIPTOR.services_by_name.values()
     for method in service.methods
 ]
