@@ -2,8 +2,8 @@
 
 gRPC parses each request with the method's deserializer before any handler runs; a failure there
 used to reach the client as UNKNOWN with the parser's exception text. Every method of the contract
-and of standard health (unary, server-, client- and bidi-streaming) now answers the same stable status and a generic message
-naming the message type, never the parser's text.
+and of standard health (unary, server-, client- and bidi-streaming) now answers the same stable
+status and a generic message naming the message type, never the parser's text.
 """
 
 from __future__ import annotations
