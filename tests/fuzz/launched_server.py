@@ -45,6 +45,8 @@ class LaunchedServer:
         self.starts = 0
         #: The stall probe of the running process (a new one with each start).
         self.probe: StallProbe | None = None
+        self.control: subprocess.Popen | None = None
+        self.control_port = 0
         #: How each process that died on its own ended ("signal SIGSEGV", "exit 1").
         self.deaths: list[str] = []
 
@@ -82,7 +84,31 @@ class LaunchedServer:
             assert self.process.poll() is None, f"the server exited at start:\n{self.log_tail()}"
             assert time.monotonic() < deadline, f"not ready in {READY_S} s:\n{self.log_tail()}"
             time.sleep(0.2)
-        self.probe = StallProbe(self.grpc_target).__enter__()
+        self.probe = StallProbe(self.grpc_target, self._control_target()).__enter__()
+
+    def _control_target(self) -> str:
+        """The stall probe's control process (:mod:`tests.fuzz.control_server`), started once."""
+        if self.control is None or self.control.poll() is not None:
+            self.control_port = free_port()
+            self.control = subprocess.Popen(
+                [sys.executable, "-m", "tests.fuzz.control_server", str(self.control_port)],
+                cwd=REPO_ROOT,
+                env=child_server_env(),
+            )
+            deadline = time.monotonic() + READY_S
+            while True:
+                try:
+                    with grpc.insecure_channel(f"127.0.0.1:{self.control_port}") as channel:
+                        health_pb2_grpc.HealthStub(channel).Check(
+                            health_pb2.HealthCheckRequest(), timeout=1.0
+                        )
+                    break
+                except grpc.RpcError:
+                    assert self.control.poll() is None and time.monotonic() < deadline, (
+                        "the control did not start"
+                    )
+                    time.sleep(0.1)
+        return f"127.0.0.1:{self.control_port}"
 
     def _answers(self) -> bool:
         try:
@@ -121,8 +147,11 @@ class LaunchedServer:
             self.probe = None
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within 30 s."""
+        """SIGTERM, then SIGKILL if it has not exited within 30 s (the control is killed)."""
         self._stop_probe()
+        if self.control is not None:
+            self.control.kill()
+            self.control.wait()
         if self.process is None or self.process.poll() is not None:
             return
         self.process.send_signal(signal.SIGTERM)

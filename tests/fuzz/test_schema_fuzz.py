@@ -14,7 +14,6 @@ strict JSON and validates against the schema (when the model finished on its own
 
 from __future__ import annotations
 
-import io
 import json
 
 import grpc
@@ -22,14 +21,13 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from PIL import Image, ImageDraw
 from universal_runtime.v1 import documents_pb2 as d
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc
 
 from tests.conftest import CHAT_MODEL, HF_CHAT_MODEL
 from tests.fuzz.checks import assert_grpc_answer, assert_valid_output, launched_case
-from tests.fuzz.edge_strategies import EDGE_SETTINGS, describe_schema, json_schemas
+from tests.fuzz.edge_strategies import EDGE_SETTINGS, describe_schema, json_schemas, text_page
 
 #: Tokens per answer: enough for small objects to finish, few enough to keep a case under a second.
 MAX_TOKENS = 48
@@ -44,15 +42,7 @@ def forget_fitted():
     """Nothing to forget: this module calls only the launched server."""
 
 
-def _page() -> bytes:
-    image = Image.new("L", (320, 80), color=255)
-    ImageDraw.Draw(image).text((10, 30), "Invoice 42 total 19.99 EUR", fill=0)
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-PAGE = _page()
+PAGE = text_page()
 
 
 def _chat_body(schema: dict, seed: int, prompt: str) -> dict:
@@ -142,10 +132,8 @@ def grpc_generate_stream(server, schema: dict, seed: int, prompt: str, what) -> 
     )
     code, details, chunks = _grpc(server, lambda stub: list(stub.GenerateStream(request, timeout=DEADLINE_S)))
     if _refused_or_ok(code, details, what):
-        text = "".join(choice.text for chunk in chunks for choice in chunk.choices if choice.index == 0)
-        finish = [
-            choice.finish_reason for chunk in chunks for choice in chunk.choices if choice.finish_reason
-        ]
+        text = "".join(chunk.text for chunk in chunks if chunk.index == 0)
+        finish = [chunk.finish_reason for chunk in chunks if chunk.finish_reason]
         if finish and finish[-1] == g.FINISH_REASON_STOP:
             assert_valid_output(text, schema, what)
 
