@@ -1,0 +1,53 @@
+"""Found by the edge fuzz (tests/fuzz/test_edge_fuzz.py, issue 29): a blank narrow image of under
+100 bytes held rapidocr's lane for tens of seconds (6x50: 16 s, 6x200: 77 s on the busy 2-core
+machine; Tesseract answers the same file in under a second). An image this small is a bounded
+job: an answer (text or a refusal naming the dimensions) as fast as a normal page, and the
+model's next caller is not kept waiting behind it."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import grpc
+import pytest
+from PIL import Image
+
+from tests.ocr.helpers import ocr, render_lines, requests
+
+#: A normal one-line page takes about a second; an image of a few hundred pixels gets the same.
+MAX_ANSWER_S = 5.0
+GOOD = render_lines(["Still healthy"], "DejaVuSans", 36, width=600)
+
+
+async def _ocr_within(inference, data: bytes, timeout_s: float) -> None:
+    async def messages():
+        for message in requests(data, model="rapidocr"):
+            yield message
+
+    async for _ in inference.Ocr(messages(), timeout=timeout_s):
+        pass
+
+
+def _blank_png(width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("L", (width, height), color=255).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("width", "height"), [(6, 200), (200, 6)])
+async def test_a_narrow_blank_image_is_a_bounded_job(inference, width, height):
+    data = _blank_png(width, height)
+    assert len(data) < 100
+    started = time.monotonic()
+    try:
+        await _ocr_within(inference, data, timeout_s=MAX_ANSWER_S * 2)
+    except grpc.aio.AioRpcError as err:
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, f"{err.code().name}: {err.details()}"
+    elapsed = time.monotonic() - started
+    assert elapsed <= MAX_ANSWER_S, f"a blank {width}x{height} PNG took {elapsed:.1f} s"
+    # The lane is free again: a normal page right after answers in time.
+    started = time.monotonic()
+    [response] = await ocr(inference, GOOD.png(), model="rapidocr")
+    assert "healthy" in response.text.lower()
+    assert time.monotonic() - started <= MAX_ANSWER_S
