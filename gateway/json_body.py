@@ -12,7 +12,8 @@ their route class, :class:`JsonBodyRoute`; the upload routes through :mod:`gatew
 
 Each failure is a 400 in OpenAI's error shape (:mod:`gateway.errors`). The three steps run on the
 event loop for a body of at most :data:`INLINE_BODY_BYTES` bytes and in a worker thread above it,
-so a large body never holds the loop the gRPC server shares. Decoding and validation hold the GIL
+so a large body never holds the loop the gRPC server shares (nor does its translation to
+protobuf, placed the same way by :func:`off_loop_for_body`). Decoding and validation hold the GIL
 for their whole work on one object, so the thread bounds the loop's wait to those steps of the
 body's largest object, and the key limit bounds that object.
 """
@@ -35,10 +36,12 @@ from starlette.responses import Response
 from gateway.errors import GatewayError
 
 #: Bodies of at most this many bytes are decoded and validated on the event loop; larger ones in
-#: a worker thread. Measured on this machine (2 cores) for a chat body: decode and validate take
-#: about 3 µs at 100 B, 6 µs at 16 KB and 15 µs at 64 KB, while ``asyncio.to_thread`` costs about
-#: 60-100 µs of hand-off; at 64 KiB the loop's own time is still far below one hand-off.
-INLINE_BODY_BYTES = 64 * 1024
+#: a worker thread. Measured here (2 loaded cores, medians): the hand-off through
+#: ``asyncio.to_thread`` costs 36 µs; decoding and validating costs 5 µs for a 1 KB chat body, 8 µs
+#: for 16 KB of chat text, and 28 µs for 6 KB / 103 µs for 24 KB of embedding inputs (a list of
+#: short strings, the costliest shape per byte). At 16 KiB no body holds the loop much longer than
+#: a hand-off would take, and the usual requests (a chat turn, a batch of sentences) stay inline.
+INLINE_BODY_BYTES = 16 * 1024
 
 #: Most keys one JSON object of a body may have. Our schemas have a few dozen fields, a JSON
 #: Schema's ``properties`` a few hundred; a ``logit_bias`` map may ban thousands of tokens. A body

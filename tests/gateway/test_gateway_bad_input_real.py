@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.app import create_app
 from gateway.schemas.base import MAX_JSON_DEPTH, json_depth
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES
-from tests.gateway.gateway_fakes import asgi_client
+from tests.conftest import CHAT_MODEL, EMBED_MODEL
 
 HUGE = "a" * 10_000
 CLIPPED = HUGE[:256] + "…(10000 chars)"
@@ -31,13 +29,9 @@ def nested(depth: int) -> dict:
     return value
 
 
-@pytest.fixture(scope="module", params=["grpc", "in-process"])
-async def http(server, request):
-    """The gateway over gRPC (standalone), and with the combined process's in-process calls."""
-    wrap = server.in_process.channel if request.param == "in-process" else None
-    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES, wrap_channel=wrap)
-    async with asgi_client(app) as client:
-        yield client
+@pytest.fixture(scope="module")
+def http(gateway_to_server):
+    return gateway_to_server
 
 
 def chat(**extra) -> dict:

@@ -15,13 +15,16 @@ import asyncio
 import base64
 import gc
 import logging
+import threading
 import time
 
 import orjson
 import pytest
 from universal_runtime.v1 import anomaly_pb2
 
+from gateway import cli, json_body
 from gateway.app import create_app
+from gateway.http_limits import HeaderLimits
 from gateway.json_body import DEFAULT_MAX_OBJECT_KEYS, INLINE_BODY_BYTES
 from gateway.schemas.base import LOGGED_UNKNOWN_FIELDS
 from gateway.translate.anomaly import to_json
@@ -222,9 +225,6 @@ async def test_api_docs_need_the_key_when_health_does(fake, path):
 
 
 async def test_the_key_limit_is_a_setting(fake, monkeypatch):
-    from gateway import cli
-    from gateway.http_limits import HeaderLimits
-
     served = {}
     monkeypatch.setattr(cli, "run_uvicorn", lambda app, https, **kwargs: served.update(app=app, **kwargs))
     monkeypatch.setenv("UR_GATEWAY_MAX_JSON_OBJECT_KEYS", "3")
@@ -286,3 +286,24 @@ async def test_a_large_body_does_not_hold_the_event_loop(client):
     assert big.status_code == 200, big.text
     assert len(gaps) >= 5, gaps
     assert max(gaps) < took / 2, (max(gaps), took)
+
+
+async def test_small_bodies_parse_on_the_loop_and_large_ones_in_a_thread(client, monkeypatch):
+    threads = []
+    parse = json_body.parse_body
+
+    def recording_parse(*args):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return parse(*args)
+
+    monkeypatch.setattr(json_body, "parse_body", recording_parse)
+    for size in (100, INLINE_BODY_BYTES + 1):
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        padding = size - len(orjson.dumps(body)) - len(',"user":""')
+        content = orjson.dumps({**body, "user": "u" * max(padding, 0)})
+        assert abs(len(content) - size) <= 1
+        response = await client.post(
+            "/v1/chat/completions", content=content, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 200, response.text
+    assert threads == [True, False]  # on the loop's thread, then a worker's

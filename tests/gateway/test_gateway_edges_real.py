@@ -6,26 +6,13 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from universal_runtime.v1 import anomaly_pb2
-
-from gateway.app import create_app
-from tests.conftest import MAX_MESSAGE_BYTES
-from tests.gateway.gateway_fakes import asgi_client
 
 ROWS = [[float(i % 7), float(i % 5) * 0.5, float(i % 3)] for i in range(200)] + [[40.0, -30.0, 25.0]]
 
 
-@pytest.fixture(scope="module", params=["grpc", "in-process"])
-async def http(server, request):
-    """The gateway over gRPC (standalone), and with the combined process's in-process calls."""
-    wrap = server.in_process.channel if request.param == "in-process" else None
-    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES, wrap_channel=wrap)
-    async with asgi_client(app) as client:
-        yield client
-
-
-async def test_times_are_numbers_for_detectors_as_for_classifiers(http):
+async def test_times_are_numbers_for_detectors_as_for_classifiers(gateway_to_server):
+    http = gateway_to_server
     before_ms = time.time() * 1000
     fit = await http.post("/v1/anomaly/fit", json={"detector": "edges-times", "rows": ROWS})
     assert fit.status_code == 200, fit.text
@@ -36,7 +23,8 @@ async def test_times_are_numbers_for_detectors_as_for_classifiers(http):
     await http.delete("/v1/anomaly/detectors/edges-times")
 
 
-async def test_packed_rows_and_scores_answer_as_cells_do(http, inference):
+async def test_packed_rows_and_scores_answer_as_cells_do(gateway_to_server, inference):
+    http = gateway_to_server
     fit = await http.post(
         "/v1/anomaly/fit", json={"detector": "edges-packed", "rows": ROWS, "backend": "hbos"}
     )
