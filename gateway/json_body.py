@@ -33,7 +33,9 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.dependencies import require_api_key
 from gateway.errors import GatewayError
+from gateway.settings import DEFAULT_MAX_OBJECT_KEYS
 
 #: Bodies of at most this many bytes are decoded and validated on the event loop; larger ones in
 #: a worker thread. Measured here (2 loaded cores, medians): the hand-off through
@@ -43,11 +45,6 @@ from gateway.errors import GatewayError
 #: a hand-off would take, and the usual requests (a chat turn, a batch of sentences) stay inline.
 INLINE_BODY_BYTES = 16 * 1024
 
-#: Most keys one JSON object of a body may have. Our schemas have a few dozen fields, a JSON
-#: Schema's ``properties`` a few hundred; a ``logit_bias`` map may ban thousands of tokens. A body
-#: of a million unknown keys (12 MB) cost a second of validation with the GIL held and a log line
-#: naming them all; 10,000 keys validate in about 10 ms.
-DEFAULT_MAX_OBJECT_KEYS = 10_000
 
 Model = TypeVar("Model", bound=BaseModel)
 Result = TypeVar("Result")
@@ -212,6 +209,9 @@ def _is_json(content_type: str | None) -> bool:
 class JsonBodyRoute(APIRoute):
     """A route whose JSON body model is parsed by :func:`read_json_body` before FastAPI sees it.
 
+    The API key (:func:`gateway.dependencies.require_api_key`) is checked before the body is read:
+    every route of this class needs it when the app has keys.
+
     FastAPI would decode the body with ``json.loads`` (lone surrogates accepted, invalid UTF-8 a
     vague 400) and validate it, both on the event loop. This route parses it first and hands
     FastAPI the validated model instance as the request's JSON (which Starlette caches), so
@@ -226,6 +226,9 @@ class JsonBodyRoute(APIRoute):
             return handler
 
         async def parse_then_handle(request: Request) -> Response:
+            # The key first: a request that will be refused is not read, let alone parsed. (Every
+            # JSON route of the gateway needs it; FastAPI would check it after parsing the body.)
+            await require_api_key(request)
             if _is_json(request.headers.get("content-type")) and await request.body():
                 # Starlette's Request.json() returns this cached value; FastAPI validates it again
                 # against the same model, which passes an instance through without a second walk.

@@ -307,3 +307,22 @@ async def test_small_bodies_parse_on_the_loop_and_large_ones_in_a_thread(client,
         )
         assert response.status_code == 200, response.text
     assert threads == [True, False]  # on the loop's thread, then a worker's
+
+
+async def test_a_body_with_a_wrong_key_is_refused_before_it_is_parsed(fake, monkeypatch):
+    parsed = []
+    parse = json_body.parse_body
+    monkeypatch.setattr(json_body, "parse_body", lambda *args: parsed.append(1) or parse(*args))
+    messages = [{"role": "user", "content": "hi"}] * 50_000  # 1.7 MB: over the inline size
+    async with asgi_client(create_app(fake.target, api_key="sekret")) as http:
+        refused = await http.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+        assert refused.status_code == 401, refused.text
+        assert refused.json()["error"]["code"] == "invalid_api_key"
+        assert not parsed
+        served = await http.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": messages},
+            headers={"Authorization": "Bearer sekret"},
+        )
+        assert served.status_code == 200, served.text
+        assert parsed == [1]
