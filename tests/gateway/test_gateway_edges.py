@@ -20,12 +20,13 @@ import time
 
 import orjson
 import pytest
-from universal_runtime.v1 import anomaly_pb2
+from universal_runtime.v1 import anomaly_pb2, encoders_pb2
 
 from gateway import cli, json_body
 from gateway.app import create_app
 from gateway.http_limits import HeaderLimits
 from gateway.json_body import DEFAULT_MAX_OBJECT_KEYS, INLINE_BODY_BYTES
+from gateway.routes import embeddings as embeddings_route
 from gateway.schemas.base import LOGGED_UNKNOWN_FIELDS
 from gateway.translate.anomaly import to_json
 from tests.gateway.gateway_fakes import asgi_client
@@ -326,3 +327,23 @@ async def test_a_body_with_a_wrong_key_is_refused_before_it_is_parsed(fake, monk
         )
         assert served.status_code == 200, served.text
         assert parsed == [1]
+
+
+async def test_a_large_answer_is_built_off_the_event_loop(client, fake, monkeypatch):
+    threads = []
+    build = embeddings_route.embeddings_from_proto
+
+    def recording_build(*args, **kwargs):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(embeddings_route, "embeddings_from_proto", recording_build)
+    small = await client.post("/v1/embeddings", json={"model": "m", "input": "a"})
+    assert small.status_code == 200, small.text
+    fake.inference.embed_response = encoders_pb2.EmbedResponse(
+        model="m", embeddings=[encoders_pb2.Embedding(index=i, values=[0.5] * 384) for i in range(256)]
+    )
+    large = await client.post("/v1/embeddings", json={"model": "m", "input": ["a"] * 256})
+    assert large.status_code == 200, large.text
+    assert len(large.json()["data"]) == 256
+    assert threads == [True, False]  # 400 KB of floats: built in a worker thread
