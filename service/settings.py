@@ -159,6 +159,11 @@ class Settings(BaseSettings):
         40_000_000, gt=0, description="Most pixels in one page image (decoded or rendered), width x height."
     )
     ocr_max_pages: int = Field(100, gt=0, description="Most pages one Ocr call may read.")
+    ocr_max_aspect_ratio: float = Field(
+        20.0,
+        ge=1.0,
+        description="Most a page image's long side may exceed its short side, as a ratio (20 = 20:1).",
+    )
     ocr_page_timeout_s: float = Field(
         30.0,
         gt=0,

@@ -7,8 +7,9 @@ before its pixels exist. PDF pages are rendered with pypdfium2; PDFium is not th
 every call on a :class:`PdfDocument` (closing included) must run on one thread: the engine's
 PDF worker process (:mod:`engines.ocr.pdf_worker`), which also bounds a page's render time.
 
-Errors: an empty file, an unknown format, a truncated or corrupt file is INVALID_ARGUMENT
-(reasons EMPTY_FILE, UNSUPPORTED_FORMAT, CORRUPT_FILE); a page over the pixel limit or a
+Errors: an empty file, an unknown format, a truncated or corrupt file, a page of an aspect ratio
+the engines cannot use is INVALID_ARGUMENT (reasons EMPTY_FILE, UNSUPPORTED_FORMAT, CORRUPT_FILE,
+IMAGE_ASPECT_RATIO_TOO_LARGE); a page over the pixel limit or a
 request over the page limit is RESOURCE_EXHAUSTED (IMAGE_TOO_LARGE, TOO_MANY_PAGES).
 """
 
@@ -63,6 +64,36 @@ def _too_large(page: int, width: int, height: int, limit: int, hint: str = "") -
         height=height,
         max_pixels=limit,
     )
+
+
+def check_page_shape(page: int, width: int, height: int, limits: OcrLimits) -> None:
+    """Refuse a page image the engines cannot use, from its size alone (before its pixels exist).
+
+    One check for every page before any engine (RapidOCR, Tesseract, the layout and document
+    models) sees it, decoded or rendered. Measured (blank pages): Tesseract and the layout model
+    take any size from 1x1; RapidOCR takes 1x1 too (it scales the short side up to 30 px) but fails
+    past about 117:1 (its long side is cut to 2000 px and the short side rounded to a multiple of
+    32 becomes 0: 20000x1, 4000x32), and its detector scales the short side up to 736 px, so its
+    work grows with the ratio (a 1x20 image took 4 times a blank 1500x2000 page). So the bound is
+    on the ratio, ``limits.max_aspect_ratio``; no page is too small once it has a pixel.
+
+    Raises:
+        InvalidArgumentError: IMAGE_ASPECT_RATIO_TOO_LARGE, with ``page``, ``width``, ``height``
+            and ``max_aspect_ratio`` in the metadata.
+
+    """
+    long_side, short_side = max(width, height), min(width, height)
+    if short_side > 0 and long_side > limits.max_aspect_ratio * short_side:
+        raise InvalidArgumentError(
+            f"page {page} is {width}x{height} pixels, an aspect ratio of {long_side / short_side:.4g}:1; "
+            f"the limit is {limits.max_aspect_ratio:g}:1 (ocr_max_aspect_ratio)",
+            reason="IMAGE_ASPECT_RATIO_TOO_LARGE",
+            field="chunk",
+            page=page,
+            width=width,
+            height=height,
+            max_aspect_ratio=limits.max_aspect_ratio,
+        )
 
 
 @dataclass(slots=True)
@@ -126,6 +157,7 @@ class ImageDocument(Document):
             raise _too_large(page_number, width, height, self._limits.max_pixels)
         if width == 0 or height == 0:
             raise _corrupt(IMAGE_FORMATS[self.mime_type], "empty image")
+        check_page_shape(page_number, width, height, self._limits)
 
     def render(self, page_number: int, dpi: int) -> Image.Image:
         """Decode frame ``page_number``; EXIF orientation applied, transparency composited on white."""
@@ -190,6 +222,7 @@ class PdfDocument(Document):
         width, height = round(width_pt * scale), round(height_pt * scale)
         if width * height > self._limits.max_pixels:
             raise _too_large(page_number, width, height, self._limits.max_pixels, "; lower pdf_dpi")
+        check_page_shape(page_number, max(width, 1), max(height, 1), self._limits)
         return width, height, scale
 
     def render(self, page_number: int, dpi: int) -> Image.Image:

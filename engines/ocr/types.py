@@ -111,10 +111,13 @@ class OcrLimits:
     """Limits on one file: bytes, pixels per page (decoded or rendered), pages read.
 
     ``page_timeout_s`` bounds the seconds one PDF page may take to open, render or read its
-    text layer (PDFium work, in a child process that is killed past it).
+    text layer (PDFium work, in a child process that is killed past it). ``max_aspect_ratio``
+    bounds a page image's long side over its short side (see
+    :func:`engines.ocr.documents.check_page_shape`).
     """
 
     max_bytes: int
     max_pixels: int
     max_pages: int
     page_timeout_s: float = 30.0
+    max_aspect_ratio: float = 20.0

@@ -98,6 +98,7 @@ def read_job(
             max_pixels=settings.ocr_max_pixels,
             max_pages=settings.ocr_max_pages,
             page_timeout_s=settings.ocr_page_timeout_s,
+            max_aspect_ratio=settings.ocr_max_aspect_ratio,
         ),
     )
 
