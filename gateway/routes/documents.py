@@ -16,6 +16,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
+from gateway.json_body import off_loop_if_large
 from gateway.responses import JsonResponse
 from gateway.schemas.documents import (
     DocumentAnalysis,
@@ -65,7 +66,9 @@ async def analyze_document(rpc: Rpc) -> JsonResponse:
     rpc = rpc.for_model(body.layout_model)
     with too_large_as_413():
         pages = await rpc.collect(rpc.clients.inference.AnalyzeDocument, analyze_messages(body, data))
-    return JsonResponse(analysis_result(body.layout_model, pages))
+    # Many pages of blocks and lines are a large answer: built off the event loop then.
+    size = sum(page.ByteSize() for page in pages)
+    return await off_loop_if_large(size, lambda: JsonResponse(analysis_result(body.layout_model, pages)))
 
 
 @router.post(

@@ -7,6 +7,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
+from gateway.json_body import off_loop_if_large
+from gateway.responses import JsonResponse
 from gateway.schemas.ocr import OcrJsonRequest
 from gateway.translate.ocr import ocr_messages, ocr_result, to_ocr_options
 from gateway.uploads import read_upload, too_large_as_413, upload_openapi
@@ -14,8 +16,9 @@ from gateway.uploads import read_upload, too_large_as_413, upload_openapi
 router = APIRouter(tags=["ocr"])
 
 
-@router.post("/v1/ocr", openapi_extra=upload_openapi(OcrJsonRequest))
-async def create_ocr(rpc: Rpc) -> dict[str, Any]:
+# The answer is returned already encoded (gateway.responses); response_model documents its type.
+@router.post("/v1/ocr", response_model=dict[str, Any], openapi_extra=upload_openapi(OcrJsonRequest))
+async def create_ocr(rpc: Rpc) -> JsonResponse:
     """Read text from an image or PDF; returns every page (see ``translate.ocr.ocr_result``).
 
     Takes ``multipart/form-data`` (the file as ``file``; other fields as in
@@ -32,4 +35,6 @@ async def create_ocr(rpc: Rpc) -> dict[str, Any]:
     data, body = await read_upload(rpc.request, OcrJsonRequest)
     with too_large_as_413():
         pages = await rpc.collect(rpc.clients.inference.Ocr, ocr_messages(data, to_ocr_options(body)))
-    return ocr_result(body.model, pages)
+    # Many pages of lines and word boxes are a large answer: built off the event loop then.
+    size = sum(page.ByteSize() for page in pages)
+    return await off_loop_if_large(size, lambda: JsonResponse(ocr_result(body.model, pages)))
