@@ -11,12 +11,24 @@ the PNG as ``chunk``, text only, as ``return_boxes`` defaults to false; one ``Oc
 page). Ours includes sending and decoding the PNG and building the page's lines and text.
 Target: our overhead at most 5% (pages/s ratio >= 0.95).
 
+Word error rate (a table under the speed table): each engine as the default catalog serves it,
+called in this process, on English pages of :data:`WORD_SENTENCES` rendered in every face of
+:data:`WORD_FACES` at every size of :data:`WORD_SIZES` (``tests.ocr.helpers.render_lines``,
+black on white); also ``rapidocr`` with its space restoring off (``space_probability`` 1: the
+recognizer's greedy output as it was before). WER: word-level Levenshtein distance (words split
+at whitespace, exact match) over the reference's word count, summed over all pages; CER as the
+OCR tests count it (whitespace left out). Deterministic, so measured once. Target: WER <= 2%
+for the default engine (``tests/ocr/test_ocr_word_boundaries.py`` asserts it on the same pages).
+
 Usage: ``python -m bench.ocr [--quick|--tiny] [--no-peers] [--out DIR]``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from bench import servers
@@ -28,6 +40,134 @@ HEADLINE = [
     {"key": "latency_p50_ms", "label": "latency p50 ms", "higher_is_better": False},
 ]
 LABELS = {"rapidocr": "RapidOCR", "tesseract": "Tesseract"}
+
+#: The word-error-rate page's lines: a title-case title with a number, then plain sentences.
+WORD_SENTENCES = (
+    "Quarterly Report 2026",
+    "Revenue grew by ten percent in the third quarter",
+    "The board approved a new budget for the coming year",
+    "Costs stayed within the plan while sales rose in every region",
+    "Please send the signed contract to the office before Friday",
+    "Our customers ordered more parts and service hours than last year",
+)
+#: DejaVu faces (Debian fonts-dejavu-core) and text sizes in pixels of the word-error-rate pages.
+WORD_FACES = ("DejaVuSans", "DejaVuSerif", "DejaVuSansMono", "DejaVuSans-Bold", "DejaVuSerif-Bold")
+WORD_SIZES = (12, 16, 20, 24, 32)
+#: Languages each engine reads the pages with (its own codes).
+WORD_LANGUAGES = {"rapidocr": ("en",), "tesseract": ("eng",)}
+
+
+def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    """Word-level Levenshtein distance between two texts split at whitespace, and the reference's word count.
+
+    WER is the sum of the first over the sum of the second (words compare exactly, case and
+    punctuation included).
+    """
+    from tests.ocr.helpers import edit_distance
+
+    words = reference.split()
+    return edit_distance(words, hypothesis.split()), len(words)
+
+
+def word_pages(faces: tuple[str, ...] = WORD_FACES, sizes: tuple[int, ...] = WORD_SIZES) -> Iterator[Any]:
+    """The word-error-rate pages: ``(face, size, tests.ocr.helpers.Rendered)`` for each face and size.
+
+    Lines start 40 pixels from the left edge; pages are 40 pixels wider than their longest line
+    on the right.
+    """
+    from tests.ocr.helpers import font, render_lines
+
+    for face in faces:
+        for size in sizes:
+            width = 80 + int(max(font(face, size).getlength(line) for line in WORD_SENTENCES))
+            yield face, size, render_lines(list(WORD_SENTENCES), face, size, width=width)
+
+
+def word_error_rates(engine: Any, languages: tuple[str, ...]) -> dict[str, Any]:
+    """Read every word page with ``engine`` (an :class:`engines.ocr.base.OcrEngine`, loaded).
+
+    Returns:
+        ``wer`` and ``cer`` (fractions), ``word_errors``, ``words``, ``pages``, ``seconds`` (all
+        pages, this machine), and ``per_page``: ``{"face", "size", "wer", "text"}`` per page.
+
+    """
+    from tests.ocr.helpers import cer
+
+    total_errors = total_words = 0
+    char_errors = 0.0
+    per_page = []
+    started = time.monotonic()
+    for face, size, page in word_pages():
+        text = " ".join(line.text for line in engine.recognize(page.image, languages, words=False))
+        errors, words = word_errors(page.text, text)
+        total_errors, total_words = total_errors + errors, total_words + words
+        char_errors += cer(page.text, text)
+        per_page.append({"face": face, "size": size, "wer": errors / words, "text": text})
+    return {
+        "wer": total_errors / total_words,
+        "cer": char_errors / len(per_page),
+        "word_errors": total_errors,
+        "words": total_words,
+        "pages": len(per_page),
+        "seconds": time.monotonic() - started,
+        "per_page": per_page,
+    }
+
+
+def measure_word_error_rates(progress: Any) -> dict[str, dict[str, Any]]:
+    """WER of the default catalog's OCR engines (and rapidocr without space restoring), in this process."""
+    from engines.registry import engine_class
+    from service.catalog import load_catalog
+
+    specs = load_catalog().specs
+    variants = {
+        "rapidocr-no-space-restoring": dataclasses.replace(
+            specs["rapidocr"], options={**specs["rapidocr"].options, "space_probability": 1.0}
+        ),
+        **{name: specs[name] for name in OCR_MODELS},
+    }
+    figures = {}
+    for name, spec in variants.items():
+        progress(f"word error rate of {name}")
+        engine = engine_class(spec.backend)(spec, "cpu", None)
+        engine.load()
+        try:
+            figures[name] = word_error_rates(engine, WORD_LANGUAGES[spec.backend])
+        finally:
+            engine.unload()
+    return figures
+
+
+def word_error_table(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The WER table (a row per engine) for :func:`bench.results.markdown`'s ``tables``."""
+    labels = {
+        "rapidocr": "RapidOCR (rapidocr, default)",
+        "rapidocr-no-space-restoring": "RapidOCR, space restoring off (before)",
+        "tesseract": "Tesseract (tesseract)",
+    }
+    rows = []
+    for name, f in figures.items():
+        worst = max(f["per_page"], key=lambda page: page["wer"])
+        rows.append(
+            [
+                labels[name],
+                f"{f['wer']:.2%}",
+                f"{f['word_errors']} of {f['words']}",
+                f"{f['cer']:.2%}",
+                f"{worst['wer']:.1%} ({worst['face']} {worst['size']} px)",
+                f"{f['seconds'] / f['pages']:.2f}",
+            ]
+        )
+    faces = ", ".join(WORD_FACES)
+    sizes = ", ".join(str(size) for size in WORD_SIZES)
+    return {
+        "title": (
+            f"Word error rate — {len(WORD_SENTENCES)} English lines on a page per face ({faces}) "
+            f"and size ({sizes} px), {len(WORD_FACES) * len(WORD_SIZES)} pages, in-process"
+        ),
+        "header": ["engine", "WER", "word errors", "CER (no whitespace)", "worst page WER", "s/page"],
+        "rows": rows,
+    }
 
 
 def metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -53,6 +193,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model = {"names": list(OCR_MODELS), "packages": ["rapidocr-onnxruntime", "pytesseract"]}
     title = "OCR — one 1000x600 text page, sequential calls"
     with Report(cfg, title, HEADLINE, model, settings) as report:
+        if cfg.mode != "tiny":
+            words = measure_word_error_rates(report.progress)
+            report.payload["tables"] = [word_error_table(words)]
+            report.payload["word_error_rates"] = words
         ours = report.start_server(lambda: servers.start_ours(cfg.log_dir))
         report.note(
             "the in-process references read the page already decoded; ours includes sending and "
