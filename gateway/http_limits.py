@@ -3,7 +3,7 @@
 uvicorn's httptools protocol buffers a header of any size before the app sees it: a single
 10 MB header made ``GET /health`` a 200 and grew the process by 700 MB. :class:`BoundedHeadersProtocol`
 counts the head's bytes as they arrive and refuses it before the parser holds more than the limit
-(plus one socket read, at most 256 KiB): ``431 Request Header Fields Too Large`` (RFC 6585) for a
+(plus a socket read or two, at most 256 KiB each): ``431 Request Header Fields Too Large`` (RFC 6585) for a
 header line, the header count or the whole head over its limit, ``414 URI Too Long`` (RFC 9110)
 for a request target over the line limit. Then the connection is closed; what the client still
 sends meanwhile is read and dropped, never kept. The body is OpenAI's
@@ -82,8 +82,11 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.limits = limits
-        self._in_head = True  # a request's head is being read (or the next one awaited)
-        self._head_bytes = 0
+        self._in_message = False  # a request is being read (its head or its body)
+        self._in_head = False  # a request's head is being read
+        self._completed = 0  # requests read whole on this connection
+        self._head_bytes = 0  # bytes of reads that were all head
+        self._header_bytes = 0  # bytes of the headers taken so far
         self._header_count = 0
         self._refusal: tuple[HTTPStatus, str] | None = None
 
@@ -91,9 +94,14 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
         """Feed the parser; refuse the head once the bytes read while it is open pass the limit."""
         if self._refusal is not None:
             return
+        # A read is all head when a head was open (or the connection idle) before it, no request
+        # ended in it and a head is still open after it; a read that ends a head, or carries the
+        # end of one request and the start of the next (pipelining), is not counted.
+        head_or_idle = self._in_head or not self._in_message
+        completed = self._completed
         super().data_received(data)
-        if self._in_head and self._refusal is None and not self.transport.is_closing():
-            # Counted after the feed, so a read that ends a head and carries a body is not counted.
+        counts = head_or_idle and self._in_head and completed == self._completed
+        if counts and self._refusal is None and not self.transport.is_closing():
             self._head_bytes += len(data)
             if self._head_bytes > self.limits.max_total_bytes:
                 message = f"Request headers exceed {self.limits.max_total_bytes} bytes in all"
@@ -103,7 +111,8 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         """Start counting a new request's head."""
         super().on_message_begin()
-        self._in_head, self._head_bytes, self._header_count = True, 0, 0
+        self._in_message = self._in_head = True
+        self._head_bytes = self._header_bytes = self._header_count = 0
 
     def on_url(self, url: bytes) -> None:
         """Take a piece of the request target, refusing one over ``max_line_bytes``."""
@@ -120,6 +129,14 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
                 HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                 f"A request header exceeds {self.limits.max_line_bytes} bytes",
             )
+        # The head so far as sent: the request target and each "name: value\r\n" (the method and
+        # version are a few bytes more). Reads still open count in data_received.
+        self._header_bytes += len(name) + len(value) + 4
+        if len(self.url) + self._header_bytes > self.limits.max_total_bytes:
+            self._refuse(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"Request headers exceed {self.limits.max_total_bytes} bytes in all",
+            )
         if self._header_count > self.limits.max_count:
             self._refuse(
                 HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -133,9 +150,10 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        """The next bytes on the connection start another request's head."""
+        """The request is whole: the connection is idle until the next one begins."""
         super().on_message_complete()
-        self._in_head, self._head_bytes, self._header_count = True, 0, 0
+        self._in_message = False
+        self._completed += 1
 
     def send_400_response(self, msg: str) -> None:
         """Answer a parse error as uvicorn does, unless the error was our refusal (then that answer)."""

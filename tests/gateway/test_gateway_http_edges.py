@@ -11,6 +11,7 @@ import contextlib
 import json
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from gateway.app import create_app
@@ -124,3 +125,13 @@ async def test_heads_within_the_limits_are_served_on_one_connection(base_url):
             await reader.readexactly(length)
     finally:
         writer.close()
+
+
+async def test_large_bodies_are_not_counted_as_head(base_url):
+    # Reads of a body (up to 256 KiB each) that end one request and start the next on a kept-alive
+    # connection were once counted as head: a 70 KB chat body came back 431.
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        for size in (70_000, 300_000, 1_000_000, 70_000):
+            body = {"model": "m", "messages": [{"role": "user", "content": "x" * size}]}
+            response = await http.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, (size, response.text)
