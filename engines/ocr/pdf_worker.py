@@ -56,7 +56,10 @@ class PdfWorker:
     """
 
     def __init__(self) -> None:
-        self._lane = ProcessLane("ocr-pdf", preload=(__name__,))
+        # pypdfium2 is imported by the forkserver, once: imported by each new child on its first
+        # job (after every kill), its 42 ms of CPU at nice +10 on two busy cores took 1.2 s, spent
+        # outside the page's timer (the page limit test overran by 1.18 s in the full suite).
+        self._lane = ProcessLane("ocr-pdf", preload=(__name__, "pypdfium2"))
 
     @property
     def pid(self) -> int | None:

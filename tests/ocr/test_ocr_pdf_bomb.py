@@ -131,8 +131,11 @@ async def test_document_analysis_keeps_the_page_time_limit(stub):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         [_ async for _ in stub.AnalyzeDocument(_analyze_messages(BOMB))]
     assert error_info(err.value).reason == "PAGE_TOO_COMPLEX"
-    # Alone the call ends 0.02 s after the limit; in the full suite on 2 cores it once took 1.18 s.
-    assert PAGE_TIMEOUT_S <= time.monotonic() - started < PAGE_TIMEOUT_S + 2.0
+    # The call ends about 0.05 s after the limit. It once took 1.18 s in the full suite on 2 cores:
+    # the PDF child restarted after the last kill imported pypdfium2 and re-ran pytest's launcher
+    # (68 ms of CPU, at nice +10 beside busy cores) before the page's timer started; the
+    # forkserver imports both now, once (tests/ocr/test_pdf_worker_restart.py: 6 ms).
+    assert PAGE_TIMEOUT_S <= time.monotonic() - started < PAGE_TIMEOUT_S + 1.0
 
 
 async def test_cancelling_document_analysis_kills_the_renderer(stub, limited):

@@ -1,0 +1,11 @@
+"""OCR tests' setup: lane children start warm under pytest too."""
+
+from __future__ import annotations
+
+from engines.process_lane import preload_modules
+
+# Every lane child re-runs the parent's main script (multiprocessing's main fixup): under pytest,
+# its launcher, which imports pytest (40 ms of CPU; 1 s at nice +10 on two busy cores, in each PDF
+# child restarted after a page over its time limit). Python 3.11's forkserver ignores "__main__"
+# in its preload list, so the launcher's import is preloaded by name.
+preload_modules("pytest")
