@@ -100,9 +100,14 @@ test: install node-deps
 
 # The fuzz tests alone with a bigger budget than `make test` gives them (tests/fuzz; examples per
 # gRPC method and per gateway operation): `make fuzz UR_FUZZ_EXAMPLES=2000` for a longer hunt.
+# The edge fuzz (schemas, images, bad bytes, headers; on a server in its own process) has its own
+# budget per test, UR_FUZZ_EDGE_EXAMPLES (6 in `make test`), and UR_FUZZ_HUNT=1 adds the sizes that
+# take seconds each (200,000-page TIFFs, a million unknown keys).
 UR_FUZZ_EXAMPLES ?= 500
+UR_FUZZ_EDGE_EXAMPLES ?= 100
 fuzz: install
-	UR_FUZZ_EXAMPLES=$(UR_FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz
+	UR_FUZZ_EXAMPLES=$(UR_FUZZ_EXAMPLES) UR_FUZZ_EDGE_EXAMPLES=$(UR_FUZZ_EDGE_EXAMPLES) UR_FUZZ_HUNT=1 \
+		$(BIN)/pytest tests/fuzz
 
 # Benchmarks against the peers, side by side (bench/README.md). The peers install themselves into
 # bench/.venv-peers-* on first use; results go to bench/results/ and the tables to bench/README.md.

@@ -51,7 +51,7 @@ def launched_case(
             if (ended := server.crash()) is not None:
                 raise AssertionError(f"the server died ({ended}) on {what()}\n{server.log_tail()}") from err
             raise AssertionError(f"{type(err).__name__}: {err} on {what()}") from err
-    time.sleep(0.05)  # a crash during the answer's last bytes: let the process end before looking
+    time.sleep(0.02)  # a crash during the answer's last bytes: let the process end before looking
     ended = server.crash()
     assert ended is None, f"the server died ({ended}) on {what()}\n{server.log_tail()}"
     assert stall.stall_s <= max_stall_s, (

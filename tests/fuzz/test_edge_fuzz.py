@@ -35,6 +35,7 @@ from tests.conftest import CHAT_MODEL, DOCUMENT_EMBED_MODEL, EMBED_MODEL, RERANK
 from tests.fuzz.checks import assert_grpc_answer, assert_http_answer, launched_case
 from tests.fuzz.edge_strategies import (
     EDGE_SETTINGS,
+    PER_TARGET_SETTINGS,
     DrawnImage,
     bad_json_bodies,
     images,
@@ -245,7 +246,7 @@ def test_every_template_body_is_valid(launched):
 
 @pytest.mark.parametrize("route", sorted(ROUTE_BODIES))
 def test_invalid_unicode_in_a_body_is_a_client_error(launched, route):
-    @EDGE_SETTINGS
+    @PER_TARGET_SETTINGS
     @given(drawn=bad_json_bodies(ROUTE_BODIES[route]))
     def case(drawn: tuple[tuple, bytes]) -> None:
         path, body = drawn
@@ -263,7 +264,7 @@ def test_invalid_unicode_in_a_body_is_a_client_error(launched, route):
 
 @pytest.mark.parametrize("route", sorted(ROUTE_BODIES))
 def test_unknown_keys_are_bounded_work(launched, route):
-    @EDGE_SETTINGS
+    @PER_TARGET_SETTINGS
     @given(drawn=unknown_keys_bodies(ROUTE_BODIES[route]))
     def case(drawn: tuple[int, bytes]) -> None:
         count, body = drawn
@@ -343,7 +344,7 @@ METHODS = [method for service in SERVICES for method in service.methods]
 def test_undecodable_bytes_get_a_clear_status(launched, method):
     path = f"/{method.containing_service.full_name}/{method.name}"
 
-    @EDGE_SETTINGS
+    @PER_TARGET_SETTINGS
     @given(data=undecodable(method.input_type))
     def case(data: bytes) -> None:
         def what() -> str:
