@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import multiprocessing
 import os
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, ParamSpec, TypeVar
@@ -59,6 +62,76 @@ def preload_modules(*modules: str) -> None:
         context.set_forkserver_preload(sorted(_PRELOAD))
 
 
+#: Who a lane job is for (an API key's name, a client's address; set by the transport). Callers
+#: take turns on a lane (:class:`FairTurns`); jobs of one caller run in the order they came.
+caller_var: contextvars.ContextVar[str] = contextvars.ContextVar("lane_caller", default="")
+
+
+class FairTurns:
+    """Whose job runs next on a lane: the waiting caller that has used the lane least.
+
+    Least attained service over the callers with jobs waiting or running (a caller's count starts
+    at 0 when it has none), so one caller's slow jobs (six PDF pages at their time limit) do not
+    queue another caller's behind all of them: the other waits for the job running when it came,
+    then goes first. Ties go to the caller that came first. The next job is picked a loop turn
+    after a job ends, so that the caller whose job ended can queue its next one (a document's
+    next page) and be counted. Use from one event loop.
+    """
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+        self._used_s: dict[str, float] = {}
+        self._jobs: dict[str, int] = {}
+
+    async def acquire(self, caller: str) -> None:
+        """Wait for ``caller``'s turn (cancellable: a cancelled wait gives its turn on)."""
+        self._jobs[caller] = self._jobs.get(caller, 0) + 1
+        self._used_s.setdefault(caller, 0.0)
+        if not self._busy and not self._waiting:
+            self._busy = True
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(caller, deque()).append(turn)
+        try:
+            await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled():
+                self.release(caller, 0.0)  # the turn came as the caller left: pass it on
+            else:
+                queue = self._waiting.get(caller)
+                if queue is not None and turn in queue:
+                    queue.remove(turn)
+                    if not queue:
+                        del self._waiting[caller]
+                self._forget(caller)
+            raise
+
+    def release(self, caller: str, used_s: float) -> None:
+        """End ``caller``'s job, which held the lane for ``used_s`` seconds; the next is picked soon."""
+        if caller in self._used_s:
+            self._used_s[caller] += used_s
+        self._forget(caller)
+        asyncio.get_running_loop().call_soon(self._grant)
+
+    def _forget(self, caller: str) -> None:
+        self._jobs[caller] -= 1
+        if not self._jobs[caller]:
+            del self._jobs[caller], self._used_s[caller]
+
+    def _grant(self) -> None:
+        while self._waiting:
+            caller = min(self._waiting, key=self._used_s.__getitem__)  # dicts keep arrival order
+            queue = self._waiting[caller]
+            turn = queue.popleft()
+            if not queue:
+                del self._waiting[caller]
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._busy = False
+
+
 def _serve(conn: Connection, niceness: int) -> None:
     """The child's loop: answer ``(function, args)`` jobs until EOF.
 
@@ -83,7 +156,8 @@ def _serve(conn: Connection, niceness: int) -> None:
 class ProcessLane:
     """One child process that runs jobs one at a time, killed when a job overruns or is cancelled.
 
-    Use from one event loop; jobs queue on an asyncio lock in the order they were awaited.
+    Use from one event loop; callers (:data:`caller_var`) take turns (:class:`FairTurns`), one
+    caller's jobs in the order they were awaited.
 
     Args:
         name: the child's process name (``ps``, logs).
@@ -99,7 +173,7 @@ class ProcessLane:
         preload_modules(*preload)
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
-        self._lock = asyncio.Lock()
+        self._turns = FairTurns()
         self._start_lock = threading.Lock()
 
     @property
@@ -124,7 +198,10 @@ class ProcessLane:
             ChildProcessError: the child died by itself (killed by the OS, a crash in C code).
 
         """
-        async with self._lock:
+        caller = caller_var.get()
+        await self._turns.acquire(caller)
+        started = time.monotonic()
+        try:
             # In a thread: the first start waits for the forkserver to import the lanes' modules
             # (about a second), and every start for its fork; neither may hold the event loop.
             conn = await asyncio.to_thread(self._connection)
@@ -140,6 +217,8 @@ class ProcessLane:
             except BaseException:  # cancelled (client cancel, deadline)
                 self.stop()
                 raise
+        finally:
+            self._turns.release(caller, time.monotonic() - started)
         if answer[0] == "error":
             _, cls, message, reason, metadata = answer
             raise cls(message, reason=reason, **metadata)

@@ -22,6 +22,7 @@ from service.convert.embedding import embed_response, embedding_request
 from service.request_context import note_model, request_id_var
 from service.settings import Settings
 from service.tasks.anomaly import AnomalyStream, AnomalyTask
+from service.tasks.callers import note_caller
 from service.tasks.classifiers import ClassifierTask
 from service.tasks.document_questions import DocumentQuestionTask
 from service.tasks.documents import DocumentTask
@@ -210,6 +211,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[ocr_pb2.OcrRequest], context: Context
     ) -> AsyncIterator[ocr_pb2.OcrResponse]:
         """Read text from an image or PDF; one response per page, in page order, as each is done."""
+        note_caller(context.peer())
         job, data = await ocr.read_upload(request_iterator, self._settings)
         note_model(job.model)
         async for page in self._ocr.read(job, data):
@@ -221,6 +223,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[documents_pb2.AnalyzeDocumentRequest], context: Context
     ) -> AsyncIterator[documents_pb2.AnalyzeDocumentResponse]:
         """Structure each page (blocks in reading order, tables, Markdown); one response per page."""
+        note_caller(context.peer())
         (job, return_lines), data = await ocr.read_upload(
             request_iterator, self._settings, documents.analyze_job
         )
@@ -232,6 +235,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[documents_pb2.AskDocumentRequest], context: Context
     ) -> documents_pb2.AskDocumentResponse:
         """Answer a question about the document, with citations."""
+        note_caller(context.peer())
         job, data = await ocr.read_upload(request_iterator, self._settings, documents.ask_job)
         note_model(job.model)
         return documents.ask_response(job.model, await self._document_questions.ask(job, data))
@@ -240,6 +244,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[documents_pb2.ExtractDocumentRequest], context: Context
     ) -> documents_pb2.ExtractDocumentResponse:
         """Extract typed fields (a JSON Schema in, an object out), each with its source box."""
+        note_caller(context.peer())
         job, data = await ocr.read_upload(request_iterator, self._settings, documents.extract_job)
         note_model(job.model)
         value, fields = await self._document_questions.extract(job, data)
@@ -249,6 +254,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[documents_pb2.ClassifyDocumentRequest], context: Context
     ) -> documents_pb2.ClassifyDocumentResponse:
         """Classify the document (zero-shot over candidate labels, or a document model)."""
+        note_caller(context.peer())
         job, data = await ocr.read_upload(request_iterator, self._settings, documents.classify_job)
         note_model(job.model)
         return documents.classify_response(job.model, await self._document_questions.classify(job, data))
@@ -259,6 +265,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: anomaly_pb2.FitAnomalyDetectorRequest, context: Context
     ) -> anomaly_pb2.FitAnomalyDetectorResponse:
         """Fit a detector on the rows and save it as the next version of its name."""
+        note_caller(context.peer())
         config = anomaly.fit_config_from_pb(
             request.backend,
             request.schema,
@@ -275,6 +282,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: anomaly_pb2.DetectAnomalyRequest, context: Context
     ) -> anomaly_pb2.DetectAnomalyResponse:
         """Score rows against a saved detector, or fit-and-score them when no detector is named."""
+        note_caller(context.peer())
         threshold, explain = anomaly.detect_options(request)
         decode = anomaly.rows_decoder(request, self._settings)
         if request.detector:

@@ -150,3 +150,23 @@ async def test_cancelling_document_analysis_kills_the_renderer(stub, limited):
         await reading
     gone, _ = await asyncio.to_thread(psutil.wait_procs, [worker], timeout=1.0)
     assert gone, "the renderer outlived the cancelled document call"
+
+
+async def test_another_callers_pdf_waits_for_one_bomb_not_all(stub, limited):
+    """Callers take turns on the PDF worker: three bombs on one connection, then a normal PDF on
+    another, which waits for the bomb rendering when it came (first come, first served: all three)."""
+    bombs = [asyncio.create_task(ocr(stub, BOMB, model="tesseract")) for _ in range(3)]
+    await asyncio.sleep(1.0)  # the first bomb is rendering, the others wait
+    # A connection of its own (channels to one target share a connection unless told not to).
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{limited.port}", options=options) as channel:
+        other = inference_service_pb2_grpc.InferenceServiceStub(channel)
+        started = time.monotonic()
+        [response] = await ocr(other, pdf_of([GOOD.image]), model="tesseract")
+        waited = time.monotonic() - started
+    assert "healthy" in response.text.lower()
+    assert not all(bomb.done() for bomb in bombs)
+    for bomb in bombs:
+        bomb.cancel()
+    await asyncio.gather(*bombs, return_exceptions=True)
+    assert waited < PAGE_TIMEOUT_S, waited  # at most the first bomb's rest (~3 s), not 11 s
