@@ -63,9 +63,11 @@ _HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
 }
 
 # Reasons whose HTTP status is not their gRPC code's. A full store is not rate limiting (429): the
-# client must delete something before saving more, which is 507 Insufficient Storage (RFC 4918).
+# client must delete something before saving more (a quota), or the operator must free the disk (out
+# of space); both are 507 Insufficient Storage (RFC 4918), never "retry later".
 _HTTP_STATUS_BY_REASON: dict[str, int] = {
     "STORAGE_QUOTA_EXCEEDED": 507,
+    "STORAGE_FULL": 507,
     # An anomaly fit over the server's time limit: the same rows fail the same way, so not 429.
     "FIT_TOO_SLOW": 413,
 }
@@ -178,7 +180,7 @@ def http_status_for_grpc(code: grpc.StatusCode, *, reason: str | None = None, de
     """Map a canonical gRPC status code to an HTTP status.
 
     INVALID_ARGUMENT and FAILED_PRECONDITION 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429 (413 when it
-    is a message size error, 507 for reason STORAGE_QUOTA_EXCEEDED), UNAUTHENTICATED 401,
+    is a message size error, 507 for reasons STORAGE_QUOTA_EXCEEDED and STORAGE_FULL), UNAUTHENTICATED 401,
     PERMISSION_DENIED 403, UNIMPLEMENTED 501, UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499;
     INTERNAL, UNKNOWN and the rest 500.
     """

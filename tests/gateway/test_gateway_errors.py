@@ -303,3 +303,12 @@ async def test_storage_quota_is_507_not_429(client: httpx.AsyncClient, fake: Fak
     assert response.status_code == 507
     assert response.json()["error"]["code"] == "storage_quota_exceeded"
     assert http_status_for_grpc(S.RESOURCE_EXHAUSTED, reason="OVERLOADED") == 429
+
+
+async def test_store_out_of_space_is_507_not_429(client: httpx.AsyncClient, fake: FakeServer) -> None:
+    # A full disk is the operator's to fix: not "retry later" (429), and no Retry-After.
+    fake.inference.fail = RpcFailure(S.RESOURCE_EXHAUSTED, "the store is out of space", "STORAGE_FULL", {})
+    response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 507
+    assert response.json()["error"]["code"] == "storage_full"
+    assert "retry-after" not in response.headers
