@@ -86,7 +86,7 @@ def _decode_gbnf_chars(text: str) -> list[str]:
 def _gbnf_char(c: str) -> str:
     """One character as GBNF writes it inside a literal or a class."""
     if c in '"\\[]-' or ord(c) < 0x20 or ord(c) == 0x7F:
-        return f"\\x{ord(c):02X}" if ord(c) < 0x80 else f"\\u{ord(c):04X}"
+        return f"\\x{ord(c):02X}"
     return c
 
 
