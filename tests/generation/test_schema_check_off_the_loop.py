@@ -1,0 +1,53 @@
+"""Found by the edge fuzz's stall probe (tests/fuzz/test_schema_fuzz.py, issue 29): a JSON Schema
+with thousands of properties, refused for exceeding the 256-property bound, held the event loop
+for the whole call first: the converter meta-validates it (``jsonschema``'s ``check_schema``,
+service/convert/validation.py) on the loop before the task bounds it in a worker thread. 6,000
+properties (232 KB) held every other caller 1.25 s (3,000: 0.72 s) on the launched server. A
+schema's checks are bounded work off the loop, cheapest first: the size bounds, then the
+meta-schema."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from universal_runtime.v1 import generation_pb2 as g
+
+from tests.conftest import CHAT_MODEL
+from tests.loop_lag import MAX_LAG_S, lag_while
+
+
+def _wide_schema(properties: int) -> str:
+    names = {f"p{i}": {"type": "integer"} for i in range(properties)}
+    return json.dumps(
+        {"type": "object", "properties": names, "required": list(names), "additionalProperties": False}
+    )
+
+
+async def test_a_schema_over_the_bounds_is_refused_without_holding_the_loop(inference):
+    schema = _wide_schema(6000)
+    request = g.GenerateRequest(
+        model=CHAT_MODEL,
+        messages=[g.ChatMessage(role=g.CHAT_ROLE_USER, content="Hi")],
+        parameters=g.GenerationParameters(
+            max_tokens=4,
+            response_format=g.ResponseFormat(type=g.RESPONSE_FORMAT_TYPE_JSON_SCHEMA, json_schema=schema),
+        ),
+    )
+    # The model loaded first: the measured call is the refusal alone.
+    await inference.Generate(
+        g.GenerateRequest(model=CHAT_MODEL, prompt="Hi", parameters=g.GenerationParameters(max_tokens=1)),
+        timeout=60,
+    )
+
+    async def refused() -> grpc.StatusCode:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await inference.Generate(request, timeout=60)
+        return err.value.code()
+
+    code, took, lag = await lag_while(refused())
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert lag <= MAX_LAG_S, (
+        f"refusing a {len(schema)}-character schema ({took:.2f} s) held the event loop {lag:.2f} s"
+    )
