@@ -144,7 +144,8 @@ async def test_forced_tool_arguments_are_strict_json_over_16_seeds(inference):
 
 
 def test_grammar_strings_admit_no_raw_control_characters():
-    grammar = gbnf_grammar(OutputConstraint({"type": "object", "properties": {"a": {"const": 'x"\n\\'}}}))
+    schema = {"type": "object", "properties": {"a": {"const": 'x"\n\\'}, "b": {"type": "string"}}}
+    grammar = gbnf_grammar(OutputConstraint(schema))
     assert '[^"\\\\\\x00-\\x1F]' in grammar  # the char rule
     # The const's JSON text keeps its escapes: "x\"\n\\" (backslash-n, not a newline).
     assert r"\x22x\x5C\x22\x5Cn\x5C\x5C\x22" in grammar
