@@ -29,8 +29,10 @@ MAX_REPETITION = 1000
 """Largest ``maxItems``/``minItems``/``maxLength``/``minLength``/``maxProperties``/``minProperties``
 /``maxContains``/``minContains`` and largest ``{m,n}`` quantifier count in a ``pattern``."""
 
-MAX_SCHEMA_DEPTH = 32
-"""Deepest nesting of JSON values in a schema (each subschema level is one or two JSON levels)."""
+MAX_SCHEMA_DEPTH = 64
+"""Deepest nesting of JSON values in a schema (each subschema level is one or two JSON levels), as
+the request converters' own JSON depth limit; object levels are separate grammar rules, not nested
+groups, so the grammar's nesting stays small."""
 
 MAX_SCHEMA_NODES = 5000
 """Most JSON values (objects, arrays, strings, numbers...) in a whole schema."""

@@ -7,6 +7,7 @@ import json
 import re
 
 from engines.errors import InvalidArgumentError
+from engines.generation.json_schema_bounds import check_schema_bounds
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted in client JSON (schemas): real schemas stay
@@ -107,9 +108,14 @@ def parse_json(text: str, field: str, *, reason: str = "INVALID_JSON_SCHEMA") ->
 def validate_json_schema(schema: object, field: str) -> dict:
     """Return ``schema`` if it is a valid JSON Schema object.
 
+    The structured-output bounds come first (linear, a few ms at most, stopping at the first
+    one exceeded), so that the meta-schema check (about 0.3 s for 4,000 values, on the event
+    loop) only ever sees a bounded schema.
+
     Raises:
-        InvalidArgumentError: not an object, or invalid under the JSON Schema meta-schema
-            (reason INVALID_JSON_SCHEMA).
+        InvalidArgumentError: not an object, over a bound of :func:`check_schema_bounds` (reason
+            JSON_SCHEMA_TOO_COMPLEX), or invalid under the JSON Schema meta-schema (reason
+            INVALID_JSON_SCHEMA).
 
     """
     from jsonschema import Draft202012Validator, SchemaError
@@ -118,6 +124,11 @@ def validate_json_schema(schema: object, field: str) -> dict:
         raise InvalidArgumentError(
             f"{field}: a JSON Schema must be a JSON object", reason="INVALID_JSON_SCHEMA", field=field
         )
+    try:
+        check_schema_bounds(schema)
+    except InvalidArgumentError as exc:
+        metadata = {**exc.metadata, "field": field}
+        raise InvalidArgumentError(f"{field}: {exc.message}", reason=exc.reason, **metadata) from None
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
