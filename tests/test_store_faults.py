@@ -118,6 +118,8 @@ async def test_one_corrupt_manifest_leaves_the_others_listed(faults, caplog, cor
     listed = await inference.ListAnomalyDetectors(pb.ListAnomalyDetectorsRequest(), timeout=30)
     names = [d.detector for d in listed.detectors]
     assert "good" in names and broken not in names
+    # Named in the answer (the module's server keeps the earlier cases' broken ones too).
+    assert broken in listed.unreadable_detectors and "good" not in listed.unreadable_detectors
     assert any(getattr(r, "folder", None) == broken for r in caplog.records)
 
 

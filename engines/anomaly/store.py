@@ -42,6 +42,7 @@ from engines.anomaly.types import (
     AnomalyBackend,
     CategoricalEncoding,
     DetectorInfo,
+    DetectorListing,
     FeatureField,
     FeatureKind,
     FitConfig,
@@ -418,7 +419,17 @@ class DetectorStore:
             UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
 
         """
+        return self.listing().detectors
+
+    def listing(self) -> DetectorListing:
+        """Every saved detector, sorted by name: readable ones, and the names of unreadable ones.
+
+        Raises:
+            UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
+
+        """
         infos: list[DetectorInfo] = []
+        unreadable: list[str] = []
         names = sorted(
             key.split("/")[0]
             for key in self.store.sizes()
@@ -433,7 +444,7 @@ class DetectorStore:
             except UnavailableError:
                 raise
             # Whatever a hand-edited or foreign manifest holds (wrong types, Infinity, a list):
-            # the rest are still listed, and the broken one is named in the log.
+            # the rest are still listed, and the broken one is named in the answer and the log.
             except (
                 RuntimeServiceError,
                 LookupError,
@@ -446,7 +457,8 @@ class DetectorStore:
                     "skipping unreadable detector folder",
                     extra={"folder": name, "error": type(exc).__name__},
                 )
-        return infos
+                unreadable.append(name)
+        return DetectorListing(infos, unreadable)
 
     def delete(self, name: str) -> int:
         """Delete every version of ``name``; returns how many version files there were.

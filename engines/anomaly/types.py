@@ -149,6 +149,14 @@ class DetectorInfo:
     created_at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class DetectorListing:
+    """Every saved detector: those whose manifest reads, and the names of those whose does not."""
+
+    detectors: list[DetectorInfo]
+    unreadable: list[str]
+
+
 class StreamState(enum.StrEnum):
     """State of the window after a message."""
 

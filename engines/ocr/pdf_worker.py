@@ -6,8 +6,9 @@ model's lane, that stalls every other call to the model, and a cancelled call ca
 it. So PDF work (opening, rendering, the text layer) runs in one process lane
 (:class:`~engines.process_lane.ProcessLane`, at nice +10) per OCR engine, one request at a
 time, callers taking turns (least used first, :class:`~engines.process_lane.FairTurns`: one
-caller's bombs queue only its own documents), each under ``OcrLimits.page_timeout_s``; a request past its limit, or whose caller is
-cancelled (client cancel or deadline), kills the child, and the next request starts a new one.
+caller's bombs queue only its own documents), each under ``OcrLimits.page_timeout_s``; a request
+past its limit, or whose caller is cancelled (client cancel or deadline), kills the child, and the
+next request starts a new one.
 PDFium's one-thread rule holds: the child is single-threaded.
 
 Each request carries the whole file (the child keeps no state between requests, so a restart

@@ -46,9 +46,16 @@ async def detect(body: DetectBody, rpc: Rpc) -> dict[str, Any]:
 
 @router.get("/v1/anomaly/detectors")
 async def list_detectors(rpc: Rpc) -> dict[str, Any]:
-    """Saved detectors: ``{"object": "list", "data": [...]}``."""
+    """Saved detectors: ``{"object": "list", "data": [...], "unreadable": [names]}``.
+
+    ``unreadable`` names saved detectors whose manifest cannot be read (left out of ``data``).
+    """
     response = await rpc.unary(rpc.clients.inference.ListAnomalyDetectors, pb.ListAnomalyDetectorsRequest())
-    return {"object": "list", "data": to_json(response).get("detectors", [])}
+    return {
+        "object": "list",
+        "data": to_json(response).get("detectors", []),
+        "unreadable": list(response.unreadable_detectors),
+    }
 
 
 @router.delete("/v1/anomaly/detectors/{name}")

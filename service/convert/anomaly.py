@@ -16,6 +16,7 @@ from engines.anomaly.types import (
     CategoricalEncoding,
     Cell,
     DetectorInfo,
+    DetectorListing,
     FeatureField,
     FeatureKind,
     FitConfig,
@@ -363,6 +364,9 @@ def detector_info_to_pb(info: DetectorInfo) -> pb.AnomalyDetectorInfo:
     )
 
 
-def detectors_response(infos: list[DetectorInfo]) -> pb.ListAnomalyDetectorsResponse:
-    """The saved detectors, in the order given."""
-    return pb.ListAnomalyDetectorsResponse(detectors=[detector_info_to_pb(i) for i in infos])
+def detectors_response(listing: DetectorListing) -> pb.ListAnomalyDetectorsResponse:
+    """The saved detectors and the names of unreadable ones, in the order given."""
+    return pb.ListAnomalyDetectorsResponse(
+        detectors=[detector_info_to_pb(i) for i in listing.detectors],
+        unreadable_detectors=listing.unreadable,
+    )

@@ -24,7 +24,7 @@ from engines.anomaly.store import DetectorStore, fit_for_store, validate_detecto
 from engines.anomaly.stream import StreamDetector, check_stream_config
 from engines.anomaly.types import (
     Cell,
-    DetectorInfo,
+    DetectorListing,
     FeatureField,
     FitConfig,
     ScoreResult,
@@ -200,9 +200,9 @@ class AnomalyTask:
         check_stream_config(config, self._max_window)
         return AnomalyStream(config, self._cpu)
 
-    async def list(self) -> list[DetectorInfo]:
-        """Saved detectors (latest versions), sorted by name."""
-        return await self._cpu.run(self._store.list)
+    async def list(self) -> DetectorListing:
+        """Saved detectors (latest versions) and the names of unreadable ones, sorted by name."""
+        return await self._cpu.run(self._store.listing)
 
     async def delete(self, name: str) -> int:
         """Delete every saved version of ``name``; returns how many were deleted.

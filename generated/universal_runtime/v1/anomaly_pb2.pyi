@@ -277,10 +277,12 @@ class ListAnomalyDetectorsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListAnomalyDetectorsResponse(_message.Message):
-    __slots__ = ("detectors",)
+    __slots__ = ("detectors", "unreadable_detectors")
     DETECTORS_FIELD_NUMBER: _ClassVar[int]
+    UNREADABLE_DETECTORS_FIELD_NUMBER: _ClassVar[int]
     detectors: _containers.RepeatedCompositeFieldContainer[AnomalyDetectorInfo]
-    def __init__(self, detectors: _Optional[_Iterable[_Union[AnomalyDetectorInfo, _Mapping]]] = ...) -> None: ...
+    unreadable_detectors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, detectors: _Optional[_Iterable[_Union[AnomalyDetectorInfo, _Mapping]]] = ..., unreadable_detectors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeleteAnomalyDetectorRequest(_message.Message):
     __slots__ = ("detector",)
