@@ -380,17 +380,13 @@ class ModelManager:
         try:
             if spec.name in self._hub_names:
                 spec = await self._hub_spec(spec)
-            cls = self._preflight(spec)
-            preference = spec.device if spec.device != "auto" else self._settings.device
-            try:
-                device = cls.select_device(preference)
-            except ValueError as exc:
-                raise FailedPreconditionError(
-                    str(exc), reason="DEVICE_UNAVAILABLE", model=spec.name
-                ) from None
+            # The checks import the backend (torch, for the device probe: ~1.5 s of imports that
+            # hold the GIL) and read files (GGUF headers for the estimate): in a worker thread, so
+            # a first load never holds the event loop that serves every other caller.
+            cls, device = await asyncio.to_thread(self._engine_class_and_device, spec)
             executor = self._executors.lane(device, spec.name)
             engine = cls(spec, device, executor)
-            self._check_memory(engine)
+            await asyncio.to_thread(self._check_memory, engine)
             managed.state = ModelState.LOADING
             managed.load_count += 1
             started = time.perf_counter()
@@ -471,6 +467,21 @@ class ModelManager:
         why = self._invalid.get(spec.name)
         if why is not None:
             raise FailedPreconditionError(why, reason="INVALID_CATALOG_ENTRY", model=spec.name)
+
+    def _engine_class_and_device(self, spec: ModelSpec) -> tuple[type[Engine], str]:
+        """The engine class of ``spec`` (:meth:`_preflight`) and the device it runs on.
+
+        Raises:
+            FailedPreconditionError: what :meth:`_preflight` raises, or reason DEVICE_UNAVAILABLE
+                for a device this machine lacks.
+
+        """
+        cls = self._preflight(spec)
+        preference = spec.device if spec.device != "auto" else self._settings.device
+        try:
+            return cls, cls.select_device(preference)
+        except ValueError as exc:
+            raise FailedPreconditionError(str(exc), reason="DEVICE_UNAVAILABLE", model=spec.name) from None
 
     def _preflight(self, spec: ModelSpec) -> type[Engine]:
         """The engine class of ``spec`` once its cheap checks pass (:meth:`Engine.check_spec`).
