@@ -25,6 +25,26 @@ def _wide_schema(properties: int) -> str:
     )
 
 
+async def _refusal_lag(inference, request: g.GenerateRequest) -> tuple[float, float]:
+    """Seconds ``request`` took to be refused (INVALID_ARGUMENT) and the loop's longest lag meanwhile.
+
+    The model is loaded first, so the measured call is the refusal alone.
+    """
+    await inference.Generate(
+        g.GenerateRequest(model=CHAT_MODEL, prompt="Hi", parameters=g.GenerationParameters(max_tokens=1)),
+        timeout=60,
+    )
+
+    async def refused() -> grpc.StatusCode:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await inference.Generate(request, timeout=120)
+        return err.value.code()
+
+    code, took, lag = await lag_while(refused())
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    return took, lag
+
+
 async def test_a_schema_over_the_bounds_is_refused_without_holding_the_loop(inference):
     schema = _wide_schema(6000)
     request = g.GenerateRequest(
@@ -35,19 +55,7 @@ async def test_a_schema_over_the_bounds_is_refused_without_holding_the_loop(infe
             response_format=g.ResponseFormat(type=g.RESPONSE_FORMAT_TYPE_JSON_SCHEMA, json_schema=schema),
         ),
     )
-    # The model loaded first: the measured call is the refusal alone.
-    await inference.Generate(
-        g.GenerateRequest(model=CHAT_MODEL, prompt="Hi", parameters=g.GenerationParameters(max_tokens=1)),
-        timeout=60,
-    )
-
-    async def refused() -> grpc.StatusCode:
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await inference.Generate(request, timeout=60)
-        return err.value.code()
-
-    code, took, lag = await lag_while(refused())
-    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    took, lag = await _refusal_lag(inference, request)
     assert lag <= MAX_LAG_S, (
         f"refusing a {len(schema)}-character schema ({took:.2f} s) held the event loop {lag:.2f} s"
     )
@@ -62,18 +70,7 @@ async def test_a_large_chat_request_is_converted_off_the_loop(inference):
     request = g.GenerateRequest(
         model=CHAT_MODEL, messages=messages, parameters=g.GenerationParameters(max_tokens=1)
     )
-    await inference.Generate(
-        g.GenerateRequest(model=CHAT_MODEL, prompt="Hi", parameters=g.GenerationParameters(max_tokens=1)),
-        timeout=60,
-    )
-
-    async def refused() -> grpc.StatusCode:
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await inference.Generate(request, timeout=120)
-        return err.value.code()
-
-    code, took, lag = await lag_while(refused())
-    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    took, lag = await _refusal_lag(inference, request)
     assert lag <= MAX_LAG_S, (
         f"a {request.ByteSize()}-byte chat request ({took:.2f} s) held the loop {lag:.2f} s"
     )
