@@ -2,7 +2,10 @@
 100 bytes held rapidocr's lane for tens of seconds (6x50: 16 s, 6x200: 77 s on the busy 2-core
 machine; Tesseract answers the same file in under a second). An image this small is a bounded
 job: an answer (text or a refusal naming the dimensions) as fast as a normal page, and the
-model's next caller is not kept waiting behind it."""
+model's next caller is not kept waiting behind it. Past ``ocr_max_aspect_ratio`` (20) an image is
+refused before the engine; within it (6x100, 1x20) RapidOCR's detector still scaled the short side
+up to 736 px (10-11 s each), until tall images were padded to 4:1 as RapidOCR letterboxes wide ones
+(engines/ocr/rapidocr_engine.py ``pad_tall``)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from tests.ocr.helpers import ocr, render_lines, requests
 
 #: A normal one-line page takes about a second; an image of a few hundred pixels gets the same.
 MAX_ANSWER_S = 5.0
+#: ... and no more than a few normal pages' time on a busy machine (measured in the same test).
+PAGES_OF_WORK = 3
 GOOD = render_lines(["Still healthy"], "DejaVuSans", 36, width=600)
 
 
@@ -35,19 +40,26 @@ def _blank_png(width: int, height: int) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize(("width", "height"), [(6, 200), (200, 6)])
+async def _normal_page_s(inference) -> float:
+    started = time.monotonic()
+    [response] = await ocr(inference, GOOD.png(), model="rapidocr")
+    assert "healthy" in response.text.lower()
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize(("width", "height"), [(6, 200), (200, 6), (6, 100), (1, 20), (10, 150)])
 async def test_a_narrow_blank_image_is_a_bounded_job(inference, width, height):
     data = _blank_png(width, height)
     assert len(data) < 100
+    await _normal_page_s(inference)  # the model is loaded: what follows is the image's own work
+    normal_s = await _normal_page_s(inference)
     started = time.monotonic()
     try:
         await _ocr_within(inference, data, timeout_s=MAX_ANSWER_S * 2)
     except grpc.aio.AioRpcError as err:
         assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, f"{err.code().name}: {err.details()}"
     elapsed = time.monotonic() - started
-    assert elapsed <= MAX_ANSWER_S, f"a blank {width}x{height} PNG took {elapsed:.1f} s"
+    bound = max(MAX_ANSWER_S, PAGES_OF_WORK * normal_s)
+    assert elapsed <= bound, f"a blank {width}x{height} PNG took {elapsed:.1f} s (a page: {normal_s:.1f} s)"
     # The lane is free again: a normal page right after answers in time.
-    started = time.monotonic()
-    [response] = await ocr(inference, GOOD.png(), model="rapidocr")
-    assert "healthy" in response.text.lower()
-    assert time.monotonic() - started <= MAX_ANSWER_S
+    assert await _normal_page_s(inference) <= bound
