@@ -23,6 +23,8 @@ from engines.anomaly.store import DetectorStore
 from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
 from engines.metrics import set_enabled as set_metrics_enabled
+from engines.ocr.pdf_worker import PRELOAD as PDF_WORKER_PRELOAD
+from engines.process_lane import preload_modules
 from engines.state_store import open_state_store
 from engines.storage import StoreQuota
 from gateway.api_keys import load_api_keys
@@ -159,6 +161,9 @@ def inference_servicer(
     the models' lanes (:mod:`engines.executor`), and anomaly fits in a process lane
     (:mod:`engines.process_lane`).
     """
+    # Before any lane child starts the forkserver (an anomaly fit may come before any OCR model
+    # loads): PDF children restarted after a kill then import nothing before their first page.
+    preload_modules(*PDF_WORKER_PRELOAD)
     state = open_state_store(
         settings.state_url or settings.data_dir,
         settings.state_storage_options,

@@ -50,6 +50,13 @@ def _run(op: str, data: bytes, limits: OcrLimits, page_number: int, dpi: int) ->
         document.close()
 
 
+#: What the PDF children import, for the forkserver to import once
+#: (:func:`~engines.process_lane.preload_modules`). It
+#: takes effect only if named before the forkserver starts: the server names it at start-up, since
+#: another lane (an anomaly fit) may start the forkserver before any OCR model loads.
+PRELOAD = (__name__, "pypdfium2")
+
+
 class PdfWorker:
     """One child process that opens and renders PDFs, killed when a request overruns.
 
@@ -61,7 +68,7 @@ class PdfWorker:
         # pypdfium2 is imported by the forkserver, once: imported by each new child on its first
         # job (after every kill), its 42 ms of CPU at nice +10 on two busy cores took 1.2 s, spent
         # outside the page's timer (the page limit test overran by 1.18 s in the full suite).
-        self._lane = ProcessLane("ocr-pdf", preload=(__name__, "pypdfium2"))
+        self._lane = ProcessLane("ocr-pdf", preload=PRELOAD)
 
     @property
     def pid(self) -> int | None:

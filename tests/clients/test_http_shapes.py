@@ -77,7 +77,7 @@ BAD_RERANK = [
     ({"query": "", "documents": ["d"]}, 400, "invalid_argument"),
     ({"query": QUERY, "documents": ["d"], "top_n": 0}, 400, "invalid_value"),
     ({"documents": ["d"]}, 400, "missing_required_parameter"),
-    ({"query": QUERY, "documents": [{"title": "no text"}]}, 400, "invalid_value"),
+    ({"query": QUERY, "documents": [{"title": "no text"}]}, 400, "missing_required_parameter"),
     ({"query": QUERY, "documents": "not a list"}, 400, "invalid_value"),
 ]
 
