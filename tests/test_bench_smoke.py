@@ -200,23 +200,29 @@ def test_floor_note_ceiling_is_the_median_of_paired_ratios():
     assert floor_note("ECOD", {"results": {"ref": reps["ref"]}}, "ref", "echo") is None
 
 
+#: The fields of a results payload that the markdown tests do not vary (bench.results' schema).
+RESULTS_HEADER = {
+    "title": "t",
+    "finished": "now",
+    "machine": {"cpu_model": "cpu", "usable_cores": 2, "ram_bytes": 2**34, "gpus": []},
+    "mode": "quick",
+    "reps": 3,
+    "wall_s": 1.0,
+    "json_name": "a.json",
+    "png_name": "a.png",
+    "git_revision": "abc1234",
+    "git_dirty": False,
+    "headline": [{"key": "tok_s", "label": "tok/s", "higher_is_better": True}],
+}
+
+
 def test_unstable_cells_are_marked_with_their_values():
     assert not is_unstable(summarize([100.0, 110.0, 120.0]))  # spread 0.18
     bimodal = summarize([38.8, 90.3, 39.5])
     assert is_unstable(bimodal) and bimodal["spread"] > 1
     assert not is_unstable(summarize([38.8]))  # one repetition cannot disagree with itself
     payload = {
-        "title": "t",
-        "finished": "now",
-        "machine": {"cpu_model": "cpu", "usable_cores": 2, "ram_bytes": 2**34, "gpus": []},
-        "mode": "quick",
-        "reps": 3,
-        "wall_s": 1.0,
-        "json_name": "a.json",
-        "png_name": "a.png",
-        "git_revision": "abc1234",
-        "git_dirty": False,
-        "headline": [{"key": "tok_s", "label": "tok/s", "higher_is_better": True}],
+        **RESULTS_HEADER,
         "contenders": {"peer": {"label": "the peer", "role": "peer"}},
         "scenarios": [
             {
@@ -245,17 +251,7 @@ def test_unstable_cells_are_marked_with_their_values():
 def test_a_run_of_deterministic_tables_only_has_no_timing_table_or_plot(tmp_path):
     """A payload without scenarios (``bench.gguf_quality --quality-only``): its tables, no empty main table."""
     payload = {
-        "title": "t",
-        "finished": "now",
-        "machine": {"cpu_model": "cpu", "usable_cores": 2, "ram_bytes": 2**34, "gpus": []},
-        "mode": "quick",
-        "reps": 3,
-        "wall_s": 1.0,
-        "json_name": "a.json",
-        "png_name": "a.png",
-        "git_revision": "abc1234",
-        "git_dirty": False,
-        "headline": [{"key": "tok_s", "label": "tok/s", "higher_is_better": True}],
+        **RESULTS_HEADER,
         "contenders": {},
         "scenarios": [],
         "tables": [{"title": "Quality", "header": ["type", "perplexity"], "rows": [["Q4_1", "9.1"]]}],

@@ -70,14 +70,18 @@ async def test_with_keys_a_scrape_needs_a_key(settings, keys_file):
         await running.stop(grace=0.5)
 
 
+def _keys_and_mutual_tls(keys_file, pki) -> dict:
+    """Settings of a server with API keys and mutual TLS (client certificates from ``pki``'s CA)."""
+    return {
+        "api_keys_file": keys_file,
+        "tls_cert_file": pki.server_cert,
+        "tls_key_file": pki.server_key,
+        "tls_client_ca_file": pki.ca_file,
+    }
+
+
 async def test_with_mutual_tls_a_scrape_needs_a_client_certificate_and_a_key(settings, keys_file, pki):
-    running = await started(
-        settings,
-        api_keys_file=keys_file,
-        tls_cert_file=pki.server_cert,
-        tls_key_file=pki.server_key,
-        tls_client_ca_file=pki.ca_file,
-    )
+    running = await started(settings, **_keys_and_mutual_tls(keys_file, pki))
     try:
         port = running.metrics_port
         with pytest.raises(httpx.TransportError):  # plaintext to a TLS port
@@ -96,14 +100,7 @@ async def test_with_mutual_tls_a_scrape_needs_a_client_certificate_and_a_key(set
 
 
 async def test_metrics_public_opens_the_port_but_keeps_tls(settings, keys_file, pki):
-    running = await started(
-        settings,
-        api_keys_file=keys_file,
-        tls_cert_file=pki.server_cert,
-        tls_key_file=pki.server_key,
-        tls_client_ca_file=pki.ca_file,
-        metrics_public=True,
-    )
+    running = await started(settings, **_keys_and_mutual_tls(keys_file, pki), metrics_public=True)
     try:
         port = running.metrics_port
         answer = await scrape(f"https://localhost:{port}/metrics", verify=https(pki, client_cert=False))
