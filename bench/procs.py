@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
-#: What a server logs when a port picked by :func:`free_port` was taken before it could bind.
-BIND_FAILURE = "address already in use"
+#: What a server logs when a port picked by :func:`free_port` was taken before it could bind:
+#: uvicorn and the OS say the first, grpc's ``add_insecure_port``/``add_secure_port`` the second.
+BIND_FAILURES = ("address already in use", "Failed to bind to address")
+
+
+def bind_failed(log: str) -> bool:
+    """Whether ``log`` says a server lost its port to another process (see :data:`BIND_FAILURES`)."""
+    return any(marker in log for marker in BIND_FAILURES)
+
+
 #: The checkout: children run here so that ``python -m bench.*`` resolves without installing ``bench``.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,7 +122,7 @@ class ManagedProcess:
                 raise ProcessFailedError(
                     f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
                 )
-            if BIND_FAILURE in self.log_tail():  # a server may keep running without the port it lost
+            if bind_failed(self.log_tail()):  # a server may keep running without the port it lost
                 raise ProcessFailedError(f"{self.name} could not bind its port:\n{self.log_tail()}")
             with contextlib.suppress(Exception):
                 if probe():

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import (
-    BIND_FAILURE,
     LOOPBACK,
     ManagedProcess,
     ProcessFailedError,
     base_env,
+    bind_failed,
     free_port,
     grpc_serving,
     http_ok,
@@ -107,7 +107,7 @@ def start_ours(
         except ProcessFailedError as exc:
             # A free port can be taken by another process between the check and the bind
             # (several bench runs start servers at once): try other ports, a bounded number of times.
-            if BIND_FAILURE not in str(exc) or attempt == PORT_ATTEMPTS - 1:
+            if not bind_failed(str(exc)) or attempt == PORT_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
 

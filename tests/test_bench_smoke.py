@@ -430,3 +430,25 @@ def test_gguf_quality_compares_the_requantized_types(tmp_path):
     assert all(scenario["results"][name]["metrics"]["agg_tok_s"]["median"] > 0 for name in payload["quality"])
     readme = (out / "README.md").read_text()
     assert "<!-- bench:gguf_quality:begin -->" in readme and "| Q4_0 (requantized) |" in readme
+
+
+def test_our_server_start_moves_to_fresh_ports_when_grpc_loses_its_port(tmp_path, monkeypatch):
+    """grpc says "Failed to bind to address" (not the OS's text) when a picked port was taken meanwhile."""
+    import socket
+
+    from bench import procs, servers
+
+    assert procs.bind_failed("RuntimeError: Failed to bind to address 127.0.0.1:37843; set GRPC_VERBOSITY")
+    assert procs.bind_failed("[Errno 98] error while attempting to bind: address already in use")
+    assert not procs.bind_failed("ModuleNotFoundError: No module named 'x'")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind((procs.LOOPBACK, 0))
+        taken.listen()
+        picks = iter([taken.getsockname()[1], procs.free_port()])
+        monkeypatch.setattr(servers, "free_port", lambda: next(picks, None) or procs.free_port())
+        server = servers.start_ours(tmp_path, name="ours-port-taken")
+        try:
+            assert server.grpc_target != f"{procs.LOOPBACK}:{taken.getsockname()[1]}"
+            assert procs.grpc_serving(server.grpc_target)
+        finally:
+            server.stop()
