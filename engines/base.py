@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from engines.device import cpu_threads, lower_thread_priority, resolve_device, set_torch_threads
 from engines.errors import InvalidArgumentError
 from engines.executor import DeviceExecutor
+from engines.options import EngineOptions, parse_options
 from engines.sources import resolve_source
 from engines.types import MemoryUsage, Task
 
@@ -71,6 +72,11 @@ class Engine(abc.ABC):
 
     backend: ClassVar[str]
     tasks: ClassVar[frozenset[Task]]
+    options_model: ClassVar[type[EngineOptions] | None] = None
+    """The backend's typed catalog options (:mod:`engines.options`); ``self.options`` is one.
+
+    ``None`` only while a backend still reads raw options (checked by :attr:`int_options`).
+    """
     int_options: ClassVar[tuple[str, ...]] = ()
     """Catalog options that must be integers when set; :meth:`check_spec` checks them."""
     runs_torch: ClassVar[bool] = False
@@ -83,6 +89,8 @@ class Engine(abc.ABC):
         self.spec = spec
         self.device = device
         self.executor = executor
+        if self.options_model is not None:
+            self.options = parse_options(self.options_model, spec.options, backend=self.backend)
 
     @abc.abstractmethod
     def load(self) -> None:
@@ -150,6 +158,9 @@ class Engine(abc.ABC):
 
         """
         resolve_source(spec.source)
+        if cls.options_model is not None:
+            parse_options(cls.options_model, spec.options, backend=cls.backend)
+            return
         for key in (*cls.int_options, "niceness", *(("threads",) if cls.runs_torch else ())):
             value = spec.options.get(key)
             if value is None:

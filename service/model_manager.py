@@ -195,12 +195,20 @@ class ModelManager:
         self._closing = False
 
     def _managed(self, spec: ModelSpec) -> ManagedModel:
-        if self._settings.max_queue_wait_s and "max_queue_wait_s" not in spec.options:
+        if self._settings.max_queue_wait_s and "max_queue_wait_s" not in spec.options and self._queues(spec):
             # The server-wide limit, unless the catalog entry sets its own.
             options = {**spec.options, "max_queue_wait_s": self._settings.max_queue_wait_s}
             spec = dataclasses.replace(spec, options=options)
         keep_alive = parse_keep_alive(spec.keep_alive) if spec.keep_alive else self._default_keep_alive_s
         return ManagedModel(spec=spec, keep_alive_s=keep_alive, pinned=spec.pinned)
+
+    def _queues(self, spec: ModelSpec) -> bool:
+        """Whether ``spec``'s backend has the ``max_queue_wait_s`` option (a queue before its device)."""
+        try:
+            options_model = self._engine_factory(spec.backend).options_model
+        except RuntimeServiceError:
+            return False  # an unknown backend: the entry is refused when used
+        return options_model is None or "max_queue_wait_s" in options_model.model_fields
 
     # -- lookup ---------------------------------------------------------------------------
 
