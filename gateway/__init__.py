@@ -13,8 +13,8 @@ __all__ = ["create_app"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy (PEP 562): the server imports gateway.api_keys (the keys file format both faces read)
-    # without paying for FastAPI (about 0.5 s) when it runs without the gateway.
+    # Lazy (PEP 562): importing a submodule that needs no FastAPI (gateway.settings, gateway.https)
+    # does not pay for it (about 0.5 s).
     if name == "create_app":
         from gateway.app import create_app
 

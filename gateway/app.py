@@ -13,7 +13,6 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from gateway.api_keys import ApiKeys, load_api_keys
 from gateway.cors import install_cors
 from gateway.dependencies import require_api_key
 from gateway.errors import install_error_handlers
@@ -38,6 +37,7 @@ from gateway.routes import (
 from gateway.routing import ROUTING_MODES, ModelAffinityRouter
 from gateway.schemas.errors import ERROR_RESPONSES, HEALTH_ERROR_RESPONSES, METRICS_ERROR_RESPONSES
 from gateway.settings import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SHUTDOWN_GRACE_S, GatewayConfig
+from service.shared.api_keys import ApiKeys, load_api_keys
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def create_app(
         max_message_bytes: Largest HTTP request body (413 above it) and gRPC message, in bytes.
         shutdown_grace_s: Seconds SSE streams may go on once the server shuts down; a stream still
             running then ends with an error event (never a silent cut).
-        api_keys_file: A keys file (:mod:`gateway.api_keys`): its keys are accepted too, and the
+        api_keys_file: A keys file (:mod:`service.shared.api_keys`): its keys are accepted too, and the
             client's own token is forwarded, so the server can name the key in its log.
         api_keys: Keys already loaded (by the server beside it), used instead of ``api_key`` and
             ``api_keys_file``.
@@ -88,7 +88,7 @@ def create_app(
             the API docs (``/docs``, ``/redoc``, ``/openapi.json``) with it.
         cors_origins: Origins allowed cross-origin calls (:mod:`gateway.cors`); empty: CORS off.
         grpc_credentials: TLS credentials of the channel to the server
-            (:func:`gateway.tls.channel_credentials`); ``None`` for plaintext.
+            (:func:`service.shared.tls.channel_credentials`); ``None`` for plaintext.
         routing: ``round-robin`` (every call to the next replica) or ``model-affinity`` (a request
             naming a model goes to a replica that holds it; :mod:`gateway.routing`).
         wrap_channel: Turns the gateway's channel into the one its stubs use (the server in the
@@ -100,7 +100,7 @@ def create_app(
 
     Raises:
         ValueError: ``max_message_bytes`` is not positive, or a CORS origin is malformed.
-        gateway.api_keys.ApiKeyError: The keys file is unreadable or malformed (a ``ValueError``).
+        service.shared.api_keys.ApiKeyError: The keys file is unreadable or malformed (a ``ValueError``).
 
     """
     if max_message_bytes <= 0:

@@ -13,13 +13,13 @@ import socket
 from collections.abc import Sequence
 
 from gateway import tracing
-from gateway.api_keys import ApiKeyError
 from gateway.app import create_app
 from gateway.cors import parse_cors_origins
 from gateway.https import gateway_tls, run_uvicorn
 from gateway.settings import GatewaySettings
-from gateway.tls import TlsConfigError
 from gateway.workers import run_workers
+from service.shared.api_keys import ApiKeyError
+from service.shared.tls import TlsConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:

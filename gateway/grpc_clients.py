@@ -83,7 +83,7 @@ class GrpcClients:
                 (``"dns:///universal-runtime-grpc:50051"``), balanced by :data:`SERVICE_CONFIG`.
             max_message_bytes: Limit on sent and received message sizes; larger messages fail
                 with RESOURCE_EXHAUSTED before (send) or instead of (receive) reaching the peer.
-            credentials: TLS credentials (:func:`gateway.tls.channel_credentials`); ``None`` for
+            credentials: TLS credentials (:func:`service.shared.tls.channel_credentials`); ``None`` for
                 plaintext. A TLS handshake that fails (unknown CA, client certificate refused)
                 makes calls fail with UNAVAILABLE.
             wrap_channel: Turns the channel into the one the stubs use: the server in the same

@@ -1,10 +1,18 @@
-"""The gateway's uvicorn servers; their HTTPS certificate reloads in place (:class:`gateway.tls.Https`)."""
+"""The gateway's uvicorn servers and their HTTPS, whose certificate reloads in place (:class:`Https`).
+
+The TLS files themselves (checking, watching) are :mod:`service.shared.tls`, shared with the gRPC
+server; what is HTTP-only (uvicorn's ``ssl_*`` options, reloading uvicorn's live context) is here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import ssl
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -13,7 +21,69 @@ from uvicorn.main import STARTUP_FAILURE
 
 from gateway.http_limits import HeaderLimits
 from gateway.settings import ENV_PREFIX, GatewaySettings
-from gateway.tls import Https, TlsFiles, channel_credentials
+from service.shared.tls import DEFAULT_REFRESH_INTERVAL_S, CertificateWatch, TlsFiles, channel_credentials
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Https:
+    """HTTPS of the gateway: checked files and how often to look for a new certificate.
+
+    Attributes:
+        files: Server certificate and key, and the optional client CA (clients must then present a
+            certificate it signed: uvicorn's ``ssl_cert_reqs=CERT_REQUIRED``).
+        refresh_interval_s: Seconds between looks at the files; 0 never reloads.
+
+    """
+
+    files: TlsFiles
+    refresh_interval_s: float = DEFAULT_REFRESH_INTERVAL_S
+
+    @classmethod
+    def from_settings(
+        cls,
+        prefix: str,
+        cert_file: Path | None,
+        key_file: Path | None,
+        client_ca_file: Path | None,
+        refresh_interval_s: float = DEFAULT_REFRESH_INTERVAL_S,
+    ) -> Https | None:
+        """``None`` without a cert and key (plain HTTP); see :meth:`TlsFiles.server` for errors."""
+        files = TlsFiles.server(prefix, cert_file, key_file, client_ca_file)
+        return None if files is None else cls(files, refresh_interval_s)
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`uvicorn.Config` that turn HTTPS on."""
+        options: dict[str, Any] = {"ssl_certfile": self.files.cert_file, "ssl_keyfile": self.files.key_file}
+        if self.files.ca_file is not None:
+            options |= {"ssl_ca_certs": self.files.ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
+        return options
+
+    async def reload_certificate(self, config: uvicorn.Config) -> None:
+        """Run until cancelled: load new certificate files into uvicorn's live ``SSLContext``.
+
+        ``load_cert_chain`` on the context uvicorn's listening socket holds changes what new
+        handshakes present; open connections keep theirs. A new client CA is added to the trusted
+        ones; a CA removed from the file stays trusted until restart (OpenSSL cannot drop one).
+        Each look is a ``stat`` per file; a reload reads a few KB on the event loop.
+        """
+        if self.refresh_interval_s <= 0:
+            return
+        watch = CertificateWatch(self.files, self.refresh_interval_s)
+        while True:
+            await asyncio.sleep(self.refresh_interval_s)
+            if config.ssl is None or watch.poll() is None:
+                continue
+            try:
+                config.ssl.load_cert_chain(self.files.cert_file, self.files.key_file)  # type: ignore[arg-type]
+                if self.files.ca_file is not None:
+                    config.ssl.load_verify_locations(cafile=self.files.ca_file)
+            except OSError as err:  # an ssl.SSLError: the files changed again since they were checked
+                log.warning(
+                    "gateway TLS reload failed, trying again in %s s: %s", self.refresh_interval_s, err
+                )
+                watch.retry()
 
 
 def uvicorn_server(

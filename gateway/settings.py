@@ -9,7 +9,6 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gateway.api_keys import ApiKeys
 from gateway.cors import parse_cors_origins
 from gateway.http_limits import (
     DEFAULT_MAX_HEADER_BYTES,
@@ -17,6 +16,7 @@ from gateway.http_limits import (
     DEFAULT_MAX_HEADER_LINE_BYTES,
     HeaderLimits,
 )
+from service.shared.api_keys import ApiKeys
 
 # 64 MiB: large enough for batched embeddings of long texts, small enough that one request cannot
 # exhaust the gateway's memory. The same limit bounds HTTP bodies and gRPC messages both ways.
@@ -141,7 +141,7 @@ class GatewaySettings(BaseSettings):
         parse_cors_origins(value)
         return value
 
-    # TLS (README, "Operate"); the files are checked at start-up by gateway.tls.
+    # TLS (README, "Operate"); the files are checked at start-up by service.shared.tls.
     tls_cert_file: Path | None = Field(default=None, description="PEM certificate chain; turns HTTPS on.")
     tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
     tls_client_ca_file: Path | None = Field(

@@ -21,19 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engines.process_lane import preload_modules
-from gateway.api_keys import load_api_keys
-from gateway.tls import TlsConfigError
 from service.admin.main import COMMANDS, run
 from service.event_loop import EventLoopError, loop_factory, loop_name
 from service.in_process_calls import InProcessCalls
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
-from service.tls import gateway_https
-from service.tracing import instrument_gateway
+from service.shared.api_keys import load_api_keys
+from service.shared.tls import TlsConfigError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+    from gateway.https import Https
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,26 @@ def gateway_app(settings: Settings, target: str, in_process: InProcessCalls | No
     )
 
 
+def gateway_https(settings: Settings) -> Https | None:
+    """HTTPS of the gateway started beside the server (``UR_GATEWAY_TLS_*``), or ``None`` (HTTP).
+
+    Its certificate is looked at every ``tls_refresh_interval_s``, like the server's.
+
+    Raises:
+        service.shared.tls.TlsConfigError: half a configuration, or a file unreadable or wrong.
+
+    """
+    from gateway.https import Https
+
+    return Https.from_settings(
+        "UR_GATEWAY_TLS_",
+        settings.gateway_tls_cert_file,
+        settings.gateway_tls_key_file,
+        settings.gateway_tls_client_ca_file,
+        settings.tls_refresh_interval_s,
+    )
+
+
 def in_process_calls(settings: Settings) -> bool:
     """Whether the gateway beside the server calls it in-process (see :func:`gateway_app`)."""
     return settings.gateway_in_process_calls and not settings.otlp_endpoint
@@ -110,6 +130,7 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     gateway_task = None
     if with_gateway:
         from gateway.https import uvicorn_server
+        from gateway.tracing import instrument_app
 
         target = (
             f"127.0.0.1:{running.port}"
@@ -119,7 +140,7 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
         if running.internal_socket is not None:  # the server speaks TLS: see service.tls.InternalSocket
             target = running.internal_socket.target
         app = gateway_app(settings, target, running.in_process)
-        instrument_gateway(app)  # route spans, when tracing is on
+        instrument_app(app)  # route spans, when tracing is on
         gateway_server = uvicorn_server(
             app,
             https,

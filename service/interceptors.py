@@ -19,7 +19,6 @@ import grpc
 from grpc_interceptor import AsyncServerInterceptor
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError, RuntimeServiceError
-from gateway.api_keys import ApiKeys, load_api_keys
 from service import metrics
 from service.request_context import (
     REQUEST_ID_METADATA_KEY,
@@ -28,6 +27,7 @@ from service.request_context import (
     model_var,
     request_id_var,
 )
+from service.shared.api_keys import ApiKeys, load_api_keys
 from service.status import internal_status, rich_status, status_for_error
 
 log = logging.getLogger("universal_runtime.rpc")
@@ -146,7 +146,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     gateway does, and the token against every key in constant time (:meth:`ApiKeys.match`).
 
     Args:
-        keys: The keys (:func:`gateway.api_keys.load_api_keys`), or one key, named ``default``.
+        keys: The keys (:func:`service.shared.api_keys.load_api_keys`), or one key, named ``default``.
         public_health: Let health and reflection RPCs through without a key (the default);
             ``False`` guards them too (setting ``auth_public_health``).
 

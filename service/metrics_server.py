@@ -19,8 +19,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import REGISTRY, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from gateway.api_keys import ApiKeys
-from gateway.tls import CertificateWatch, TlsFiles
+from service.shared.api_keys import ApiKeys
+from service.shared.tls import CertificateWatch, TlsFiles
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ from engines.ocr.pdf_worker import PRELOAD as PDF_WORKER_PRELOAD
 from engines.process_lane import preload_modules
 from engines.state_store import open_state_store
 from engines.storage import StoreQuota
-from gateway.api_keys import load_api_keys
 from service import metrics
 from service.catalog import load_catalog, user_catalog_path
 from service.concurrency import ConcurrencyLimitInterceptor
@@ -43,6 +42,7 @@ from service.model_manager import ModelManager
 from service.servicers.inference import InferenceServicer
 from service.servicers.models import ModelServicer
 from service.settings import Settings
+from service.shared.api_keys import load_api_keys
 from service.tasks.anomaly import AnomalyTask
 from service.tasks.classifiers import ClassifierTask
 from service.tasks.document_questions import DocumentQuestionTask
@@ -269,8 +269,8 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     work (unknown backend, missing source, bad option) is logged and reported as ``Error: ...``.
 
     Raises:
-        gateway.api_keys.ApiKeyError: the keys file (``api_keys_file``) is unreadable or malformed.
-        gateway.tls.TlsConfigError: a TLS setting is half set, or names an unreadable or wrong file
+        service.shared.api_keys.ApiKeyError: the keys file (``api_keys_file``) is unreadable or malformed.
+        service.shared.tls.TlsConfigError: a TLS setting is half set, or names an unreadable or wrong file
             (a ValueError naming the setting); raised before anything starts.
         service.catalog.CatalogError: the catalog file is unreadable or not a catalog (a malformed
             entry is only marked ``Error``).

@@ -2,7 +2,7 @@
 
 Settings (``UR_TLS_*``, :class:`service.settings.Settings`): a certificate and key turn TLS on; a
 client CA makes client certificates required (mutual TLS). The files are checked at start-up
-(:class:`gateway.tls.TlsFiles`) and watched afterwards: grpc asks
+(:class:`service.shared.tls.TlsFiles`) and watched afterwards: grpc asks
 :class:`CertificateFetcher` for a new configuration at each new handshake.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import grpc
 
-from gateway.tls import CertificateWatch, Https, TlsFiles, TlsMaterial
 from service.settings import Settings
+from service.shared.tls import CertificateWatch, TlsFiles, TlsMaterial
 
 log = logging.getLogger(__name__)
 
@@ -27,30 +27,12 @@ def server_tls_files(settings: Settings) -> TlsFiles | None:
     """The server's checked TLS files, or ``None`` when TLS is off (no cert and key set).
 
     Raises:
-        gateway.tls.TlsConfigError: half a configuration, or a file unreadable or wrong; the
+        service.shared.tls.TlsConfigError: half a configuration, or a file unreadable or wrong; the
             message names the setting (``UR_TLS_CERT_FILE``, ``UR_TLS_KEY_FILE``, ``UR_TLS_CLIENT_CA_FILE``).
 
     """
     return TlsFiles.server(
         SETTINGS_PREFIX, settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file
-    )
-
-
-def gateway_https(settings: Settings) -> Https | None:
-    """HTTPS of the gateway started beside the server (``UR_GATEWAY_TLS_*``), or ``None`` (HTTP).
-
-    Its certificate is looked at every ``tls_refresh_interval_s``, like the server's.
-
-    Raises:
-        gateway.tls.TlsConfigError: half a configuration, or a file unreadable or wrong.
-
-    """
-    return Https.from_settings(
-        "UR_GATEWAY_TLS_",
-        settings.gateway_tls_cert_file,
-        settings.gateway_tls_key_file,
-        settings.gateway_tls_client_ca_file,
-        settings.tls_refresh_interval_s,
     )
 
 
@@ -65,7 +47,8 @@ class CertificateFetcher:
 
     grpc calls it from its own threads at the start of each TLS handshake (never on the event
     loop); it answers ``None`` (keep the current one) at once unless ``interval_s`` has passed, then
-    costs a ``stat`` per file, and reads them only when they changed (:class:`gateway.tls.CertificateWatch`).
+    costs a ``stat`` per file, and reads them only when they changed
+    (:class:`service.shared.tls.CertificateWatch`).
     """
 
     def __init__(self, files: TlsFiles, interval_s: float) -> None:
@@ -86,7 +69,7 @@ def server_credentials(files: TlsFiles, refresh_interval_s: float) -> grpc.Serve
             reloads (static credentials).
 
     Raises:
-        gateway.tls.TlsConfigError: a file became unreadable or wrong since it was checked.
+        service.shared.tls.TlsConfigError: a file became unreadable or wrong since it was checked.
 
     """
     material = files.check()

@@ -13,10 +13,10 @@ from prometheus_client import REGISTRY, generate_latest
 from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc as msg
 
-from gateway.api_keys import ApiKeyError, load_api_keys
 from gateway.app import create_app
 from service import cli as service_cli
 from service.server import start_server
+from service.shared.api_keys import ApiKeyError, load_api_keys
 from tests.conftest import error_info
 from tests.gateway.gateway_fakes import asgi_client
 

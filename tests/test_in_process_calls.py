@@ -16,10 +16,10 @@ from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2, model_service_pb2_grpc
 
-from gateway.api_keys import load_api_keys
 from service.cli import gateway_app
 from service.in_process_calls import InProcessCalls, InProcessChannel
 from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
+from service.shared.api_keys import load_api_keys
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, error_info, free_port
 
 

@@ -13,8 +13,8 @@ from universal_runtime.v1 import encoders_pb2, inference_service_pb2_grpc, model
 from universal_runtime.v1 import model_service_pb2_grpc as model_grpc
 
 from gateway.app import create_app
-from gateway.tls import CertificateWatch, TlsConfigError, TlsFiles
 from service.server import RunningServer, start_server
+from service.shared.tls import CertificateWatch, TlsConfigError, TlsFiles
 from tests.conftest import EMBED_MODEL
 from tests.gateway.gateway_fakes import asgi_client
 from tests.tls_certs import (

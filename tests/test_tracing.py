@@ -17,8 +17,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from engines import tracing as engine_tracing
 from gateway.app import create_app
+from gateway.tracing import instrument_app
 from service.server import start_server
-from service.tracing import configure_tracing, instrument_gateway, shutdown_tracing
+from service.tracing import configure_tracing, shutdown_tracing
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES
 
 
@@ -31,19 +32,19 @@ def test_tracing_is_off_unless_configured():
 def test_a_standalone_gateway_traces_its_routes_and_calls_when_given_an_endpoint(monkeypatch):
     """``UR_GATEWAY_OTLP_ENDPOINT``: tracing is on and the app is instrumented; without it, not."""
     from gateway import cli as gateway_cli
-    from gateway import tracing as gateway_tracing
+    from service.shared import tracing as shared_tracing
 
     served: dict = {}
     monkeypatch.setattr(gateway_cli, "run_uvicorn", lambda app, https, **kwargs: served.update(app=app))
     gateway_cli.main([])
-    assert not gateway_tracing.enabled()
+    assert not shared_tracing.enabled()
     monkeypatch.setenv("UR_GATEWAY_OTLP_ENDPOINT", "http://127.0.0.1:1")  # nothing listens: spans drop
     try:
         gateway_cli.main([])
-        assert gateway_tracing.enabled()
+        assert shared_tracing.enabled()
         assert getattr(served["app"], "_is_instrumented_by_opentelemetry", False)
     finally:
-        gateway_tracing.shutdown()
+        shared_tracing.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ async def traced(settings):
     configure_tracing(None, span_processor=SimpleSpanProcessor(exporter))
     running = await start_server(settings.model_copy(update={"grpc_port": 0}))
     app = create_app(f"127.0.0.1:{running.port}", max_message_bytes=MAX_MESSAGE_BYTES)
-    instrument_gateway(app)
+    instrument_app(app)
     try:
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

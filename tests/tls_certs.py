@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gateway.tls import TlsFiles, channel_credentials
+from service.shared.tls import TlsFiles, channel_credentials
 
 SERVER_NAMES = ("localhost", "127.0.0.1")
 #: Seconds between looks at the files in tests: short, so a replaced certificate is seen quickly.

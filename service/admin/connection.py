@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import grpc
 
-from gateway.tls import TlsConfigError, TlsFiles, channel_credentials
+from service.shared.tls import TlsConfigError, TlsFiles, channel_credentials
 
 Response = TypeVar("Response")
 

@@ -1,9 +1,9 @@
 """API keys: the keys file format and the constant-time check of a bearer token against every key.
 
 Both faces read the same format: the gRPC server (``UR_API_KEY``, ``UR_API_KEYS_FILE``) and the
-standalone gateway (``UR_GATEWAY_API_KEY``, ``UR_GATEWAY_API_KEYS_FILE``). The module lives in the
-gateway because the gateway may import nothing from the service, and it imports only the standard
-library and PyYAML, so the server pays nothing for FastAPI when it loads it.
+standalone gateway (``UR_GATEWAY_API_KEY``, ``UR_GATEWAY_API_KEYS_FILE``). It lives in the leaf
+package :mod:`service.shared`, which both faces may import and which imports neither; it needs only
+the standard library and PyYAML.
 
 A keys file is a YAML (or JSON, a subset of YAML) mapping of key NAME to key::
 

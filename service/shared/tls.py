@@ -1,10 +1,9 @@
-"""TLS files: checking them at start-up, noticing when they change, and the gateway's TLS uses.
+"""TLS files: checking them at start-up, noticing when they change, and gRPC channel credentials.
 
-The gateway's HTTPS (uvicorn's ``ssl_*`` options, with the certificate reloaded in place; the
-servers themselves are built in :mod:`gateway.https`) and its gRPC channel credentials live here.
-The file handling (:class:`TlsFiles`, :class:`CertificateWatch`)
-is shared with the gRPC server (``service.tls``): the gateway imports nothing from the service, so
-this lower package is where both can reach it.
+Both faces use it: the gRPC server (:mod:`service.tls`, its ``UR_TLS_*`` files), the gateway
+(its HTTPS in :mod:`gateway.https`, its channel to the server) and the admin client. It lives in
+the leaf package :mod:`service.shared`, which imports neither face, so the server never imports the
+REST package to reach it.
 
 No TLS is implemented here: OpenSSL (through :mod:`ssl` and grpc) does it all; this module only
 reads files and passes them on.
@@ -12,7 +11,6 @@ reads files and passes them on.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import ssl
@@ -21,12 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import grpc
-
-if TYPE_CHECKING:  # uvicorn is imported where a server is built (gateway.https), not by the gRPC server
-    from uvicorn import Config as UvicornConfig
 
 log = logging.getLogger(__name__)
 
@@ -242,63 +236,3 @@ def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(
         root_certificates=material.ca, private_key=material.key, certificate_chain=material.cert
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Https:
-    """HTTPS of the gateway: checked files and how often to look for a new certificate.
-
-    Attributes:
-        files: Server certificate and key, and the optional client CA (clients must then present a
-            certificate it signed: uvicorn's ``ssl_cert_reqs=CERT_REQUIRED``).
-        refresh_interval_s: Seconds between looks at the files; 0 never reloads.
-
-    """
-
-    files: TlsFiles
-    refresh_interval_s: float = DEFAULT_REFRESH_INTERVAL_S
-
-    @classmethod
-    def from_settings(
-        cls,
-        prefix: str,
-        cert_file: Path | None,
-        key_file: Path | None,
-        client_ca_file: Path | None,
-        refresh_interval_s: float = DEFAULT_REFRESH_INTERVAL_S,
-    ) -> Https | None:
-        """``None`` without a cert and key (plain HTTP); see :meth:`TlsFiles.server` for errors."""
-        files = TlsFiles.server(prefix, cert_file, key_file, client_ca_file)
-        return None if files is None else cls(files, refresh_interval_s)
-
-    def uvicorn_options(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`uvicorn.Config` that turn HTTPS on."""
-        options: dict[str, Any] = {"ssl_certfile": self.files.cert_file, "ssl_keyfile": self.files.key_file}
-        if self.files.ca_file is not None:
-            options |= {"ssl_ca_certs": self.files.ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
-        return options
-
-    async def reload_certificate(self, config: UvicornConfig) -> None:
-        """Run until cancelled: load new certificate files into uvicorn's live ``SSLContext``.
-
-        ``load_cert_chain`` on the context uvicorn's listening socket holds changes what new
-        handshakes present; open connections keep theirs. A new client CA is added to the trusted
-        ones; a CA removed from the file stays trusted until restart (OpenSSL cannot drop one).
-        Each look is a ``stat`` per file; a reload reads a few KB on the event loop.
-        """
-        if self.refresh_interval_s <= 0:
-            return
-        watch = CertificateWatch(self.files, self.refresh_interval_s)
-        while True:
-            await asyncio.sleep(self.refresh_interval_s)
-            if config.ssl is None or watch.poll() is None:
-                continue
-            try:
-                config.ssl.load_cert_chain(self.files.cert_file, self.files.key_file)  # type: ignore[arg-type]
-                if self.files.ca_file is not None:
-                    config.ssl.load_verify_locations(cafile=self.files.ca_file)
-            except OSError as err:  # an ssl.SSLError: the files changed again since they were checked
-                log.warning(
-                    "gateway TLS reload failed, trying again in %s s: %s", self.refresh_interval_s, err
-                )
-                watch.retry()

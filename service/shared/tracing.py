@@ -1,10 +1,9 @@
-"""OpenTelemetry tracing of the gateway (the ``[otel]`` extra), shared with the server.
+"""The process's OpenTelemetry tracer provider (the ``[otel]`` extra), shared by both faces.
 
 Off unless an OTLP endpoint is given: then one tracer provider per process exports spans over
-OTLP/gRPC in the background (batched), the FastAPI instrumentation gives each route a server span,
-and the grpc client instrumentation carries the trace context to the server as ``traceparent``
-metadata, so a gateway request and the RPC it makes are one trace. ``service.tracing`` builds the
-server's tracing on the same provider. When off, nothing is imported or patched.
+OTLP/gRPC in the background (batched). The faces add their instrumentations on it:
+:mod:`service.tracing` (grpc server and client, the engines' spans) and :mod:`gateway.tracing`
+(FastAPI routes, the grpc client). When off, nothing is imported or patched.
 """
 
 from __future__ import annotations
@@ -64,42 +63,15 @@ def tracer_provider(endpoint: str | None, *, span_processor: Any = None) -> Any:
     return provider
 
 
+def current_provider() -> Any:
+    """The process's tracer provider, or ``None`` while tracing is off."""
+    return _provider
+
+
 def instrument(instrumentor: Any) -> None:
     """Turn an OpenTelemetry instrumentor on with the process's provider (undone by :func:`shutdown`)."""
     instrumentor.instrument(tracer_provider=_provider)
     _instrumentors.append(instrumentor)
-
-
-def configure_gateway(endpoint: str | None) -> bool:
-    """Tracing for a standalone gateway: the provider and the grpc client instrumentation.
-
-    Call before the app's channel is made (the instrumentation patches the channel constructors),
-    then :func:`instrument_app` on the app.
-
-    Returns:
-        Whether tracing is on.
-
-    Raises:
-        RuntimeError: the ``[otel]`` extra is not installed.
-
-    """
-    if not endpoint:
-        return False
-    if not _instrumentors:
-        tracer_provider(endpoint)
-        from opentelemetry.instrumentation.grpc import GrpcAioInstrumentorClient
-
-        instrument(GrpcAioInstrumentorClient())
-    return True
-
-
-def instrument_app(app: Any) -> None:
-    """Give the app's routes server spans (FastAPI instrumentation), when tracing is on."""
-    if _provider is None:
-        return
-    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
-
-    FastAPIInstrumentor.instrument_app(app, tracer_provider=_provider)
 
 
 def shutdown() -> None:

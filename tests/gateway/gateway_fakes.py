@@ -26,8 +26,7 @@ from universal_runtime.v1 import (
     ocr_pb2,
 )
 
-from gateway.https import uvicorn_server
-from gateway.tls import Https
+from gateway.https import Https, uvicorn_server
 
 
 @dataclass

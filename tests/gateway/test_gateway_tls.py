@@ -11,9 +11,9 @@ import pytest
 
 from gateway import cli
 from gateway.app import create_app
-from gateway.https import gateway_tls
+from gateway.https import Https, gateway_tls
 from gateway.settings import GatewaySettings
-from gateway.tls import Https, TlsConfigError
+from service.shared.tls import TlsConfigError
 from tests.gateway.gateway_fakes import FakeServer, serve_with_uvicorn
 from tests.tls_certs import REFRESH_S, Pki, make_pki, replace_files, served_certificate, wait_for_certificate
 
