@@ -17,15 +17,22 @@ from typing import Any
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.classify import ClassifyRequest, FitClassifierRequest
-from gateway.translate.common import set_fields
+from gateway.translate.common import BodyFields
 from gateway.translate.encoders import TRUNCATION_POLICIES, list_json, texts_fields
+
+_CLASSIFY = BodyFields(
+    ClassifyRequest,
+    encoders_pb2.ClassifyRequest,
+    ("multi_label", "all_scores", "threshold", "candidate_labels"),
+    by_hand=("model", "input", "keep_alive", "truncation"),
+)
 
 
 def to_classify_request(request: ClassifyRequest) -> encoders_pb2.ClassifyRequest:
     """Convert the HTTP body to ``ClassifyRequest`` (threshold unset means the server's 0.5)."""
     return encoders_pb2.ClassifyRequest(
         **texts_fields(request),
-        **set_fields(request, "multi_label", "all_scores", "threshold", "candidate_labels"),
+        **_CLASSIFY.values(request),
         truncation=TRUNCATION_POLICIES[request.truncation],
     )
 

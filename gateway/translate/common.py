@@ -1,4 +1,4 @@
-"""Helpers every translator uses: copying body fields into proto constructors, protos to JSON.
+"""Helpers every translator uses: explicit body-to-proto field mappings, protos to JSON.
 
 Protobuf's JSON mapping writes 64-bit integers as strings (JavaScript numbers hold 53 bits), but
 the gateway's answers are for clients that read numbers as Python, Go or JSON Schema do, and
@@ -8,6 +8,7 @@ number: :func:`proto_json` gives every integer as a JSON number.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -16,19 +17,63 @@ from google.protobuf.message import Message
 from pydantic import BaseModel
 
 
-def set_fields(body: BaseModel, *names: str) -> dict[str, Any]:
-    """Return ``{name: getattr(body, name)}`` for the named body fields that are not ``None``.
+class BodyFields:
+    """An explicit field mapping from a request body model to the proto built from it.
 
-    Meant as keyword arguments of a proto constructor whose fields have the body's names. A
-    ``None`` field is left out, so the proto field stays unset: its zero value, and for an
-    ``optional`` field no presence, which lets the server apply its default.
-
-    Raises:
-        AttributeError: ``body`` has no attribute of one of the names.
-
+    Every field of ``body_type`` is accounted for when the mapping is declared (at import):
+    ``copied`` ones go as they are into the same-named fields of ``message_type``;
+    ``by_hand`` ones the translator converts itself (other names, other types, nested messages);
+    ``dropped`` ones are deliberately not sent (they steer the gateway, not the server). A body
+    field renamed or added is in none of them, and a copied field the proto renamed is not one
+    of its fields: either way the declaration raises instead of the value silently going missing.
     """
-    values = {name: getattr(body, name) for name in names}
-    return {name: value for name, value in values.items() if value is not None}
+
+    def __init__(
+        self,
+        body_type: type[BaseModel],
+        message_type: type[Message],
+        copied: Collection[str],
+        *,
+        by_hand: Collection[str] = (),
+        dropped: Collection[str] = (),
+    ) -> None:
+        """Check the mapping.
+
+        Raises:
+            ValueError: a body field in none of the three, or in more than one; a name that is
+                not a body field; a copied name that is not a field of ``message_type``.
+
+        """
+        self.copied = tuple(copied)
+        body_fields = set(body_type.model_fields)
+        message_fields = set(message_type.DESCRIPTOR.fields_by_name)
+        named = [*self.copied, *by_hand, *dropped]
+        problems = [
+            *(f"{name!r} is not a field of the body" for name in sorted(set(named) - body_fields)),
+            *(f"{name!r} is named twice" for name in sorted({n for n in named if named.count(n) > 1})),
+            *(
+                f"{name!r} is neither copied, converted by hand nor dropped"
+                for name in sorted(body_fields - set(named))
+            ),
+            *(
+                f"copied {name!r} is not a field of the message"
+                for name in self.copied
+                if name not in message_fields
+            ),
+        ]
+        if problems:
+            what = f"{body_type.__name__} -> {message_type.DESCRIPTOR.full_name}"
+            raise ValueError(f"{what}: " + "; ".join(problems))
+
+    def values(self, body: BaseModel) -> dict[str, Any]:
+        """Return ``{name: value}`` for the copied fields that are not ``None``.
+
+        Meant as keyword arguments of the proto constructor. A ``None`` field is left out, so
+        the proto field stays unset: its zero value, and for an ``optional`` field no presence,
+        which lets the server apply its default.
+        """
+        values = {name: getattr(body, name) for name in self.copied}
+        return {name: value for name, value in values.items() if value is not None}
 
 
 _INT64_TYPES = frozenset(

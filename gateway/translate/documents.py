@@ -17,7 +17,7 @@ from gateway.schemas.documents import (
     DocumentReadRequest,
 )
 from gateway.schemas.uploads import READ_OPTION_FIELDS
-from gateway.translate.common import proto_json, set_fields
+from gateway.translate.common import BodyFields, proto_json
 from gateway.uploads import upload_messages
 
 PAGE_SEPARATOR = "\n\n---\n\n"
@@ -25,12 +25,35 @@ PAGE_SEPARATOR = "\n\n---\n\n"
 
 _BLOCK_TYPE_PREFIX = "BLOCK_TYPE_"
 
+# The file goes in the messages after the options (``upload_messages``); the read options'
+# fields go in ``document`` (``read_options``).
+_READ = BodyFields(
+    DocumentReadRequest,
+    pb.DocumentReadOptions,
+    ("ocr_model", "layout_model", *READ_OPTION_FIELDS),
+    by_hand=("file", "keep_alive"),
+)
+_READ_FIELDS = tuple(DocumentReadRequest.model_fields)
+_ASK = BodyFields(
+    DocumentAskRequest,
+    pb.AskDocumentOptions,
+    ("question", "model", "embedding_model", "top_k", "max_tokens"),
+    by_hand=_READ_FIELDS,
+)
+_EXTRACT = BodyFields(
+    DocumentExtractRequest,
+    pb.ExtractDocumentOptions,
+    ("model", "max_tokens"),
+    by_hand=(*_READ_FIELDS, "json_schema"),
+)
+_CLASSIFY = BodyFields(
+    DocumentClassifyRequest, pb.ClassifyDocumentOptions, ("model", "candidate_labels"), by_hand=_READ_FIELDS
+)
+
 
 def read_options(body: DocumentReadRequest) -> pb.DocumentReadOptions:
     """Convert how the document is read (models, type, pages, languages, PDF) to ``DocumentReadOptions``."""
-    return pb.DocumentReadOptions(
-        **set_fields(body, "ocr_model", "layout_model", *READ_OPTION_FIELDS), keep_alive=body.keep_alive_value
-    )
+    return pb.DocumentReadOptions(**_READ.values(body), keep_alive=body.keep_alive_value)
 
 
 def analyze_messages(body: DocumentAnalyzeRequest, data: bytes) -> Iterator[pb.AnalyzeDocumentRequest]:
@@ -43,7 +66,7 @@ def ask_messages(body: DocumentAskRequest, data: bytes) -> Iterator[pb.AskDocume
     """The ``AskDocumentRequest`` messages: the options on the first, then the file in 1 MiB chunks."""
     options = pb.AskDocumentOptions(
         document=read_options(body),
-        **set_fields(body, "question", "model", "embedding_model", "top_k", "max_tokens"),
+        **_ASK.values(body),
     )
     return upload_messages(pb.AskDocumentRequest, options, data)
 
@@ -53,16 +76,14 @@ def extract_messages(body: DocumentExtractRequest, data: bytes) -> Iterator[pb.E
     options = pb.ExtractDocumentOptions(
         document=read_options(body),
         json_schema=json.dumps(body.json_schema) if body.json_schema is not None else "",
-        **set_fields(body, "model", "max_tokens"),
+        **_EXTRACT.values(body),
     )
     return upload_messages(pb.ExtractDocumentRequest, options, data)
 
 
 def classify_messages(body: DocumentClassifyRequest, data: bytes) -> Iterator[pb.ClassifyDocumentRequest]:
     """The ``ClassifyDocumentRequest`` messages: the options on the first, then the file in 1 MiB chunks."""
-    options = pb.ClassifyDocumentOptions(
-        document=read_options(body), **set_fields(body, "model", "candidate_labels")
-    )
+    options = pb.ClassifyDocumentOptions(document=read_options(body), **_CLASSIFY.values(body))
     return upload_messages(pb.ClassifyDocumentRequest, options, data)
 
 

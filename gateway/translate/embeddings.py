@@ -14,7 +14,7 @@ from typing import Any
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.embeddings import EmbeddingRequest
-from gateway.translate.common import set_fields
+from gateway.translate.common import BodyFields
 from gateway.translate.encoders import TRUNCATION_POLICIES, list_json, texts_fields
 
 #: ``encoding_format`` to the proto's EmbeddingEncoding: base64 is float32 bytes made here.
@@ -50,6 +50,22 @@ def truncation_policy(request: EmbeddingRequest, *, truncate_by_default: bool) -
     return encoders_pb2.TRUNCATION_POLICY_END
 
 
+_EMBED = BodyFields(
+    EmbeddingRequest,
+    encoders_pb2.EmbedRequest,
+    ("normalize", "dimensions", "prompt_name", "prompt"),
+    by_hand=(
+        "model",
+        "input",
+        "keep_alive",
+        "encoding_format",
+        "truncation",
+        "truncate",
+        "truncation_direction",
+    ),
+)
+
+
 def to_embed_request(
     request: EmbeddingRequest, *, truncate_by_default: bool = False
 ) -> encoders_pb2.EmbedRequest:
@@ -60,7 +76,7 @@ def to_embed_request(
     """
     return encoders_pb2.EmbedRequest(
         **texts_fields(request),
-        **set_fields(request, "normalize", "dimensions", "prompt_name", "prompt"),
+        **_EMBED.values(request),
         truncation=truncation_policy(request, truncate_by_default=truncate_by_default),
         encoding=ENCODINGS[request.encoding_format],
     )

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 from universal_runtime.v1 import common_pb2, generation_pb2
 
 from gateway.schemas.generation import SamplingRequest
-from gateway.translate.common import set_fields
+from gateway.translate.common import BodyFields
 
 # CANCELLED maps to "stop": OpenAI has no cancelled reason, and the text produced so far is a
 # valid (if short) answer.
@@ -25,16 +25,25 @@ _FINISH_REASONS: dict[int, str] = {
 
 
 # Optional sampling options whose body and proto fields share a name; unset ones are not sent.
-_SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "n",
+# ``model`` and ``keep_alive`` go on the request (``GenerationApi``), ``max_tokens`` comes in as
+# an argument (chat names it two ways); ``stream`` and ``stream_options`` choose the RPC and
+# whether the gateway adds a usage chunk.
+_SAMPLING = BodyFields(
+    SamplingRequest,
+    generation_pb2.GenerationParameters,
+    (
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "n",
+    ),
+    by_hand=("model", "keep_alive", "max_tokens", "stop", "logit_bias"),
+    dropped=("stream", "stream_options"),
 )
 
 
@@ -125,7 +134,7 @@ def generation_parameters(
             generation_pb2.LogitBias(token_id=token_id, bias=bias)
             for token_id, bias in (request.logit_bias or {}).items()
         ],
-        **set_fields(request, *_SAMPLING_FIELDS),
+        **_SAMPLING.values(request),
     )
     if max_tokens is not None:
         params.max_tokens = max_tokens

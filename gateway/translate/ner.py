@@ -17,15 +17,20 @@ from typing import Any
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.ner import NerRequest
-from gateway.translate.common import set_fields
+from gateway.translate.common import BodyFields
 from gateway.translate.encoders import list_json, texts_fields
+
+_ENTITIES = BodyFields(
+    NerRequest,
+    encoders_pb2.ExtractEntitiesRequest,
+    ("min_score", "labels"),
+    by_hand=("model", "input", "keep_alive"),
+)
 
 
 def to_entities_request(request: NerRequest) -> encoders_pb2.ExtractEntitiesRequest:
     """Convert the HTTP body to ``ExtractEntitiesRequest``."""
-    return encoders_pb2.ExtractEntitiesRequest(
-        **texts_fields(request), **set_fields(request, "min_score", "labels")
-    )
+    return encoders_pb2.ExtractEntitiesRequest(**texts_fields(request), **_ENTITIES.values(request))
 
 
 def entities_from_proto(

@@ -9,16 +9,21 @@ from universal_runtime.v1 import ocr_pb2
 
 from gateway.schemas.ocr import OcrJsonRequest
 from gateway.schemas.uploads import READ_OPTION_FIELDS
-from gateway.translate.common import proto_json, set_fields
+from gateway.translate.common import BodyFields, proto_json
 from gateway.uploads import upload_messages
 
-# Body fields copied as they are into the same-named OcrOptions fields.
-_OPTION_FIELDS = ("model", "return_boxes", *READ_OPTION_FIELDS)
+# The file goes in the messages after the options (``ocr_messages``).
+_OPTIONS = BodyFields(
+    OcrJsonRequest,
+    ocr_pb2.OcrOptions,
+    ("model", "return_boxes", *READ_OPTION_FIELDS),
+    by_hand=("file", "keep_alive"),
+)
 
 
 def to_ocr_options(body: OcrJsonRequest) -> ocr_pb2.OcrOptions:
     """Convert the request's fields (JSON or form) to ``OcrOptions``."""
-    return ocr_pb2.OcrOptions(**set_fields(body, *_OPTION_FIELDS), keep_alive=body.keep_alive_value)
+    return ocr_pb2.OcrOptions(**_OPTIONS.values(body), keep_alive=body.keep_alive_value)
 
 
 def ocr_messages(data: bytes, options: ocr_pb2.OcrOptions) -> Iterator[ocr_pb2.OcrRequest]:

@@ -23,14 +23,21 @@ from typing import Any
 from universal_runtime.v1 import encoders_pb2
 
 from gateway.schemas.rerank import RerankRequest
-from gateway.translate.common import set_fields
+from gateway.translate.common import BodyFields
 from gateway.translate.encoders import TRUNCATION_POLICIES, usage_json
+
+_RERANK = BodyFields(
+    RerankRequest,
+    encoders_pb2.RerankRequest,
+    ("model", "query", "top_n", "return_documents"),
+    by_hand=("documents", "truncation", "keep_alive"),
+)
 
 
 def to_rerank_request(request: RerankRequest) -> encoders_pb2.RerankRequest:
     """Convert the HTTP body to ``RerankRequest``."""
     return encoders_pb2.RerankRequest(
-        **set_fields(request, "model", "query", "top_n", "return_documents"),
+        **_RERANK.values(request),
         documents=request.document_texts,
         truncation=TRUNCATION_POLICIES[request.truncation],
         keep_alive=request.keep_alive_value,

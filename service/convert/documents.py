@@ -14,8 +14,9 @@ from engines.documents.types import (
     DocumentLabel,
     RegionType,
     StructuredPage,
+    TableCell,
 )
-from service.convert.messages import message_from
+from service.convert.messages import MessageCopy
 from service.convert.ocr import box_message as _box
 from service.convert.ocr import line_message
 from service.convert.ocr import read_job as ocr_read_job
@@ -135,6 +136,10 @@ def classify_job(options: pb.ClassifyDocumentOptions, settings: Settings) -> Cla
     )
 
 
+_CELL = MessageCopy(pb.TableCell, TableCell, given=("box",))
+_PAGE = MessageCopy(pb.AnalyzeDocumentResponse, StructuredPage, given=("blocks",))
+
+
 def _block_message(block: Block, return_lines: bool) -> pb.DocumentBlock:
     message = pb.DocumentBlock(
         type=_BLOCK_TYPES[block.type], text=block.text, box=_box(block.box), confidence=block.confidence
@@ -146,7 +151,7 @@ def _block_message(block: Block, return_lines: bool) -> pb.DocumentBlock:
             pb.Table(
                 row_count=block.table.row_count,
                 column_count=block.table.column_count,
-                cells=[message_from(pb.TableCell, cell, box=_box(cell.box)) for cell in block.table.cells],
+                cells=[_CELL(cell, box=_box(cell.box)) for cell in block.table.cells],
             )
         )
     return message
@@ -154,8 +159,7 @@ def _block_message(block: Block, return_lines: bool) -> pb.DocumentBlock:
 
 def analyze_response(page: StructuredPage, return_lines: bool) -> pb.AnalyzeDocumentResponse:
     """One page's response; blocks' lines only when ``return_lines``."""
-    return message_from(
-        pb.AnalyzeDocumentResponse,
+    return _PAGE(
         page,
         blocks=[_block_message(block, return_lines) for block in page.blocks],
     )

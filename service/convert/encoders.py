@@ -5,9 +5,11 @@ from __future__ import annotations
 from universal_runtime.v1 import encoders_pb2
 
 from engines.encoder_types import (
+    Classification,
     ClassificationRequest,
     ClassificationResult,
     ClassifierInfo,
+    Entity,
     EntityRequest,
     EntityResult,
     LabelScore,
@@ -17,7 +19,7 @@ from engines.encoder_types import (
 )
 from service.convert.embedding import truncation_policy
 from service.convert.generation import usage_message
-from service.convert.messages import message_from
+from service.convert.messages import MessageCopy
 from service.convert.validation import check_range, require, require_texts
 from service.tasks.classifiers import ClassifierFit
 
@@ -92,8 +94,16 @@ def classification_request(
     )
 
 
+_LABEL_SCORE = MessageCopy(encoders_pb2.LabelScore, LabelScore)
+_CLASSIFICATION = MessageCopy(
+    encoders_pb2.Classification, Classification, given=("index", "predicted_labels", "scores")
+)
+_ENTITY = MessageCopy(encoders_pb2.Entity, Entity)
+_CLASSIFIER = MessageCopy(encoders_pb2.ClassifierInfo, ClassifierInfo)
+
+
 def _label_scores(items: list[LabelScore]) -> list[encoders_pb2.LabelScore]:
-    return [message_from(encoders_pb2.LabelScore, item) for item in items]
+    return [_LABEL_SCORE(item) for item in items]
 
 
 def classify_response(model: str, result: ClassificationResult) -> encoders_pb2.ClassifyResponse:
@@ -101,8 +111,7 @@ def classify_response(model: str, result: ClassificationResult) -> encoders_pb2.
     return encoders_pb2.ClassifyResponse(
         model=model,
         classifications=[
-            message_from(
-                encoders_pb2.Classification,
+            _CLASSIFICATION(
                 c,
                 index=i,
                 predicted_labels=_label_scores(c.predicted_labels),
@@ -134,7 +143,7 @@ def entities_response(model: str, result: EntityResult) -> encoders_pb2.ExtractE
         results=[
             encoders_pb2.EntityList(
                 index=i,
-                entities=[message_from(encoders_pb2.Entity, e) for e in entities],
+                entities=[_ENTITY(e) for e in entities],
             )
             for i, entities in enumerate(result.entities)
         ],
@@ -182,7 +191,7 @@ def fit_request(request: encoders_pb2.FitClassifierRequest, *, max_examples: int
 
 def classifier_message(info: ClassifierInfo) -> encoders_pb2.ClassifierInfo:
     """Describe a saved custom classifier."""
-    return message_from(encoders_pb2.ClassifierInfo, info)
+    return _CLASSIFIER(info)
 
 
 def classifiers_response(infos: list[ClassifierInfo]) -> encoders_pb2.ListClassifiersResponse:

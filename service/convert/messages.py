@@ -1,4 +1,4 @@
-"""Shared building blocks of the converters: enum tables and dataclass → message copies.
+"""Shared building blocks of the converters: enum tables and explicit dataclass → message mappings.
 
 The contract names its enum values ``<ENUM>_<NAME>`` (buf's STANDARD lint), and the engines'
 enums use the same ``<NAME>``s, so each table is derived from the names instead of being
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Collection
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.message import Message
@@ -45,16 +45,68 @@ def wire_values(table: dict[int, E]) -> dict[E, int]:
     return {member: value for value, member in table.items() if value != 0}
 
 
-def message_from(message_type: type[M], source: Any, *, skip: Collection[str] = (), **fields: Any) -> M:
-    """A ``message_type`` with every field of the dataclass ``source`` that the message also has.
+class MessageCopy(Generic[M]):
+    """An explicit field mapping from the engine dataclass ``source_type`` to ``message_type``.
 
-    Fields in ``skip`` are left out and ``fields`` override or add values (e.g. nested messages).
-    Values are passed as they are, so shared fields must be scalars or lists of scalars.
+    Every field of both sides is accounted for when the mapping is declared (at import): a
+    field both have is copied as it is; ``given`` names the message fields the caller fills
+    itself (nested messages, values the source does not hold); ``dropped`` names fields of
+    either side deliberately not copied (filled later, or not sent). A field renamed on one
+    side is then neither shared, given nor dropped, and the declaration raises instead of the
+    value silently going missing.
+
+    Copied values are passed as they are, so shared fields must be scalars or lists of scalars.
     """
-    declared = message_type.DESCRIPTOR.fields_by_name
-    copied = {
-        f.name: getattr(source, f.name)
-        for f in dataclasses.fields(source)
-        if f.name in declared and f.name not in skip and f.name not in fields
-    }
-    return message_type(**copied, **fields)
+
+    def __init__(
+        self,
+        message_type: type[M],
+        source_type: type,
+        *,
+        given: Collection[str] = (),
+        dropped: Collection[str] = (),
+    ) -> None:
+        """Check the mapping.
+
+        Raises:
+            ValueError: a field of either side that is neither shared, given nor dropped; a
+                given field the message lacks; a dropped field neither side has.
+
+        """
+        message_fields = set(message_type.DESCRIPTOR.fields_by_name)
+        source_fields = {f.name for f in dataclasses.fields(source_type)}
+        self.message_type = message_type
+        self.given = frozenset(given)
+        dropped = frozenset(dropped)
+        what = f"{source_type.__name__} -> {message_type.DESCRIPTOR.full_name}"
+        problems = [
+            *(f"{name!r} is not a field of the message" for name in sorted(self.given - message_fields)),
+            *(
+                f"dropped {name!r} is a field of neither"
+                for name in sorted(dropped - message_fields - source_fields)
+            ),
+            *(
+                f"{name!r} of the source is neither a message field nor dropped"
+                for name in sorted(source_fields - message_fields - dropped)
+            ),
+            *(
+                f"{name!r} of the message is neither copied, given nor dropped"
+                for name in sorted(message_fields - source_fields - self.given - dropped)
+            ),
+        ]
+        if problems:
+            raise ValueError(f"{what}: " + "; ".join(problems))
+        self.copied = tuple(sorted((source_fields & message_fields) - self.given - dropped))
+
+    def __call__(self, source: Any, **given: Any) -> M:
+        """The message for ``source``, with the ``given`` fields the mapping names (no others).
+
+        Raises:
+            TypeError: ``given`` does not name exactly the mapping's given fields.
+
+        """
+        if given.keys() != self.given:
+            raise TypeError(
+                f"{self.message_type.__name__} needs given fields {sorted(self.given)}, got {sorted(given)}"
+            )
+        return self.message_type(**{name: getattr(source, name) for name in self.copied}, **given)

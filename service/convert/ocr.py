@@ -9,8 +9,8 @@ from universal_runtime.v1 import ocr_pb2 as pb
 from universal_runtime.v1.documents_pb2 import DocumentReadOptions
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
-from engines.ocr.types import SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrLine, OcrOptions, OcrPage
-from service.convert.messages import message_from
+from engines.ocr.types import SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrLine, OcrOptions, OcrPage, OcrWord
+from service.convert.messages import MessageCopy
 from service.convert.validation import check_range, require
 from service.settings import Settings
 from service.tasks.ocr import OcrJob
@@ -155,24 +155,26 @@ async def read_upload(
     return job, bytes(data)
 
 
-def box_message(box: Box) -> pb.BoundingBox:
-    """A box as its message."""
-    return message_from(pb.BoundingBox, box)
+box_message = MessageCopy(pb.BoundingBox, Box)
+"""A box as its message."""
+_WORD = MessageCopy(pb.OcrWord, OcrWord, given=("box",))
+_LINE = MessageCopy(pb.OcrLine, OcrLine, given=("box", "words"))
+# Lines are added after, and only when boxes were asked for.
+_PAGE = MessageCopy(pb.OcrResponse, OcrPage, dropped=("lines",))
 
 
 def line_message(line: OcrLine) -> pb.OcrLine:
     """A line with its box and words."""
-    return message_from(
-        pb.OcrLine,
+    return _LINE(
         line,
         box=box_message(line.box),
-        words=[message_from(pb.OcrWord, w, box=box_message(w.box)) for w in line.words],
+        words=[_WORD(w, box=box_message(w.box)) for w in line.words],
     )
 
 
 def ocr_response(page: OcrPage, return_boxes: bool) -> pb.OcrResponse:
     """One page's response; lines and words only when ``return_boxes``."""
-    response = message_from(pb.OcrResponse, page, skip=("lines",))
+    response = _PAGE(page)
     if return_boxes:
         response.lines.extend(line_message(line) for line in page.lines)
     return response
