@@ -21,7 +21,7 @@ import difflib
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -79,6 +79,20 @@ class TorchEngineOptions(EngineOptions):
         ge=1,
         description="Torch intra-op threads of the model's lane on the CPU; unset: every core the "
         "process may use.",
+    )
+
+
+TorchDtype = Literal["float32", "float16", "bfloat16"]
+"""Compute dtypes a torch backend's ``dtype`` option may name (see :func:`engines.device.torch_dtype_for`)."""
+
+
+class TorchDtypeOptions(EngineOptions):
+    """The ``dtype`` option of backends that load torch weights (combine with :class:`TorchEngineOptions`)."""
+
+    dtype: TorchDtype | None = Field(
+        default=None,
+        description="Torch compute dtype of the weights; unset: bfloat16 on CUDA with bf16 support, "
+        "else float16 on CUDA and MPS, float32 on the CPU.",
     )
 
 
