@@ -13,7 +13,12 @@ Errors, for every route:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
 from fastapi import APIRouter
+from google.protobuf.message import Message
+from universal_runtime.v1.inference_service_pb2_grpc import InferenceServiceStub
 
 from gateway.calls import Rpc
 from gateway.json_body import off_loop_if_large
@@ -43,6 +48,33 @@ from gateway.uploads import read_upload, too_large_as_413, upload_openapi
 router = APIRouter(tags=["documents"])
 
 # The response models document the answers; the routes return them already encoded (gateway.responses).
+
+UploadBody = TypeVar("UploadBody", DocumentAskRequest, DocumentExtractRequest, DocumentClassifyRequest)
+Response = TypeVar("Response", bound=Message)
+
+
+async def _unary_document(
+    rpc: Rpc,
+    schema: type[UploadBody],
+    method: Callable[[InferenceServiceStub], Callable[..., Any]],
+    messages: Callable[[UploadBody, bytes], Iterator[Message]],
+    result: Callable[[Response], dict[str, Any]],
+) -> JsonResponse:
+    """Read an upload as ``schema`` and answer ``result`` of the unary document RPC ``method``.
+
+    The call goes to the stub serving ``body.model`` (model-affinity routing), with ``messages``:
+    the options, then the file in chunks.
+
+    Raises:
+        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits.
+        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+
+    """
+    data, body = await read_upload(rpc.request, schema)
+    rpc = rpc.for_model(body.model)
+    with too_large_as_413():
+        response = await rpc.unary(method(rpc.clients.inference), messages(body, data))
+    return JsonResponse(result(response))
 
 
 @router.post(
@@ -83,15 +115,12 @@ async def ask_document(rpc: Rpc) -> JsonResponse:
     ``{"object": "document.answer", "model", "answer", "score", "citations": [...]}``.
 
     Raises:
-        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits.
-        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+        The errors of :func:`_unary_document`.
 
     """
-    data, body = await read_upload(rpc.request, DocumentAskRequest)
-    rpc = rpc.for_model(body.model)
-    with too_large_as_413():
-        response = await rpc.unary(rpc.clients.inference.AskDocument, ask_messages(body, data))
-    return JsonResponse(answer_result(response))
+    return await _unary_document(
+        rpc, DocumentAskRequest, lambda stub: stub.AskDocument, ask_messages, answer_result
+    )
 
 
 @router.post(
@@ -106,16 +135,12 @@ async def extract_document(rpc: Rpc) -> JsonResponse:
     ``{"object": "document.extraction", "model", "data", "fields": [...]}``.
 
     Raises:
-        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits;
-            502 when the server's JSON does not parse.
-        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+        GatewayError: 502 when the server's JSON does not parse; the errors of :func:`_unary_document`.
 
     """
-    data, body = await read_upload(rpc.request, DocumentExtractRequest)
-    rpc = rpc.for_model(body.model)
-    with too_large_as_413():
-        response = await rpc.unary(rpc.clients.inference.ExtractDocument, extract_messages(body, data))
-    return JsonResponse(extraction_result(response))
+    return await _unary_document(
+        rpc, DocumentExtractRequest, lambda stub: stub.ExtractDocument, extract_messages, extraction_result
+    )
 
 
 @router.post(
@@ -130,12 +155,13 @@ async def classify_document(rpc: Rpc) -> JsonResponse:
     ``{"object": "document.classification", "model", "labels": [{label, score}]}``, best first.
 
     Raises:
-        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits.
-        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+        The errors of :func:`_unary_document`.
 
     """
-    data, body = await read_upload(rpc.request, DocumentClassifyRequest)
-    rpc = rpc.for_model(body.model)
-    with too_large_as_413():
-        response = await rpc.unary(rpc.clients.inference.ClassifyDocument, classify_messages(body, data))
-    return JsonResponse(classification_result(response))
+    return await _unary_document(
+        rpc,
+        DocumentClassifyRequest,
+        lambda stub: stub.ClassifyDocument,
+        classify_messages,
+        classification_result,
+    )
