@@ -28,8 +28,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from engines.base import ModelSpec
+from engines.errors import InvalidArgumentError
 from engines.types import Task
-from service.keep_alive import parse_keep_alive
+from service.keep_alive import KEEP_ALIVE_PATTERN, parse_keep_alive
 from service.model_names import validate_model_name
 
 
@@ -38,19 +39,33 @@ class CatalogEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tasks: list[Task] = Field(min_length=1)
-    backend: str
-    source: str
-    device: str = "auto"
-    keep_alive: str | None = None
-    pinned: bool = False
-    options: dict[str, Any] = Field(default_factory=dict)
+    tasks: list[Task] = Field(min_length=1, description="Tasks the model serves.")
+    backend: str = Field(description="Engine backend (the engines registry's key).")
+    source: str = Field(
+        description="Where the weights come from: pkg://<package>/<path>, a local path, or a hub id "
+        "(org/name)."
+    )
+    device: str = Field(
+        default="auto", description="Device to run on: auto, cpu, cuda, cuda:<N> or mps; auto: UR_DEVICE."
+    )
+    keep_alive: str | None = Field(
+        default=None,
+        description='Idle time before the model unloads: a duration ("30s", "5m", "1h30m"), "0" (at '
+        'once) or "-1" (never); unset: UR_DEFAULT_KEEP_ALIVE.',
+        json_schema_extra={"pattern": KEEP_ALIVE_PATTERN},
+    )
+    pinned: bool = Field(default=False, description="Never unload on idle.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The backend's options.")
 
     @field_validator("keep_alive")
     @classmethod
     def _valid_keep_alive(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_keep_alive(value)
+            try:
+                parse_keep_alive(value)
+            except InvalidArgumentError as exc:
+                # pydantic reports ValueErrors as the entry's problem; anything else escapes load_catalog.
+                raise ValueError(exc.message) from None
         return value
 
 

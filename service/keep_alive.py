@@ -20,6 +20,9 @@ FOREVER = math.inf
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _COMPONENT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+#: The strings :func:`parse_keep_alive` accepts, as one regular expression (for the catalog's JSON
+#: Schema; the same in Python's and ECMAScript's dialects).
+KEEP_ALIVE_PATTERN = rf"^\s*(0|-1|[+-]?({_COMPONENT.pattern})+)\s*$"
 
 
 def parse_keep_alive(value: str) -> float:

@@ -12,6 +12,9 @@ import re
 # One or two segments of [A-Za-z0-9._-], each starting with an alphanumeric (the shape of
 # hub ids); "..", absolute paths, backslashes and empty segments cannot match.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?")
+#: The names :func:`validate_model_name` accepts, as one regular expression (for the catalog's
+#: JSON Schema; the same in Python's and ECMAScript's dialects).
+MODEL_NAME_PATTERN = rf"^(?!.*\.\.){_NAME.pattern}$"
 
 
 def validate_model_name(name: str) -> str:

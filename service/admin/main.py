@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from service.admin.connection import CommandError, Connection, default_address, env_api_key
+from service.admin.catalog import add_catalog_parser, run_catalog
+from service.admin.connection import CommandError, Connection, default_address
 from service.admin.health import run_health
 from service.admin.models import run_load, run_ls, run_ps, run_unload
 from service.admin.prepare import run_prepare
@@ -30,7 +31,7 @@ RPC_COMMANDS: dict[str, Command] = {
     "health": run_health,
 }
 #: Every subcommand handled here (``serve`` is :mod:`service.cli`'s).
-COMMANDS = (*RPC_COMMANDS, "pull", "prepare")
+COMMANDS = (*RPC_COMMANDS, "pull", "prepare", "catalog")
 
 
 def _client_flags() -> argparse.ArgumentParser:
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="catalog to prepare (default: the server's, UR_CATALOG_PATH or the default and user catalogs)",
     )
+    add_catalog_parser(commands)
     return parser
 
 
@@ -108,7 +110,7 @@ def connection(args: argparse.Namespace, settings: Settings) -> Connection:
         tls_ca=args.tls_ca,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
-        api_key=args.api_key or env_api_key(),
+        api_key=args.api_key or settings.api_key_value(),
         timeout_s=args.timeout or 10.0,
     )
 
@@ -134,6 +136,8 @@ def run(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = Non
             run_pull(args, out, err, settings)
         elif args.command == "prepare":
             run_prepare(args, out, err, settings)
+        elif args.command == "catalog":
+            run_catalog(args, out, settings)
         else:
             RPC_COMMANDS[args.command](connection(args, settings), args, out)
     except CommandError as error:
