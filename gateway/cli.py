@@ -12,13 +12,16 @@ import logging
 import socket
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from gateway import tracing
 from gateway.app import create_app
 from gateway.cors import parse_cors_origins
 from gateway.https import gateway_tls, run_uvicorn
-from gateway.settings import GatewaySettings
+from gateway.settings import ENV_PREFIX, GatewaySettings
 from gateway.workers import run_workers
 from service.shared.api_keys import ApiKeyError
+from service.shared.settings import describe_settings_error
 from service.shared.tls import TlsConfigError
 
 
@@ -62,8 +65,8 @@ def load_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
     overrides = {name: value for name, value in vars(args).items() if value is not None}
     try:
         return GatewaySettings(**overrides)
-    except ValueError as err:  # pydantic.ValidationError is a ValueError
-        parser.error(str(err))
+    except ValidationError as err:
+        parser.error(describe_settings_error(err, ENV_PREFIX))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -114,7 +117,7 @@ def serve(settings: GatewaySettings, sockets: list[socket.socket] | None = None)
         tracing.configure_gateway(settings.otlp_endpoint)  # before the app's channel is made
         app = create_app(
             settings.grpc_target,
-            api_key=settings.api_key.get_secret_value() if settings.api_key is not None else None,
+            api_key=settings.api_key_value(),
             max_message_bytes=settings.max_message_bytes,
             shutdown_grace_s=settings.shutdown_grace_s,
             api_keys_file=settings.api_keys_file,

@@ -21,7 +21,8 @@ from uvicorn.main import STARTUP_FAILURE
 
 from gateway.http_limits import HeaderLimits
 from gateway.settings import ENV_PREFIX, GatewaySettings
-from service.shared.tls import DEFAULT_REFRESH_INTERVAL_S, CertificateWatch, TlsFiles, channel_credentials
+from service.shared.settings import DEFAULT_REFRESH_INTERVAL_S
+from service.shared.tls import CertificateWatch, TlsFiles, channel_credentials
 
 log = logging.getLogger(__name__)
 

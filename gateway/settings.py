@@ -1,4 +1,8 @@
-"""Gateway configuration: the immutable per-app config and the environment-backed CLI settings."""
+"""Gateway configuration: the immutable per-app config and the environment-backed CLI settings.
+
+What the server configures alike (keys, TLS files, traces, log level, shutdown grace) is defined once
+in :class:`service.shared.settings.SharedSettings`, the base of :class:`GatewaySettings`.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
 
 from gateway.cors import parse_cors_origins
 from gateway.http_limits import (
@@ -17,6 +21,7 @@ from gateway.http_limits import (
     HeaderLimits,
 )
 from service.shared.api_keys import ApiKeys
+from service.shared.settings import DEFAULT_SHUTDOWN_GRACE_S, SharedSettings
 
 # 64 MiB: large enough for batched embeddings of long texts, small enough that one request cannot
 # exhaust the gateway's memory. The same limit bounds HTTP bodies and gRPC messages both ways.
@@ -29,8 +34,6 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_OBJECT_KEYS = 10_000
 
 ENV_PREFIX = "UR_GATEWAY_"
-#: Seconds in-flight SSE streams get once shutdown begins (the server's default grace too).
-DEFAULT_SHUTDOWN_GRACE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +68,12 @@ class GatewayConfig:
     max_json_object_keys: int = DEFAULT_MAX_OBJECT_KEYS
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(SharedSettings):
     """Settings of the ``universal-runtime-gateway`` command.
 
     Every field can be set from an environment variable named ``UR_GATEWAY_<FIELD>`` (for example
-    ``UR_GATEWAY_GRPC_TARGET``); command-line flags take precedence over the environment.
+    ``UR_GATEWAY_GRPC_TARGET``); command-line flags take precedence over the environment. Those
+    both faces have are :class:`SharedSettings`'s; ``tls_*`` are the gateway's HTTPS.
     """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
@@ -77,15 +81,6 @@ class GatewaySettings(BaseSettings):
     grpc_target: str = Field(default="127.0.0.1:50051", description="gRPC address of the server.")
     host: str = Field(default="127.0.0.1", description="Interface the HTTP server binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
-    api_key: SecretStr | None = Field(
-        default=None, description="Bearer token required on /v1 routes and forwarded to the server."
-    )
-    api_keys_file: Path | None = Field(
-        default=None, description="YAML/JSON mapping of key name to key accepted on /v1 routes."
-    )
-    auth_public_health: bool = Field(
-        default=True, description="/health and the API docs need no key; false guards them."
-    )
     cors_origins: str = Field(
         default="", description="Comma-separated origins allowed cross-origin calls (empty: CORS off)."
     )
@@ -96,39 +91,42 @@ class GatewaySettings(BaseSettings):
         default=1,
         ge=1,
         le=64,
-        description="Gateway processes sharing the port; more than 1 only helps with spare cores.",
-    )
-    shutdown_grace_s: float = Field(
-        default=DEFAULT_SHUTDOWN_GRACE_S, ge=0, description="Seconds in-flight streams get on shutdown."
+        description="Gateway processes sharing the port (the gateway holds no state). Each is a whole "
+        "gateway on its own channel; they add throughput only where cores are left over beside the gRPC "
+        "server and its models (on 2 cores the model already uses both).",
     )
     routing: Literal["round-robin", "model-affinity"] = Field(
         default="round-robin",
         description="round-robin: each call to the next server; model-affinity: to one holding the model.",
     )
-    otlp_endpoint: str | None = Field(
-        default=None, description="OTLP/gRPC collector for traces (http://host:4317); unset = tracing off."
-    )
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
-        default="info", description="Log level of the gateway and uvicorn."
-    )
     embeddings_truncate: bool = Field(
         default=False,
-        description="/v1/embeddings truncates over-long inputs the request does not say about; false: 400.",
+        description="`/v1/embeddings` truncates over-long inputs the request does not say about; false: 400 "
+        "`context_length_exceeded`.",
     )
     # Bounds of a request's head (gateway.http_limits: 431 above them) and of a JSON body's objects.
     max_header_line_bytes: int = Field(
         default=DEFAULT_MAX_HEADER_LINE_BYTES,
         gt=0,
-        description="Largest header line or request target, bytes.",
+        description="Largest header line (name and value) or request target, bytes: 431 (414 for the target) "
+        "above it. nginx's `large_client_header_buffers 4 8k`.",
     )
     max_header_bytes: int = Field(
-        default=DEFAULT_MAX_HEADER_BYTES, gt=0, description="Largest request head (all headers), bytes."
+        default=DEFAULT_MAX_HEADER_BYTES,
+        gt=0,
+        description="Largest request head (request line and every header), bytes: 431 above it, refused "
+        "as it arrives (Envoy's `max_request_headers_kb` is 60).",
     )
     max_header_count: int = Field(
-        default=DEFAULT_MAX_HEADER_COUNT, gt=0, description="Most headers a request may have."
+        default=DEFAULT_MAX_HEADER_COUNT,
+        gt=0,
+        description="Most headers a request may have: 431 above it (Envoy's `max_headers_count`).",
     )
     max_json_object_keys: int = Field(
-        default=DEFAULT_MAX_OBJECT_KEYS, gt=0, description="Most keys of one JSON object in a request body."
+        default=DEFAULT_MAX_OBJECT_KEYS,
+        gt=0,
+        description="Most keys of one JSON object in a request body: 400 `invalid_json` above it, before the "
+        "body is validated.",
     )
 
     def header_limits(self) -> HeaderLimits:
@@ -141,18 +139,7 @@ class GatewaySettings(BaseSettings):
         parse_cors_origins(value)
         return value
 
-    # TLS (README, "Operate"); the files are checked at start-up by service.shared.tls.
-    tls_cert_file: Path | None = Field(default=None, description="PEM certificate chain; turns HTTPS on.")
-    tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
-    tls_client_ca_file: Path | None = Field(
-        default=None,
-        description="PEM CA bundle; when set, HTTPS clients must present a certificate it signed.",
-    )
-    tls_refresh_interval_s: float = Field(
-        default=5.0,
-        ge=0,
-        description="Seconds between looks at the HTTPS files for a new certificate; 0: never.",
-    )
+    # TLS of the channel to the server (the gateway's own HTTPS is SharedSettings' tls_*).
     grpc_tls_ca_file: Path | None = Field(
         default=None, description="PEM CA bundle that verifies the gRPC server; turns TLS on for the channel."
     )

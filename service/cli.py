@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
 
 from engines.process_lane import preload_modules
 from service.admin.main import COMMANDS, run
@@ -28,6 +29,7 @@ from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
 from service.shared.api_keys import load_api_keys
+from service.shared.settings import describe_settings_error
 from service.shared.tls import TlsConfigError
 
 if TYPE_CHECKING:
@@ -54,7 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--catalog", dest="catalog_path", type=Path, help="model catalog YAML")
     parser.add_argument("--device", help="auto, cpu, cuda[:N] or mps")
     parser.add_argument("--data-dir", type=Path)
-    parser.add_argument("--log-level", default=os.environ.get("UR_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level", help="critical, error, warning, info or debug (default: UR_LOG_LEVEL, info)"
+    )
     return parser.parse_args(argv)
 
 
@@ -77,7 +81,7 @@ def gateway_app(settings: Settings, target: str, in_process: InProcessCalls | No
         target,
         max_message_bytes=settings.max_receive_message_bytes,
         shutdown_grace_s=settings.shutdown_grace_s,
-        api_keys=load_api_keys(settings.api_key, settings.api_keys_file),
+        api_keys=load_api_keys(settings.api_key_value(), settings.api_keys_file),
         auth_public_health=settings.auth_public_health,
         cors_origins=parse_cors_origins(settings.gateway_cors_origins),
         embeddings_truncate=settings.gateway_embeddings_truncate,
@@ -174,7 +178,7 @@ def check_startup_settings(settings: Settings, *, with_gateway: bool) -> None:
 
     """
     try:
-        load_api_keys(settings.api_key, settings.api_keys_file)
+        load_api_keys(settings.api_key_value(), settings.api_keys_file)
         if with_gateway:
             from gateway.cors import parse_cors_origins
 
@@ -199,13 +203,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if argv and argv[0] == "serve":
         argv = argv[1:]
     args = parse_args(argv)
-    configure_logging(args.log_level)
-    overrides = {
-        key: value
-        for key, value in vars(args).items()
-        if key not in ("no_gateway", "log_level") and value is not None
-    }
-    settings = Settings(**overrides)
+    overrides = {key: value for key, value in vars(args).items() if key != "no_gateway" and value is not None}
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as err:
+        raise SystemExit(f"universal-runtime: {describe_settings_error(err, 'UR_')}") from None
+    configure_logging(settings.log_level)
     check_startup_settings(settings, with_gateway=not args.no_gateway)
     try:
         # Named in UR_EVENT_LOOP, uvloop must be installed; by default asyncio's loop stands in.

@@ -278,7 +278,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         ValueError: ``state_url`` names an fsspec protocol whose package is not installed.
 
     """
-    api_keys = load_api_keys(settings.api_key, settings.api_keys_file)
+    api_keys = load_api_keys(settings.api_key_value(), settings.api_keys_file)
     tls_files = server_tls_files(settings)
     executors = ExecutorPool()
     catalog = load_catalog(settings.catalog_path, user_path=user_catalog_path(settings.data_dir))

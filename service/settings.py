@@ -1,23 +1,32 @@
-"""Server settings from environment variables (prefix ``UR_``) and CLI flags (pydantic-settings)."""
+"""Server settings from environment variables (prefix ``UR_``) and CLI flags (pydantic-settings).
+
+What the standalone gateway configures alike (keys, TLS files, traces, log level, shutdown grace)
+is defined once in :class:`service.shared.settings.SharedSettings`, the base of :class:`Settings`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from service.event_loop import EventLoopName
 from service.keep_alive import DEFAULT_KEEP_ALIVE, parse_keep_alive
+from service.shared.settings import SharedSettings
 
 GIB = 1 << 30
 
+#: A time limit, seconds; 0 would refuse everything, so it must be positive.
+TimeLimitS = Annotated[float, Field(gt=0)]
 
-class Settings(BaseSettings):
+
+class Settings(SharedSettings):
     """All server settings. Read when the server starts, never at import time.
 
-    Every field can be set as ``UR_<FIELD_NAME>`` (e.g. ``UR_GRPC_PORT=50052``).
+    Every field can be set as ``UR_<FIELD_NAME>`` (e.g. ``UR_GRPC_PORT=50052``); those both faces
+    have are :class:`SharedSettings`'s.
     """
 
     model_config = SettingsConfigDict(env_prefix="UR_", extra="ignore")
@@ -28,7 +37,7 @@ class Settings(BaseSettings):
     gateway_port: int = Field(8000, ge=0, le=65535, description="REST gateway port.")
     catalog_path: Path | None = Field(
         None,
-        description="Model catalog YAML; unset uses the embedded default with <data_dir>/catalog.yaml "
+        description="Model catalog YAML; unset uses the embedded default with `<UR_DATA_DIR>/catalog.yaml` "
         "(where `universal-runtime pull` adds models) merged over it.",
     )
     data_dir: Path = Field(
@@ -38,16 +47,17 @@ class Settings(BaseSettings):
     # Shared state (README, "Scale out"): replicas that share a store see each other's fits.
     state_url: str | None = Field(
         None,
-        description="fsspec URL of the store of fitted state shared by replicas (s3://bucket/prefix); "
-        "unset keeps it under data_dir.",
+        description="fsspec URL of the store of fitted state shared by replicas (`s3://bucket/prefix`); "
+        'unset keeps it under `UR_DATA_DIR` (see "Scale out").',
     )
     state_storage_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="JSON object of fsspec options for state_url (for S3: endpoint_url, key, secret, "
-        "config_kwargs); unset uses the standard AWS variables.",
+        description="JSON object of fsspec options for `UR_STATE_URL` (for S3: `endpoint_url`, `key`, "
+        "`secret`, `config_kwargs`); unset uses the standard AWS variables.",
     )
-    state_timeout_s: float = Field(
-        10.0, gt=0, description="Most seconds one call to the state store may take, retries included."
+    state_timeout_s: TimeLimitS = Field(
+        10.0,
+        description="Most seconds one call to the state store may take, retries included; then UNAVAILABLE.",
     )
     state_cache_ttl_s: float = Field(
         0.0,
@@ -79,9 +89,6 @@ class Settings(BaseSettings):
         "(QUEUE_WAIT_EXCEEDED); 0 = no limit. A model's catalog option max_queue_wait_s overrides it.",
     )
     metrics_enabled: bool = Field(True, description="Record Prometheus metrics (false: values stay at zero).")
-    otlp_endpoint: str | None = Field(
-        None, description="OTLP/gRPC collector for traces (http://host:4317); unset = tracing off."
-    )
     metrics_port: int = Field(
         9090, ge=0, le=65535, description="Port of the gRPC server's own /metrics (on grpc_host); 0 = off."
     )
@@ -94,11 +101,10 @@ class Settings(BaseSettings):
         False,
         description="Count RPCs by API key name (ur_requests_by_api_key_total); off, no series names a key.",
     )
-    shutdown_grace_s: float = Field(10.0, ge=0, description="Time in-flight RPCs get on shutdown.")
     event_loop: EventLoopName = Field(
         "uvloop",
-        description="Event loop of the server and the gateway beside it: uvloop (asyncio's own when "
-        "uvloop is not installed) or asyncio.",
+        description="Event loop of the server and the gateway beside it: `uvloop` (asyncio's own when "
+        "uvloop is not installed) or `asyncio`.",
     )
     # Clients that balance over a DNS name (a headless Service) resolve it again only when a
     # connection closes; closing each one after a while lets them find replicas added since.
@@ -120,15 +126,6 @@ class Settings(BaseSettings):
         description="Most hub ids clients may add beside the catalog; when full, entries not loaded "
         "make room, else RESOURCE_EXHAUSTED (HUB_MODELS_LIMIT).",
     )
-    api_key: str | None = Field(None, description="When set, RPCs need 'authorization: Bearer <key>'.")
-    api_keys_file: Path | None = Field(
-        None,
-        description="YAML/JSON mapping of key name to key; RPCs need one of them (with api_key, "
-        "named 'default'). Each RPC's log line names its key.",
-    )
-    auth_public_health: bool = Field(
-        True, description="Health and reflection (gateway /health) need no key; false guards them too."
-    )
     max_concurrent_requests: int = Field(
         0, ge=0, description="Most RPCs running at once (0: no limit); more are refused, OVERLOADED."
     )
@@ -142,8 +139,9 @@ class Settings(BaseSettings):
     )
     gateway_embeddings_truncate: bool = Field(
         False,
-        description="The gateway's /v1/embeddings truncates over-long inputs the request does not say "
-        "about; false: 400 context_length_exceeded, as OpenAI.",
+        description="The gateway's `/v1/embeddings` truncates an input over the model's window when the "
+        "request does not say (`truncate`, `truncation`); false refuses it, 400 `context_length_exceeded`, "
+        "as OpenAI, vLLM and TEI do.",
     )
     max_tokens_limit: int = Field(4096, gt=0, description="Largest max_tokens a request may ask for.")
     max_choices: int = Field(8, gt=0, description="Largest n (choices per request).")
@@ -162,11 +160,12 @@ class Settings(BaseSettings):
     ocr_max_aspect_ratio: float = Field(
         20.0,
         ge=1.0,
-        description="Most a page image's long side may exceed its short side, as a ratio (20 = 20:1).",
+        description="Most a page image's long side may exceed its short side, as a ratio (20 = 20:1): "
+        "RapidOCR fails past about 117:1 and its detector's work grows with the ratio (a 1x20-pixel image "
+        "costs 4 full pages); refused with INVALID_ARGUMENT `IMAGE_ASPECT_RATIO_TOO_LARGE`.",
     )
-    ocr_page_timeout_s: float = Field(
+    ocr_page_timeout_s: TimeLimitS = Field(
         30.0,
-        gt=0,
         description="Most seconds one PDF page may take to render; slower ones stop (PAGE_TOO_COMPLEX).",
     )
     ocr_pdf_dpi: int = Field(
@@ -187,9 +186,8 @@ class Settings(BaseSettings):
     )
     anomaly_max_rows: int = Field(200_000, gt=0, description="Most rows in one fit or detect request.")
     anomaly_max_features: int = Field(1024, gt=0, description="Most columns in an anomaly row.")
-    anomaly_fit_timeout_s: float = Field(
+    anomaly_fit_timeout_s: TimeLimitS = Field(
         300.0,
-        gt=0,
         description="Most seconds one anomaly fit may run; a slower one is stopped (FIT_TOO_SLOW).",
     )
     anomaly_keep_versions: int = Field(
@@ -206,26 +204,20 @@ class Settings(BaseSettings):
     anomaly_store_max_bytes: int = Field(
         GIB, gt=0, description="Most bytes the saved anomaly detectors' files (every version) may take."
     )
-    # TLS (README, "Operate"): checked when the server starts (service.tls), not here, so that
-    # settings built in code (model_copy) are checked too.
-    tls_cert_file: Path | None = Field(
-        None, description="PEM certificate chain of the gRPC server; with tls_key_file turns TLS on."
+    # The gateway started beside the server: the same UR_GATEWAY_TLS_* names as the gateway alone,
+    # so one environment configures either way of running it; the refresh interval is the server's.
+    gateway_tls_cert_file: Path | None = Field(
+        None,
+        description="HTTPS of the gateway beside the server: its PEM certificate chain (with "
+        "`UR_GATEWAY_TLS_KEY_FILE` turns HTTPS on).",
     )
-    tls_key_file: Path | None = Field(None, description="PEM private key (unencrypted) of tls_cert_file.")
-    tls_client_ca_file: Path | None = Field(
-        None, description="PEM CA bundle; when set, gRPC clients must present a certificate it signed."
+    gateway_tls_key_file: Path | None = Field(
+        None, description="HTTPS of the gateway beside the server: the private key of its certificate."
     )
-    tls_refresh_interval_s: float = Field(
-        5.0,
-        ge=0,
-        description="Seconds between looks at the TLS files (server and gateway) for a new certificate; "
-        "0 never reloads.",
-    )
-    # The gateway started beside the server: the same UR_GATEWAY_TLS_* names as the gateway alone.
-    gateway_tls_cert_file: Path | None = Field(None, description="PEM certificate chain; turns HTTPS on.")
-    gateway_tls_key_file: Path | None = Field(None, description="PEM private key of gateway_tls_cert_file.")
     gateway_tls_client_ca_file: Path | None = Field(
-        None, description="PEM CA bundle; when set, HTTPS clients must present a certificate it signed."
+        None,
+        description="HTTPS of the gateway beside the server: a PEM CA bundle; when set, HTTPS clients must "
+        "present a certificate it signed.",
     )
 
     @field_validator("default_keep_alive")

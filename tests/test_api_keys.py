@@ -10,6 +10,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client import REGISTRY, generate_latest
+from pydantic import SecretStr
 from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc as msg
 
@@ -132,7 +133,9 @@ def test_long_key_is_refused():
 async def keyed(settings, keys_file):
     # metrics_key_names: the test below reads the count by key name, off by default.
     running = await start_server(
-        settings.model_copy(update={"api_key": SINGLE, "api_keys_file": keys_file, "metrics_key_names": True})
+        settings.model_copy(
+            update={"api_key": SecretStr(SINGLE), "api_keys_file": keys_file, "metrics_key_names": True}
+        )
     )
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
         yield running, channel

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -123,8 +122,3 @@ def describe_rpc_error(err: grpc.RpcError, address: str) -> str:
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return f"no answer from the server at {address} in time (raise --timeout): {details}"
     return f"{code.name}: {details}"
-
-
-def env_api_key() -> str | None:
-    """``UR_API_KEY`` from the environment, or None when unset or empty."""
-    return os.environ.get("UR_API_KEY") or None

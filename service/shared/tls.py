@@ -24,9 +24,6 @@ import grpc
 
 log = logging.getLogger(__name__)
 
-#: Default seconds between two looks at the certificate files (a ``stat`` of each: cheap).
-DEFAULT_REFRESH_INTERVAL_S = 5.0
-
 
 class TlsConfigError(ValueError):
     """A TLS setting is incomplete, or names a file that is unreadable or not what it should hold.
