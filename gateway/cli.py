@@ -21,6 +21,7 @@ from gateway.https import gateway_tls, run_uvicorn
 from gateway.settings import ENV_PREFIX, GatewaySettings
 from gateway.workers import run_workers
 from service.shared.api_keys import ApiKeyError
+from service.shared.flags import add_switch
 from service.shared.settings import describe_settings_error
 from service.shared.tls import TlsConfigError
 
@@ -37,11 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="port to listen on (default 8000)")
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
     parser.add_argument("--api-keys-file", help="YAML/JSON file of key name: key, accepted on /v1 routes")
-    parser.add_argument(
+    add_switch(
+        parser,
         "--auth-public-health",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="/health needs no key (default); --no-auth-public-health guards it too",
+        "/health needs no key (default); --no-auth-public-health guards it too",
     )
     parser.add_argument("--cors-origins", help="comma-separated origins allowed cross-origin calls")
     parser.add_argument("--max-message-bytes", type=int, help="largest request body / gRPC message")

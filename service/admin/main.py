@@ -17,6 +17,7 @@ from service.admin.models import run_load, run_ls, run_ps, run_unload
 from service.admin.prepare import run_prepare
 from service.admin.pull import run_pull
 from service.settings import Settings
+from service.shared.flags import add_switch
 
 PROG = "universal-runtime"
 
@@ -63,12 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     load = commands.add_parser("load", parents=client, help="load a model now and wait until it is ready")
     load.add_argument("name", help="catalog name")
     load.add_argument("--keep-alive", help='idle time before unloading: "10m", "0" (at once), "-1" (never)')
-    load.add_argument(
-        "--pin",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="never unload on idle (--no-pin undoes)",
-    )
+    add_switch(load, "--pin", "never unload on idle (--no-pin undoes)")
     unload = commands.add_parser("unload", parents=client, help="unload a model once its requests finish")
     unload.add_argument("name", help="catalog name")
     unload.add_argument("--force", action="store_true", help="unload even when pinned")

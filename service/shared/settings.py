@@ -14,9 +14,9 @@ not import a transport.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Default seconds between two looks at the certificate files (a ``stat`` of each: cheap).
@@ -24,7 +24,13 @@ DEFAULT_REFRESH_INTERVAL_S = 5.0
 #: Seconds in-flight RPCs and SSE streams get once shutdown begins, on either face.
 DEFAULT_SHUTDOWN_GRACE_S = 10.0
 
-LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+def _lower_case(value: object) -> object:
+    # Python's logging spells levels in capitals (INFO), uvicorn in lower case: take either.
+    return value.lower() if isinstance(value, str) else value
+
+
+LogLevel = Annotated[Literal["critical", "error", "warning", "info", "debug"], BeforeValidator(_lower_case)]
 
 
 class SharedSettings(BaseSettings):
@@ -81,12 +87,6 @@ class SharedSettings(BaseSettings):
         description="Seconds between looks at the TLS files for a new certificate (the server's also for "
         "the gateway beside it); 0 never reloads.",
     )
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _lower_case_level(cls, value: object) -> object:
-        # Python's logging spells levels in capitals (INFO), uvicorn in lower case: take either.
-        return value.lower() if isinstance(value, str) else value
 
     def api_key_value(self) -> str | None:
         """The single API key as text, or ``None`` when unset."""
