@@ -21,9 +21,9 @@ Donut gives no boxes: citations are found by matching the values against the pag
 (:func:`~engines.documents.citations.find_citations`).
 
 Bounds: decoding is greedy and stops after ``max_new_tokens`` tokens (catalog option, default
-128, at most :data:`MAX_NEW_TOKENS_CAP` and at most what the decoder's positions leave after the
-prompt); questions are at most ``max_question_chars`` characters (default 1,000) and must leave
-``max_new_tokens`` positions free.
+128, at most :data:`~engines.documents.options.MAX_NEW_TOKENS_CAP` and at most what the decoder's
+positions leave after the prompt); questions are at most ``max_question_chars`` characters
+(default 1,000) and must leave ``max_new_tokens`` positions free.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engines.base import ModelSpec
 from engines.device import torch_dtype_for
 from engines.documents.citations import find_citations
-from engines.documents.model_engine import DocumentModelEngine, positive_int_option, softmax
+from engines.documents.model_engine import DocumentModelEngine, softmax
+from engines.documents.options import DEFAULT_PROMPTS as DEFAULT_TASK_PROMPTS
+from engines.documents.options import DonutOptions
 from engines.documents.types import DocumentAnswer, DocumentField, DocumentLabel
-from engines.errors import InputTooLongError, InvalidArgumentError
+from engines.errors import InputTooLongError
 from engines.ocr.types import OcrPage
 from engines.registry import register_backend
 from engines.sources import resolve_source
@@ -47,14 +48,7 @@ from engines.types import Task
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-DEFAULT_PROMPTS: dict[Task, str] = {
-    Task.DOCUMENT_QA: "<s_docvqa><s_question>{question}</s_question><s_answer>",
-    Task.EXTRACT_FIELDS: "<s_cord-v2>",
-    Task.CLASSIFY_DOCUMENT: "<s_rvlcdip>",
-}
-DEFAULT_MAX_NEW_TOKENS = 128
-MAX_NEW_TOKENS_CAP = 1_024
-"""Largest ``max_new_tokens`` accepted: a CORD receipt's JSON is a few hundred tokens."""
+DEFAULT_PROMPTS: dict[Task, str] = {Task(name): prompt for name, prompt in DEFAULT_TASK_PROMPTS.items()}
 MAX_FIELDS = 1_000
 """Most fields returned from one page's JSON (bounded anyway by the generated tokens)."""
 
@@ -149,71 +143,15 @@ def prompt_tags(prompt: str) -> list[str]:
 class DonutEngine(DocumentModelEngine):
     """A Donut checkpoint (hub id or local folder) with its DonutProcessor; see the module docstring.
 
-    Catalog options: ``dtype``, ``task_prompts`` (task name -> prompt; the QA prompt must hold
-    ``{question}``), ``max_new_tokens``, ``max_question_chars``, ``class_key`` (default
-    ``class``), ``answer_key`` (default ``answer``).
+    Catalog options: :class:`~engines.documents.options.DonutOptions` (``task_prompts``: task
+    name -> prompt, the QA prompt holding ``{question}``; ``max_new_tokens``; ``answer_key``,
+    ``class_key``; ``dtype``, ``max_question_chars``).
     """
 
     backend = "donut"
     tasks = frozenset(DEFAULT_PROMPTS)
-    int_options = ("max_new_tokens",)
-
-    @classmethod
-    def prompts(cls, spec: ModelSpec) -> dict[Task, str]:
-        """The decoder prompt of each task: the defaults overridden by ``task_prompts``.
-
-        Raises:
-            InvalidArgumentError: ``task_prompts`` is not a mapping of task names to non-empty
-                strings, or the QA prompt lacks ``{question}`` (INVALID_MODEL_OPTION).
-
-        """
-        raw = spec.options.get("task_prompts") or {}
-        if not isinstance(raw, dict):
-            raise InvalidArgumentError(
-                "option task_prompts must map task names to prompts",
-                reason="INVALID_MODEL_OPTION",
-                option="task_prompts",
-            )
-        prompts = dict(DEFAULT_PROMPTS)
-        for name, prompt in raw.items():
-            try:
-                task = Task(str(name))
-            except ValueError:
-                task = None
-            if task not in DEFAULT_PROMPTS or not isinstance(prompt, str) or not prompt.strip():
-                raise InvalidArgumentError(
-                    f"option task_prompts: {name!r} must be one of "
-                    f"{', '.join(t.value for t in DEFAULT_PROMPTS)} with a non-empty prompt",
-                    reason="INVALID_MODEL_OPTION",
-                    option="task_prompts",
-                )
-            prompts[task] = prompt
-        if "{question}" not in prompts[Task.DOCUMENT_QA]:
-            raise InvalidArgumentError(
-                "option task_prompts: the document_qa prompt must contain {question}",
-                reason="INVALID_MODEL_OPTION",
-                option="task_prompts",
-            )
-        return prompts
-
-    @classmethod
-    def check_spec(cls, spec: ModelSpec) -> None:
-        """The base checks, the prompts and ``max_new_tokens`` (1 to :data:`MAX_NEW_TOKENS_CAP`).
-
-        Raises:
-            ModelLoadError: see :meth:`Engine.check_spec`.
-            InvalidArgumentError: an invalid option (INVALID_MODEL_OPTION).
-
-        """
-        super().check_spec(spec)
-        cls.prompts(spec)
-        new_tokens = positive_int_option(spec.options, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-        if new_tokens > MAX_NEW_TOKENS_CAP:
-            raise InvalidArgumentError(
-                f"option max_new_tokens must be at most {MAX_NEW_TOKENS_CAP}, got {new_tokens}",
-                reason="INVALID_MODEL_OPTION",
-                option="max_new_tokens",
-            )
+    options_model = DonutOptions
+    options: DonutOptions
 
     def load(self) -> None:
         """Load the processor and the model; refuse tasks whose prompt tags the tokenizer lacks.
@@ -229,7 +167,8 @@ class DonutEngine(DocumentModelEngine):
 
         resolved = resolve_source(self.spec.source)
         local = resolved.path is not None
-        self.task_prompts = self.prompts(self.spec)
+        overrides = {Task(name): prompt for name, prompt in self.options.task_prompts.items()}
+        self.task_prompts = {**DEFAULT_PROMPTS, **overrides}
         processor = DonutProcessor.from_pretrained(resolved.location, local_files_only=local)
         tokenizer = processor.tokenizer
         vocab = tokenizer.get_vocab()
@@ -242,16 +181,12 @@ class DonutEngine(DocumentModelEngine):
         )
         model = VisionEncoderDecoderModel.from_pretrained(
             resolved.location,
-            dtype=torch_dtype_for(self.device, self.option("dtype")),
+            dtype=torch_dtype_for(self.device, self.options.dtype),
             local_files_only=local,
         )
         self.model = model.to(self.device).eval()
         self.processor = processor
         self.positions = int(getattr(model.config.decoder, "max_position_embeddings", 1024) or 1024)
-        self.max_new_tokens = min(
-            positive_int_option(self.spec.options, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
-            MAX_NEW_TOKENS_CAP,
-        )
         self.added_vocab = tokenizer.get_added_vocab()
         self.categories = category_tokens(self.added_vocab)
         self.special = tuple(
@@ -284,7 +219,7 @@ class DonutEngine(DocumentModelEngine):
         import torch
 
         tokenizer = self.processor.tokenizer
-        new_tokens = max(1, min(self.max_new_tokens, self.positions - len(prompt_ids)))
+        new_tokens = max(1, min(self.options.max_new_tokens, self.positions - len(prompt_ids)))
         decoder_input_ids = torch.tensor([prompt_ids], device=self.device)
         with torch.inference_mode():
             out = self.model.generate(
@@ -317,16 +252,16 @@ class DonutEngine(DocumentModelEngine):
         safe = question.replace("<", " ").replace(">", " ")
         prompt = self.task_prompts[Task.DOCUMENT_QA].replace("{question}", safe)
         ids = self._prompt_ids(prompt, field="question")
-        if len(ids) + self.max_new_tokens > self.positions:
+        if len(ids) + self.options.max_new_tokens > self.positions:
             raise InputTooLongError(
-                f"question leaves fewer than max_new_tokens={self.max_new_tokens} of model "
+                f"question leaves fewer than max_new_tokens={self.options.max_new_tokens} of model "
                 f"{self.spec.name!r}'s {self.positions} decoder positions",
                 field="question",
-                max_tokens=self.positions - self.max_new_tokens,
+                max_tokens=self.positions - self.options.max_new_tokens,
                 model=self.spec.name,
             )
         parsed, sequence, probability = self._generate(image, ids)
-        answer = answer_from(parsed, sequence, str(self.option("answer_key", "answer")))
+        answer = answer_from(parsed, sequence, self.options.answer_key)
         citations = find_citations(answer, page.lines, page.page_number) if answer else []
         return DocumentAnswer(answer=answer, score=probability, citations=citations)
 
@@ -348,7 +283,7 @@ class DonutEngine(DocumentModelEngine):
         import torch
 
         ids = self._prompt_ids(self.task_prompts[Task.CLASSIFY_DOCUMENT], field=None)
-        key = str(self.option("class_key", "class"))
+        key = self.options.class_key
         opening = self.processor.tokenizer.get_vocab().get(f"<s_{key}>")
         if self.categories and opening is not None:
             # One decoder step after "<s_class>": the class token's distribution over all classes.

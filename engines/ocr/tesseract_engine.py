@@ -1,9 +1,8 @@
 """OCR with Tesseract (the ``tesseract`` program, Debian ``tesseract-ocr``) through pytesseract.
 
 The catalog ``source`` is a ``tessdata`` folder, or ``system`` for the installed program's own
-data. Catalog options: ``psm`` (page segmentation mode, default 3: automatic layout analysis),
-``oem`` (engine mode, default 1: LSTM), ``timeout_s`` (per page, default 120),
-``default_language`` (default ``eng``).
+data. Catalog options: :class:`~engines.ocr.options.TesseractOptions` (``psm``, ``oem``,
+``default_language``, ``timeout_s``).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from PIL import Image
 from engines.base import ModelSpec
 from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.ocr.base import OcrEngine
+from engines.ocr.options import TesseractOptions
 from engines.ocr.types import Box, OcrLine, OcrWord
 from engines.registry import register_backend
 from engines.sources import resolve_source
@@ -36,7 +36,8 @@ class TesseractEngine(OcrEngine):
     """Tesseract 4/5 (LSTM) through ``pytesseract.image_to_data``."""
 
     backend = "tesseract"
-    int_options = ("psm", "oem")
+    options_model = TesseractOptions
+    options: TesseractOptions
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
@@ -58,7 +59,7 @@ class TesseractEngine(OcrEngine):
             )
 
     def _config(self) -> str:
-        parts = [f"--psm {int(self.option('psm', 3))}", f"--oem {int(self.option('oem', 1))}"]
+        parts = [f"--psm {self.options.psm}", f"--oem {self.options.oem}"]
         if self.tessdata is not None:
             parts.append(f'--tessdata-dir "{self.tessdata}"')
         return " ".join(parts)
@@ -94,7 +95,7 @@ class TesseractEngine(OcrEngine):
 
         """
         if not languages:
-            return (str(self.option("default_language", "eng")),)
+            return (self.options.default_language,)
         resolved = []
         for code in languages:
             name = ISO_639_1.get(code.lower(), code)
@@ -123,7 +124,7 @@ class TesseractEngine(OcrEngine):
             lang="+".join(languages),
             config=self._config(),
             output_type=pytesseract.Output.DICT,
-            timeout=float(self.option("timeout_s", 120)),
+            timeout=self.options.timeout_s,
         )
         grouped: dict[tuple[int, int, int], list[OcrWord]] = {}
         for i, text in enumerate(data["text"]):

@@ -146,7 +146,7 @@ def _scripted_generate(donut, generated: str):
     vocab = len(tokenizer)
 
     def generate(pixel_values, decoder_input_ids, **kwargs):
-        assert kwargs["max_new_tokens"] <= donut.max_new_tokens
+        assert kwargs["max_new_tokens"] <= donut.options.max_new_tokens
         scores = []
         for token in new_ids:
             logits = torch.full((1, vocab), -1e4)

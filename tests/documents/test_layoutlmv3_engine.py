@@ -179,9 +179,11 @@ async def test_a_page_longer_than_the_window_is_read_in_windows(engines):
     lines = [f"Item {i} costs {i}.00 each" for i in range(30)]
     image, page = invoice_page(lines)
     engine = engines["qa"]
-    _, inputs = engine._encode(image, page_words(page), page, "What does item 29 cost?", engine.max_windows)
+    _, inputs = engine._encode(
+        image, page_words(page), page, "What does item 29 cost?", engine.options.max_windows
+    )
     windows, tokens = inputs["input_ids"].shape
-    assert 1 < windows <= engine.max_windows
+    assert 1 < windows <= engine.options.max_windows
     assert tokens <= engine.max_length
     answer = await engine.answer_question(image, page, "What does item 29 cost?")
     assert answer.answer in _word_runs(page)
