@@ -95,29 +95,27 @@ def schema_from_pb(
     return tuple(out)
 
 
-def fit_config_from_pb(
-    backend: int,
-    schema: Sequence[pb.FeatureField],
-    contamination: float,
-    normalization: int,
-    prefix: str = "",
-    *,
-    max_features: int,
-) -> FitConfig:
-    """Backend, schema, contamination (0 means 0.1) and normalization as a :class:`FitConfig`.
+FitMessage = pb.FitAnomalyDetectorRequest | pb.DetectAnomalyRequest | pb.StreamDetectorConfig
+"""The messages that carry a fit's ``backend``, ``schema``, ``contamination`` and ``normalization``."""
+
+
+def fit_config_from_pb(message: FitMessage, prefix: str = "", *, max_features: int) -> FitConfig:
+    """The message's backend, schema, contamination (0 means 0.1) and normalization as a :class:`FitConfig`.
+
+    ``prefix`` is the message's path in the request, for error fields (``"config."``).
 
     Raises:
         InvalidArgumentError: unknown enum values, contamination outside (0, 0.5], a schema of
             more than ``max_features`` fields (see :func:`schema_from_pb`).
 
     """
-    value = float(contamination) if contamination else DEFAULT_CONTAMINATION
+    value = float(message.contamination) if message.contamination else DEFAULT_CONTAMINATION
     check_contamination(value, f"{prefix}contamination")
     return FitConfig(
-        backend=_enum(BACKENDS, backend, f"{prefix}backend", "anomaly backend"),
-        schema=schema_from_pb(schema, f"{prefix}schema", max_features=max_features),
+        backend=_enum(BACKENDS, message.backend, f"{prefix}backend", "anomaly backend"),
+        schema=schema_from_pb(message.schema, f"{prefix}schema", max_features=max_features),
         contamination=value,
-        normalization=_enum(NORMALIZATIONS, normalization, f"{prefix}normalization", "normalization"),
+        normalization=_enum(NORMALIZATIONS, message.normalization, f"{prefix}normalization", "normalization"),
     )
 
 
@@ -268,14 +266,7 @@ def stream_config_from_pb(config: pb.StreamDetectorConfig, *, max_features: int)
         require(getattr(config, name) >= 0, f"config.{name}", "must not be negative")
     min_samples = config.min_samples or min(DEFAULT_MIN_SAMPLES, config.window_size or DEFAULT_MIN_SAMPLES)
     return StreamConfig(
-        fit=fit_config_from_pb(
-            config.backend,
-            config.schema,
-            config.contamination,
-            config.normalization,
-            prefix="config.",
-            max_features=max_features,
-        ),
+        fit=fit_config_from_pb(config, "config.", max_features=max_features),
         window_size=config.window_size or max(DEFAULT_WINDOW_SIZE, min_samples),
         min_samples=min_samples,
         refit_interval=config.refit_interval or DEFAULT_REFIT_INTERVAL,

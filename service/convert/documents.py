@@ -179,8 +179,11 @@ def ask_response(model: str, answer: DocumentAnswer) -> pb.AskDocumentResponse:
     )
 
 
-def extract_response(model: str, value: object, fields: list[DocumentField]) -> pb.ExtractDocumentResponse:
-    """The extracted object as JSON and its fields, each value as JSON."""
+def extract_response(
+    model: str, extraction: tuple[object, list[DocumentField]]
+) -> pb.ExtractDocumentResponse:
+    """The extracted object as JSON and its fields, each value as JSON (``extraction``: the two)."""
+    value, fields = extraction
     return pb.ExtractDocumentResponse(
         json=json.dumps(value, ensure_ascii=False),
         fields=[

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import TypeVar
 
 import grpc
@@ -54,38 +55,27 @@ async def _call_inline(fn: Callable[..., Result], *args, **kwargs) -> Result:
     return fn(*args, **kwargs)
 
 
+@dataclass(eq=False)
 class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     """Implements ``universal_runtime.v1.InferenceService`` over the tasks.
 
-    Args:
+    Attributes:
         settings: request limits the converters enforce (inputs, tokens, choices, rows, bytes).
         generation, encoders, classifiers, ocr, documents, document_questions, anomaly,
             tokenization: the tasks (see :mod:`service.tasks`).
 
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        generation: GenerationTask,
-        encoders: EncoderTask,
-        classifiers: ClassifierTask,
-        ocr: OcrTask,
-        documents: DocumentTask,
-        document_questions: DocumentQuestionTask,
-        anomaly: AnomalyTask,
-        tokenization: TokenizationTask,
-    ) -> None:
-        self._settings = settings
-        self._generation = generation
-        self._encoders = encoders
-        self._classifiers = classifiers
-        self._ocr = ocr
-        self._documents = documents
-        self._document_questions = document_questions
-        self._anomaly = anomaly
-        self._tokenization = tokenization
+    settings: Settings
+    _: KW_ONLY
+    generation: GenerationTask
+    encoders: EncoderTask
+    classifiers: ClassifierTask
+    ocr: OcrTask
+    documents: DocumentTask
+    document_questions: DocumentQuestionTask
+    anomaly: AnomalyTask
+    tokenization: TokenizationTask
 
     # -- generation -------------------------------------------------------------------------
 
@@ -99,8 +89,8 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
             generation.generation_request,
             request,
             request_id_var.get(),
-            max_tokens_limit=self._settings.max_tokens_limit,
-            max_choices=self._settings.max_choices,
+            max_tokens_limit=self.settings.max_tokens_limit,
+            max_choices=self.settings.max_choices,
         )
         note_model(request.model)
         return request.model, request.keep_alive or None, job, generation.choice_count(request)
@@ -109,14 +99,14 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: generation_pb2.GenerateStreamRequest, context: Context
     ) -> AsyncIterator[generation_pb2.GenerateStreamResponse]:
         """Stream tokens as they are generated; the last message has usage and timings."""
-        async for event in self._generation.stream(*await self._generation_request(request)):
+        async for event in self.generation.stream(*await self._generation_request(request)):
             yield generation.stream_response(request.model, event)
 
     async def Generate(
         self, request: generation_pb2.GenerateRequest, context: Context
     ) -> generation_pb2.GenerateResponse:
         """Generate whole completions and return them at once."""
-        completion = await self._generation.complete(*await self._generation_request(request))
+        completion = await self.generation.complete(*await self._generation_request(request))
         return generation.generate_response(request.model, completion)
 
     # -- encoders ---------------------------------------------------------------------------
@@ -130,7 +120,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     ) -> Message:
         """The shape of every encoder RPC: convert (``max_batch_inputs`` texts), call, convert back."""
         return await self._model_call(
-            request, convert(request, max_inputs=self._settings.max_batch_inputs), call, respond
+            request, convert(request, max_inputs=self.settings.max_batch_inputs), call, respond
         )
 
     @staticmethod
@@ -147,14 +137,14 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
 
     async def Embed(self, request: encoders_pb2.EmbedRequest, context: Context) -> encoders_pb2.EmbedResponse:
         """Embed texts; vectors come back in input order."""
-        return await self._encoder_call(request, embedding_request, self._encoders.embed, embed_response)
+        return await self._encoder_call(request, embedding_request, self.encoders.embed, embed_response)
 
     async def Rerank(
         self, request: encoders_pb2.RerankRequest, context: Context
     ) -> encoders_pb2.RerankResponse:
         """Rank documents by relevance to the query (cross-encoder or embedding cosine)."""
         return await self._encoder_call(
-            request, encoders.rerank_request, self._encoders.rerank, encoders.rerank_response
+            request, encoders.rerank_request, self.encoders.rerank, encoders.rerank_response
         )
 
     async def ExtractEntities(
@@ -162,7 +152,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     ) -> encoders_pb2.ExtractEntitiesResponse:
         """Find named entities in each input."""
         return await self._encoder_call(
-            request, encoders.entity_request, self._encoders.extract_entities, encoders.entities_response
+            request, encoders.entity_request, self.encoders.extract_entities, encoders.entities_response
         )
 
     # -- tokenization -----------------------------------------------------------------------
@@ -174,7 +164,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         return await self._model_call(
             request,
             tokenization.tokenize_request(request),
-            self._tokenization.tokenize,
+            self.tokenization.tokenize,
             tokenization.tokenize_response,
         )
 
@@ -185,7 +175,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         return await self._model_call(
             request,
             tokenization.detokenize_request(request),
-            self._tokenization.detokenize,
+            self.tokenization.detokenize,
             tokenization.detokenize_response,
         )
 
@@ -196,28 +186,28 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     ) -> encoders_pb2.ClassifyResponse:
         """Classify texts with a catalog classifier, a custom classifier, or zero-shot labels."""
         return await self._encoder_call(
-            request, encoders.classification_request, self._classifiers.classify, encoders.classify_response
+            request, encoders.classification_request, self.classifiers.classify, encoders.classify_response
         )
 
     async def FitClassifier(
         self, request: encoders_pb2.FitClassifierRequest, context: Context
     ) -> encoders_pb2.FitClassifierResponse:
         """Fit a logistic-regression head on embeddings of the examples, save it and register it."""
-        fit = encoders.fit_request(request, max_examples=self._settings.max_batch_inputs)
-        info = await self._classifiers.fit(fit)
+        fit = encoders.fit_request(request, max_examples=self.settings.max_batch_inputs)
+        info = await self.classifiers.fit(fit)
         return encoders_pb2.FitClassifierResponse(classifier=encoders.classifier_message(info))
 
     async def ListClassifiers(
         self, request: encoders_pb2.ListClassifiersRequest, context: Context
     ) -> encoders_pb2.ListClassifiersResponse:
         """List saved custom classifiers, sorted by name."""
-        return encoders.classifiers_response(await self._classifiers.list())
+        return encoders.classifiers_response(await self.classifiers.list())
 
     async def DeleteClassifier(
         self, request: encoders_pb2.DeleteClassifierRequest, context: Context
     ) -> encoders_pb2.DeleteClassifierResponse:
         """Delete a saved custom classifier (NOT_FOUND when there is none)."""
-        info = await self._classifiers.delete(request.name)
+        info = await self.classifiers.delete(request.name)
         return encoders_pb2.DeleteClassifierResponse(classifier=encoders.classifier_message(info))
 
     # -- OCR --------------------------------------------------------------------------------
@@ -227,12 +217,26 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     ) -> AsyncIterator[ocr_pb2.OcrResponse]:
         """Read text from an image or PDF; one response per page, in page order, as each is done."""
         note_caller(context.peer())
-        job, data = await ocr.read_upload(request_iterator, self._settings)
+        job, data = await ocr.read_upload(request_iterator, self.settings)
         note_model(job.model)
-        async for page in self._ocr.read(job, data):
+        async for page in self.ocr.read(job, data):
             yield ocr.ocr_response(page, job.options.return_boxes)
 
     # -- documents --------------------------------------------------------------------------
+
+    async def _document_call(
+        self,
+        request_iterator: AsyncIterator[Message],
+        context: Context,
+        convert: Callable[[object, Settings], Job],
+        call: Callable[[Job, bytes], Awaitable[Result]],
+        respond: Callable[[str, Result], Message],
+    ) -> Message:
+        """The shape of the unary document RPCs: read the upload into a job, call, convert back."""
+        note_caller(context.peer())
+        job, data = await ocr.read_upload(request_iterator, self.settings, convert)
+        note_model(job.model)
+        return respond(job.model, await call(job, data))
 
     async def AnalyzeDocument(
         self, request_iterator: AsyncIterator[documents_pb2.AnalyzeDocumentRequest], context: Context
@@ -240,39 +244,43 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         """Structure each page (blocks in reading order, tables, Markdown); one response per page."""
         note_caller(context.peer())
         (job, return_lines), data = await ocr.read_upload(
-            request_iterator, self._settings, documents.analyze_job
+            request_iterator, self.settings, documents.analyze_job
         )
         note_model(job.layout_model)
-        async for page in self._documents.analyze(job, data):
+        async for page in self.documents.analyze(job, data):
             yield documents.analyze_response(page, return_lines)
 
     async def AskDocument(
         self, request_iterator: AsyncIterator[documents_pb2.AskDocumentRequest], context: Context
     ) -> documents_pb2.AskDocumentResponse:
         """Answer a question about the document, with citations."""
-        note_caller(context.peer())
-        job, data = await ocr.read_upload(request_iterator, self._settings, documents.ask_job)
-        note_model(job.model)
-        return documents.ask_response(job.model, await self._document_questions.ask(job, data))
+        return await self._document_call(
+            request_iterator, context, documents.ask_job, self.document_questions.ask, documents.ask_response
+        )
 
     async def ExtractDocument(
         self, request_iterator: AsyncIterator[documents_pb2.ExtractDocumentRequest], context: Context
     ) -> documents_pb2.ExtractDocumentResponse:
         """Extract typed fields (a JSON Schema in, an object out), each with its source box."""
-        note_caller(context.peer())
-        job, data = await ocr.read_upload(request_iterator, self._settings, documents.extract_job)
-        note_model(job.model)
-        value, fields = await self._document_questions.extract(job, data)
-        return documents.extract_response(job.model, value, fields)
+        return await self._document_call(
+            request_iterator,
+            context,
+            documents.extract_job,
+            self.document_questions.extract,
+            documents.extract_response,
+        )
 
     async def ClassifyDocument(
         self, request_iterator: AsyncIterator[documents_pb2.ClassifyDocumentRequest], context: Context
     ) -> documents_pb2.ClassifyDocumentResponse:
         """Classify the document (zero-shot over candidate labels, or a document model)."""
-        note_caller(context.peer())
-        job, data = await ocr.read_upload(request_iterator, self._settings, documents.classify_job)
-        note_model(job.model)
-        return documents.classify_response(job.model, await self._document_questions.classify(job, data))
+        return await self._document_call(
+            request_iterator,
+            context,
+            documents.classify_job,
+            self.document_questions.classify,
+            documents.classify_response,
+        )
 
     # -- anomaly detection ------------------------------------------------------------------
 
@@ -281,15 +289,9 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     ) -> anomaly_pb2.FitAnomalyDetectorResponse:
         """Fit a detector on the rows and save it as the next version of its name."""
         note_caller(context.peer())
-        config = anomaly.fit_config_from_pb(
-            request.backend,
-            request.schema,
-            request.contamination,
-            request.normalization,
-            max_features=self._settings.anomaly_max_features,
-        )
-        fitted = await self._anomaly.fit(
-            request.detector, config, anomaly.rows_decoder(request, self._settings)
+        config = anomaly.fit_config_from_pb(request, max_features=self.settings.anomaly_max_features)
+        fitted = await self.anomaly.fit(
+            request.detector, config, anomaly.rows_decoder(request, self.settings)
         )
         return anomaly.fit_response(fitted)
 
@@ -299,20 +301,12 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         """Score rows against a saved detector, or fit-and-score them when no detector is named."""
         note_caller(context.peer())
         threshold, explain = anomaly.detect_options(request)
-        decode = anomaly.rows_decoder(request, self._settings)
+        decode = anomaly.rows_decoder(request, self.settings)
         if request.detector:
-            result = await self._anomaly.detect(
-                request.detector, decode, threshold=threshold, explain=explain
-            )
+            result = await self.anomaly.detect(request.detector, decode, threshold=threshold, explain=explain)
         else:
-            config = anomaly.fit_config_from_pb(
-                request.backend,
-                request.schema,
-                request.contamination,
-                request.normalization,
-                max_features=self._settings.anomaly_max_features,
-            )
-            result = await self._anomaly.detect_once(config, decode, threshold=threshold, explain=explain)
+            config = anomaly.fit_config_from_pb(request, max_features=self.settings.anomaly_max_features)
+            result = await self.anomaly.detect_once(config, decode, threshold=threshold, explain=explain)
         return anomaly.detect_response(result, columnar=request.columnar_output)
 
     async def StreamDetectAnomaly(
@@ -323,12 +317,12 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         try:
             async for request in request_iterator:
                 if stream is None:
-                    stream = self._anomaly.open_stream(
+                    stream = self.anomaly.open_stream(
                         anomaly.stream_config_from_pb(
-                            request.config, max_features=self._settings.anomaly_max_features
+                            request.config, max_features=self.settings.anomaly_max_features
                         )
                     )
-                step = await stream.add(anomaly.rows_decoder(request, self._settings, allow_empty=True))
+                step = await stream.add(anomaly.rows_decoder(request, self.settings, allow_empty=True))
                 yield anomaly.stream_response(step)
         finally:
             if stream is not None:
@@ -338,11 +332,11 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: anomaly_pb2.ListAnomalyDetectorsRequest, context: Context
     ) -> anomaly_pb2.ListAnomalyDetectorsResponse:
         """Saved detectors, sorted by name."""
-        return anomaly.detectors_response(await self._anomaly.list())
+        return anomaly.detectors_response(await self.anomaly.list())
 
     async def DeleteAnomalyDetector(
         self, request: anomaly_pb2.DeleteAnomalyDetectorRequest, context: Context
     ) -> anomaly_pb2.DeleteAnomalyDetectorResponse:
         """Delete every saved version of a detector."""
-        count = await self._anomaly.delete(request.detector)
+        count = await self.anomaly.delete(request.detector)
         return anomaly_pb2.DeleteAnomalyDetectorResponse(detector=request.detector, versions_deleted=count)
