@@ -24,17 +24,19 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from engines.converted_cache import build_once, converted_root, source_fingerprint
-from engines.errors import FailedPreconditionError, InvalidArgumentError
+from engines.errors import FailedPreconditionError
 
 log = logging.getLogger(__name__)
 
-RUNTIMES = ("torch", "onnx", "openvino")
-QUANTIZATIONS = ("none", "int8")
+Runtime = Literal["torch", "onnx", "openvino"]
+"""Values of the catalog option ``runtime`` (what runs an encoder's forward pass)."""
+Quantization = Literal["none", "int8"]
+"""Values of the catalog option ``quantize`` (int8: weights quantized by the exported runtime)."""
 # Python modules each accelerated runtime needs (export and run), and the extra that installs them.
 _NEEDS = {
     ("onnx", "none"): ("onnx", "onnxscript", "onnxruntime"),
@@ -49,41 +51,14 @@ META_FILE = "export.json"
 
 @dataclass(frozen=True, slots=True)
 class RuntimeChoice:
-    """How an encoder's forward pass runs: ``runtime`` (torch, onnx, openvino), ``quantize`` (none, int8)."""
+    """How an encoder's forward pass runs: ``runtime`` (torch, onnx, openvino), ``quantize`` (none, int8).
 
-    runtime: str = "torch"
-    quantize: str = "none"
+    Read from the catalog by the encoders' options models (:mod:`engines.batching.options`), which
+    check the values and that int8 comes with onnx or openvino.
+    """
 
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any], allowed: tuple[str, ...] = RUNTIMES) -> RuntimeChoice:
-        """Read and check the catalog options ``runtime`` and ``quantize``.
-
-        Raises:
-            InvalidArgumentError: an unknown runtime or quantization, a runtime this backend does
-                not offer (``allowed``), or int8 with torch (reason INVALID_MODEL_OPTION).
-
-        """
-        runtime = str(options.get("runtime", "torch"))
-        quantize = str(options.get("quantize", "none"))
-        if runtime not in allowed:
-            raise InvalidArgumentError(
-                f"option runtime must be one of {', '.join(allowed)}, got {runtime!r}",
-                reason="INVALID_MODEL_OPTION",
-                option="runtime",
-            )
-        if quantize not in QUANTIZATIONS:
-            raise InvalidArgumentError(
-                f"option quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}",
-                reason="INVALID_MODEL_OPTION",
-                option="quantize",
-            )
-        if quantize != "none" and runtime == "torch":
-            raise InvalidArgumentError(
-                f"option quantize {quantize} needs runtime onnx or openvino",
-                reason="INVALID_MODEL_OPTION",
-                option="quantize",
-            )
-        return cls(runtime, quantize)
+    runtime: Runtime = "torch"
+    quantize: Quantization = "none"
 
     @property
     def exported(self) -> bool:

@@ -71,7 +71,7 @@ BAD_ENTRIES = {
             "options": {"max_batch_size": 0},
         },
         "INVALID_MODEL_OPTION",
-        "option max_batch_size must be a positive integer",
+        "option max_batch_size: Input should be greater than or equal to 1 (got 0)",
     ),
     # Malformed entries: the rest of the catalog still serves (they used to stop start-up).
     "bad-task-name": (

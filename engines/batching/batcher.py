@@ -46,14 +46,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from engines import tracing
-from engines.base import non_negative_option
-from engines.errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError, queue_wait_exceeded
+from engines.batching.options import BatchingConfig
+from engines.errors import ResourceExhaustedError, UnavailableError, queue_wait_exceeded
 from engines.executor import DeviceExecutor
 from engines.metrics import observe_encoder_batch
 
@@ -66,56 +66,6 @@ O = TypeVar("O")  # noqa: E741
 STATS_HISTORY = 10_000
 #: Jobs of one batcher on its lane at once: the running batch and one waiting to take the next.
 JOBS_ON_LANE = 2
-
-
-@dataclass(frozen=True, slots=True)
-class BatchingConfig:
-    """Limits of one batcher; each can be set as a catalog option of the model.
-
-    Attributes:
-        max_batch_tokens: most padded tokens per batch (``len(batch) * longest item``).
-        max_batch_size: most items per batch.
-        max_wait_ms: longest time the oldest queued item waits for company before its batch runs
-            (default 0: batch what is queued when the device is free).
-        max_queue: most items waiting (not yet running); more are refused with OVERLOADED.
-        max_queue_wait_s: the longest an item may wait in the queue; one that waited longer fails
-            with RESOURCE_EXHAUSTED (QUEUE_WAIT_EXCEEDED) before its batch, instead of a late
-            answer (0: no limit).
-
-    """
-
-    max_batch_tokens: int = 16384
-    max_batch_size: int = 64
-    max_wait_ms: float = 0.0
-    max_queue: int = 4096
-    max_queue_wait_s: float = 0.0
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> BatchingConfig:
-        """Read the limits from catalog options of the same names, with the class defaults.
-
-        Raises:
-            InvalidArgumentError: a limit that is not a positive number (``max_wait_ms`` may be 0).
-
-        """
-        defaults = cls()
-        values: dict[str, Any] = {}
-        for name in ("max_batch_tokens", "max_batch_size", "max_queue"):
-            values[name] = _positive(options, name, getattr(defaults, name), int)
-        for name in ("max_wait_ms", "max_queue_wait_s"):
-            values[name] = non_negative_option(options, name, getattr(defaults, name))
-        return cls(**values)
-
-
-def _positive(options: Mapping[str, Any], name: str, default: int, kind: type[int]) -> int:
-    raw = options.get(name, default)
-    try:
-        value = kind(raw)
-    except (TypeError, ValueError):
-        value = 0
-    if value <= 0:
-        raise InvalidArgumentError(f"option {name} must be a positive integer, got {raw!r}", field=name)
-    return value
 
 
 @dataclass(slots=True)

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from engines.base import Engine, ModelSpec
-from engines.batching.batcher import BatchingConfig, DynamicBatcher
+from engines.batching.batcher import DynamicBatcher
+from engines.batching.options import EncoderOptions, exported_runtime
 from engines.batching.tokens import TokenCounter
 from engines.device import cpu_threads, torch_module_memory
-from engines.encoder_runtime import ExportedModel, RuntimeChoice, export_encoder
+from engines.encoder_runtime import ExportedModel, export_encoder
+from engines.options import parse_options
 from engines.sources import path_size_bytes, resolve_source
 from engines.tokenization import no_chat_template
 from engines.types import DetokenizeRequest, MemoryUsage, TokenizeRequest, TokenizeResult
@@ -28,14 +30,16 @@ class BatchedEncoderEngine(Engine):
     Subclasses implement :meth:`load`, which sets ``self.model`` and ``self.tokens`` and calls
     :meth:`make_batcher`; size estimate, memory accounting, unloading (batcher closed first, so
     queued callers get UNAVAILABLE instead of waiting) and Tokenize/Detokenize are shared.
+    Their options model extends :class:`~engines.batching.options.EncoderOptions` (torch only) or
+    :class:`~engines.batching.options.ExportableEncoderOptions` (``runtime``/``quantize`` too).
     """
 
+    options_model: ClassVar[type[EncoderOptions]] = EncoderOptions
+    options: EncoderOptions
     model: Any = None
     batcher: DynamicBatcher | None = None
     tokens: TokenCounter
     runs_torch = True
-    runtimes: ClassVar[tuple[str, ...]] = ("torch",)
-    """Values of the catalog option ``runtime`` this backend offers (see :mod:`engines.encoder_runtime`)."""
     runtime_bytes = 0
     """Bytes of the exported model a runtime other than torch holds (its files' size)."""
     exported_path: Path | None = None
@@ -43,16 +47,18 @@ class BatchedEncoderEngine(Engine):
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
-        """The base checks plus the batching limits (see :meth:`Engine.check_spec`).
+        """The base checks (options included) plus the chosen runtime's packages being installed.
 
         Raises:
             ModelLoadError: see :meth:`Engine.check_spec`.
-            InvalidArgumentError: an invalid option or batching limit.
+            InvalidArgumentError: an invalid option (INVALID_MODEL_OPTION).
+            FailedPreconditionError: the runtime's packages are not installed (RUNTIME_NOT_INSTALLED).
 
         """
         super().check_spec(spec)
-        BatchingConfig.from_options(spec.options)
-        RuntimeChoice.from_options(spec.options, cls.runtimes).check_installed()
+        exported = exported_runtime(parse_options(cls.options_model, spec.options, backend=cls.backend))
+        if exported is not None:
+            exported.runtime_choice.check_installed()
 
     def export_for_runtime(self, model: Any, tokenizer: Any, output: str) -> ExportedModel | None:
         """``model`` exported for the catalog's ``runtime``/``quantize``, or None to keep it in torch.
@@ -70,9 +76,10 @@ class BatchedEncoderEngine(Engine):
             Exception: the export failed.
 
         """
-        choice = RuntimeChoice.from_options(self.spec.options, self.runtimes)
-        if not choice.exported:
+        options = exported_runtime(self.options)
+        if options is None:
             return None
+        choice = options.runtime_choice
         if self.device != "cpu":
             log.warning(
                 "runtime %s runs on the CPU only; model %s stays in torch on %s",
@@ -87,8 +94,8 @@ class BatchedEncoderEngine(Engine):
             output,
             choice=choice,
             source=resolve_source(self.spec.source).location,
-            cache_dir=self.option("cache_dir"),
-            threads=int(self.option("threads", cpu_threads())),
+            cache_dir=options.cache_dir,
+            threads=self.options.threads or cpu_threads(),
         )
         self.runtime_bytes = exported.nbytes
         self.exported_path = exported.path
@@ -113,14 +120,8 @@ class BatchedEncoderEngine(Engine):
         return path_size_bytes(resolved.path) if resolved.path else 0
 
     def make_batcher(self, run_batch: Callable[[list[Any]], Sequence[Any]]) -> DynamicBatcher:
-        """A batcher with the catalog entry's limits (see :class:`BatchingConfig`) running ``run_batch``.
-
-        Raises:
-            InvalidArgumentError: an invalid batching option.
-
-        """
-        config = BatchingConfig.from_options(self.spec.options)
-        return DynamicBatcher(run_batch, self.executor, config, name=self.spec.name)
+        """A batcher running ``run_batch`` with the catalog entry's limits (``self.options``)."""
+        return DynamicBatcher(run_batch, self.executor, self.options, name=self.spec.name)
 
     def unload(self) -> None:
         """Close the batcher and drop the model (and anything :meth:`release` drops)."""

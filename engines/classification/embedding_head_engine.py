@@ -12,14 +12,14 @@ from typing import Any
 
 from engines.base import Engine, ModelSpec
 from engines.classification.heads import HeadClassifier, label_names, load_head
+from engines.classification.options import EmbeddingHeadOptions
 from engines.embedding.sentence_transformers_engine import SentenceTransformersEmbeddingEngine
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import ModelLoadError
+from engines.options import parse_options
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import DetokenizeRequest, MemoryUsage, Task, TokenizeRequest, TokenizeResult
-
-DEFAULT_HEAD = "LogisticRegression.joblib"
 
 
 @register_backend
@@ -27,77 +27,65 @@ class EmbeddingHeadClassificationEngine(Engine):
     """A sentence-transformers encoder plus a scikit-learn head from the catalog.
 
     ``source`` is the folder holding the head files. Catalog options:
-
-    * ``head``: head file in that folder (default ``LogisticRegression.joblib``). ``.skops`` files
-      load with skops' safe loader; other files with joblib, so they must come from a trusted
-      install (the catalog is operator configuration, never client input);
-    * ``label_map``: optional file (same rules) with a dict from class ids to names;
-    * ``embedding_source``: the encoder (a ``sources`` string; required);
-    * ``normalize``: scale vectors to unit norm before the head (default false: the head sees
-      the encoder's own output, as it was trained);
-    * the encoder's options (``dtype``, ``max_seq_length``) and batching limits.
+    :class:`~engines.classification.options.EmbeddingHeadOptions` (the head and label map files,
+    the encoder's source, ``normalize``, and the encoder's own options, which go to the encoder).
+    The head files load with skops' safe loader (``.skops``) or joblib, so the latter must come
+    from a trusted install (the catalog is operator configuration, never client input).
     """
 
     runs_torch = True
     backend = "embedding_head"
+    options_model = EmbeddingHeadOptions
+    options: EmbeddingHeadOptions
     tasks = frozenset({Task.CLASSIFY})
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
-        """The source folder, its head (and label map) files and the encoder entry are all there.
+        """The options, the source folder with its head (and label map) files, and the encoder entry.
 
         Raises:
             ModelLoadError: a missing folder, file or encoder source (MODEL_SOURCE_MISSING /
                 MODEL_SOURCE_INVALID).
-            InvalidArgumentError: an invalid encoder or batching option.
+            InvalidArgumentError: an invalid option, of the head or the encoder (INVALID_MODEL_OPTION).
 
         """
+        super().check_spec(spec)
+        options = parse_options(EmbeddingHeadOptions, spec.options, backend=cls.backend)
         folder = cls._folder_of(spec)
-        for key, default in (("head", DEFAULT_HEAD), ("label_map", None)):
-            name = spec.options.get(key, default)
-            if name and not (folder / str(name)).is_file():
+        for name in (options.head, options.label_map):
+            if name is not None and not (folder / name).is_file():
                 raise ModelLoadError(
                     f"model {spec.name!r}: missing file {name} in {folder}", reason="MODEL_SOURCE_MISSING"
                 )
-        SentenceTransformersEmbeddingEngine.check_spec(cls._encoder_spec_of(spec))
+        SentenceTransformersEmbeddingEngine.check_spec(cls._encoder_spec_of(spec, options))
 
     @staticmethod
     def _folder_of(spec: ModelSpec) -> Path:
-        resolved = resolve_source(spec.source)
-        if resolved.path is None or not resolved.path.is_dir():
-            raise ModelLoadError(
-                f"model {spec.name!r}: embedding_head needs a local folder as source",
-                reason="MODEL_SOURCE_INVALID",
-            )
-        return resolved.path
+        path = resolve_source(spec.source).path
+        if path is not None and path.is_dir():
+            return path
+        message = f"model {spec.name!r}: embedding_head needs a local folder as source"
+        raise ModelLoadError(message, reason="MODEL_SOURCE_INVALID")
 
     @staticmethod
-    def _encoder_spec_of(spec: ModelSpec) -> ModelSpec:
-        source = spec.options.get("embedding_source")
-        if not source:
-            raise ModelLoadError(
-                f"model {spec.name!r}: option embedding_source is required",
-                reason="MODEL_SOURCE_INVALID",
-            )
+    def _encoder_spec_of(spec: ModelSpec, options: EmbeddingHeadOptions) -> ModelSpec:
+        """The entry of the encoder: ``embedding_source`` with the encoder's options of ``spec``."""
         return ModelSpec(
             name=spec.name,
             backend=SentenceTransformersEmbeddingEngine.backend,
             tasks=(Task.EMBED,),
-            source=str(source),
+            source=options.embedding_source,
             device=spec.device,
-            options=spec.options,
+            options=options.encoder_options(),
         )
 
     def _folder(self) -> Path:
         return self._folder_of(self.spec)
 
-    def _encoder_spec(self) -> ModelSpec:
-        return self._encoder_spec_of(self.spec)
-
     def estimated_load_bytes(self) -> int:
         """Head file plus encoder folder sizes."""
-        head = self._folder() / str(self.option("head", DEFAULT_HEAD))
-        encoder = resolve_source(self._encoder_spec().source)
+        head = self._folder() / self.options.head
+        encoder = resolve_source(self.options.embedding_source)
         return (head.stat().st_size if head.exists() else 0) + (
             path_size_bytes(encoder.path) if encoder.path else 0
         )
@@ -122,19 +110,18 @@ class EmbeddingHeadClassificationEngine(Engine):
         with warnings.catch_warnings():
             # Heads pickled by an older scikit-learn warn on load; the linear models are stable.
             warnings.simplefilter("ignore")
-            self.head = self._read(folder / str(self.option("head", DEFAULT_HEAD)))
-            label_map = (
-                self._read(folder / str(self.option("label_map"))) if self.option("label_map") else None
-            )
+            self.head = self._read(folder / self.options.head)
+            label_map = self._read(folder / self.options.label_map) if self.options.label_map else None
         self.labels = label_names(list(self.head.classes_), label_map)
-        self.encoder = SentenceTransformersEmbeddingEngine(self._encoder_spec(), self.device, self.executor)
+        encoder_spec = self._encoder_spec_of(self.spec, self.options)
+        self.encoder = SentenceTransformersEmbeddingEngine(encoder_spec, self.device, self.executor)
         self.encoder.load()
         self.classifier = HeadClassifier(
             self.encoder,
             self.head,
             self.labels,
             self.executor,
-            normalize=bool(self.option("normalize", False)),
+            normalize=self.options.normalize,
         )
 
     def unload(self) -> None:

@@ -6,8 +6,8 @@ import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
+from engines.classification.options import TransformersClassifierOptions
 from engines.device import torch_dtype_for
-from engines.encoder_runtime import RUNTIMES
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import FailedPreconditionError
 from engines.registry import register_backend
@@ -23,15 +23,12 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
     Single-label scores are the softmax of the logits; multi-label scores the sigmoid of each
     logit (the ``text-classification`` pipeline's ``function_to_apply`` convention).
 
-    Catalog options: ``dtype``, ``max_seq_length`` (default: the smaller of the tokenizer's
-    ``model_max_length`` and the model's ``max_position_embeddings``), ``runtime``/``quantize``/
-    ``cache_dir`` (see :mod:`engines.encoder_runtime`) and the batching limits of
-    :class:`~engines.batching.BatchingConfig`.
+    Catalog options: :class:`~engines.classification.options.TransformersClassifierOptions`.
     """
 
     backend = "transformers_classifier"
-    runtimes = RUNTIMES
-    int_options = ("max_seq_length",)
+    options_model = TransformersClassifierOptions
+    options: TransformersClassifierOptions
     tasks = frozenset({Task.CLASSIFY})
 
     def load(self) -> None:
@@ -43,18 +40,17 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
         self.tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
         self.model = AutoModelForSequenceClassification.from_pretrained(
             resolved.location,
-            dtype=torch_dtype_for(self.device, self.option("dtype")),
+            dtype=torch_dtype_for(self.device, self.options.dtype),
             local_files_only=local,
         ).to(self.device)
         self.model.eval()
         self.model = self.export_for_runtime(self.model, self.tokenizer, "logits") or self.model
         model_config = self.model.config
         self.labels = [str(model_config.id2label[i]) for i in range(model_config.num_labels)]
-        limit = self.option("max_seq_length") or min(
+        self.max_length = self.options.max_seq_length or min(
             int(self.tokenizer.model_max_length),
             int(getattr(model_config, "max_position_embeddings", 512) or 512),
         )
-        self.max_length = int(limit)
         self.tokens = TokenCounter(self.tokenizer, self.max_length, self.spec.name)
         self.batcher = self.make_batcher(self._logits_batch)
 

@@ -16,8 +16,8 @@ import numpy as np
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
 from engines.device import torch_dtype_for
+from engines.embedding.options import SentenceTransformersOptions
 from engines.embedding.quantization import CALIBRATION_TEXTS, needs_calibration, quantize
-from engines.encoder_runtime import RUNTIMES
 from engines.encoder_types import ClassificationRequest, ClassificationResult, RerankRequest, RerankResult
 from engines.errors import FailedPreconditionError, InvalidArgumentError
 from engines.registry import register_backend
@@ -27,10 +27,6 @@ from engines.sources import resolve_source
 from engines.types import EmbeddingEncoding, EmbeddingRequest, EmbeddingResult, Task, Truncation
 
 log = logging.getLogger(__name__)
-
-# Zero-shot softmax temperature over cosine similarities: cosines of related and unrelated
-# texts differ by a few tenths, so they are sharpened before the softmax (CLIP-style logit scale).
-DEFAULT_ZERO_SHOT_TEMPERATURE = 0.05
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -43,17 +39,12 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
 class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
     """Embeddings from a ``SentenceTransformer`` model; also cosine rerank and zero-shot classify.
 
-    Catalog options: ``dtype`` (``float32``/``float16``/``bfloat16``; default by device),
-    ``max_seq_length`` (override the model's), ``zero_shot_temperature`` (default 0.05),
-    ``runtime``/``quantize``/``cache_dir`` (ONNX Runtime or OpenVINO, int8; see
-    :mod:`engines.encoder_runtime`) and the batching limits of
-    :class:`~engines.batching.BatchingConfig` (``max_batch_tokens``, ``max_batch_size``,
-    ``max_wait_ms``, ``max_queue``).
+    Catalog options: :class:`~engines.embedding.options.SentenceTransformersOptions`.
     """
 
     backend = "sentence_transformers"
-    runtimes = RUNTIMES
-    int_options = ("max_seq_length",)
+    options_model = SentenceTransformersOptions
+    options: SentenceTransformersOptions
     tasks = frozenset({Task.EMBED, Task.RERANK, Task.CLASSIFY})
 
     def load(self) -> None:
@@ -61,7 +52,7 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
         from sentence_transformers import SentenceTransformer
 
         resolved = resolve_source(self.spec.source)
-        dtype = torch_dtype_for(self.device, self.option("dtype"))
+        dtype = torch_dtype_for(self.device, self.options.dtype)
         self.model = SentenceTransformer(
             resolved.location,
             device=self.device,
@@ -70,8 +61,8 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
         )
         self.model.eval()
         self.swap_transformer(self.model[0])
-        if self.option("max_seq_length"):
-            self.model.max_seq_length = int(self.option("max_seq_length"))
+        if self.options.max_seq_length is not None:
+            self.model.max_seq_length = self.options.max_seq_length
         self.tokens = TokenCounter(self.model.tokenizer, self.model.max_seq_length, self.spec.name)
         self.batcher = self.make_batcher(self._encode_batch)
         self._calibration: np.ndarray | None = None  # raw vectors of the int8/uint8 calibration set
@@ -256,8 +247,7 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
         if request.multi_label:
             scores = np.clip(cosines, 0.0, 1.0)
         else:
-            temperature = float(self.option("zero_shot_temperature", DEFAULT_ZERO_SHOT_TEMPERATURE))
-            scores = softmax(cosines / temperature)
+            scores = softmax(cosines / self.options.zero_shot_temperature)
         return ClassificationResult(
             classifications=classifications(scores, request.candidate_labels, request), prompt_tokens=used
         )

@@ -14,6 +14,7 @@ from engines.base import Engine
 from engines.encoder_types import Entity, EntityRequest, EntityResult
 from engines.errors import ModelLoadError
 from engines.ner.filtering import check_input_characters, kept
+from engines.ner.options import SpacyOptions
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage, Task
@@ -27,15 +28,14 @@ class SpacyNerEngine(Engine):
     ``load()`` is called, as spaCy's docs do it), a pipeline folder holding ``config.cfg``
     (``spacy.load(path)``), or a package name (``spacy.load(name)``).
 
-    Catalog options: ``batch_size`` (texts per ``nlp.pipe`` batch, default 64) and ``disable``
-    (pipeline components to skip, default: every component the ``ner`` component does not
-    need, i.e. ``parser``, ``lemmatizer``, ``tagger``, ``attribute_ruler``, ``senter``).
+    Catalog options: :class:`~engines.ner.options.SpacyOptions` (by default every component the
+    ``ner`` component does not need is skipped).
     """
 
     backend = "spacy"
-    int_options = ("batch_size",)
+    options_model = SpacyOptions
+    options: SpacyOptions
     tasks = frozenset({Task.EXTRACT_ENTITIES})
-    DEFAULT_DISABLED = ("parser", "lemmatizer", "tagger", "attribute_ruler", "senter")
 
     @classmethod
     def select_device(cls, preference: str) -> str:
@@ -69,8 +69,7 @@ class SpacyNerEngine(Engine):
                 f"model {self.spec.name!r} has no ner component", reason="MODEL_SOURCE_INVALID"
             )
         self.nlp = nlp
-        disable = self.option("disable", self.DEFAULT_DISABLED)
-        self.disabled = [name for name in disable if name in nlp.pipe_names]
+        self.disabled = [name for name in self.options.disable if name in nlp.pipe_names]
 
     def unload(self) -> None:
         """Drop the pipeline."""
@@ -89,9 +88,7 @@ class SpacyNerEngine(Engine):
 
     def _extract(self, request: EntityRequest) -> EntityResult:
         results, tokens = [], 0
-        docs = self.nlp.pipe(
-            request.inputs, batch_size=int(self.option("batch_size", 64)), disable=self.disabled
-        )
+        docs = self.nlp.pipe(request.inputs, batch_size=self.options.batch_size, disable=self.disabled)
         for doc in docs:
             tokens += len(doc)
             found = [Entity(e.text, e.label_, e.start_char, e.end_char, 1.0) for e in doc.ents]

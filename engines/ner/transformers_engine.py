@@ -16,45 +16,34 @@ from engines.batching.tokens import TokenCounter
 from engines.device import torch_dtype_for
 from engines.encoder_types import Entity, EntityRequest, EntityResult
 from engines.ner.filtering import check_input_characters, kept
+from engines.ner.options import TransformersNerOptions
 from engines.registry import register_backend
 from engines.sources import resolve_source
 from engines.types import Task, Truncation
-
-AGGREGATIONS = ("simple", "first", "average", "max")
-# Longest text accepted (catalog option max_input_chars). The pipeline reads a whole text in
-# overlapping windows, ~6 s per 100,000 characters for a BERT-base model on 2 CPU cores.
-MAX_INPUT_CHARS = 100_000
 
 
 @register_backend
 class TransformersNerEngine(BatchedEncoderEngine):
     """Entities from ``AutoModelForTokenClassification``; labels from ``id2label`` without B-/I- prefixes.
 
-    Catalog options: ``aggregation`` (``simple``, ``first``, ``average`` or ``max``; default
-    ``simple``), ``stride`` (tokens of overlap between windows of texts longer than the model's
-    maximum length; default 16), ``dtype`` and the batching limits of
-    :class:`~engines.batching.BatchingConfig`.
+    Catalog options: :class:`~engines.ner.options.TransformersNerOptions`.
     """
 
     backend = "transformers_ner"
-    int_options = ("stride",)
+    options_model = TransformersNerOptions
+    options: TransformersNerOptions
     tasks = frozenset({Task.EXTRACT_ENTITIES})
 
     def load(self) -> None:
         """Load tokenizer, model and pipeline; set up the batcher."""
         from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
-        aggregation = str(self.option("aggregation", "simple"))
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(
-                f"option aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}"
-            )
         resolved = resolve_source(self.spec.source)
         local = resolved.path is not None
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
         model = AutoModelForTokenClassification.from_pretrained(
             resolved.location,
-            dtype=torch_dtype_for(self.device, self.option("dtype")),
+            dtype=torch_dtype_for(self.device, self.options.dtype),
             local_files_only=local,
         ).to(self.device)
         model.eval()
@@ -63,8 +52,8 @@ class TransformersNerEngine(BatchedEncoderEngine):
             "token-classification",
             model=model,
             tokenizer=tokenizer,
-            aggregation_strategy=aggregation,
-            stride=int(self.option("stride", 16)),
+            aggregation_strategy=self.options.aggregation,
+            stride=self.options.stride,
             device=model.device,
         )
         limit = min(
@@ -108,8 +97,7 @@ class TransformersNerEngine(BatchedEncoderEngine):
             ResourceExhaustedError: the batch queue is full (OVERLOADED).
 
         """
-        limit = int(self.option("max_input_chars", MAX_INPUT_CHARS))
-        check_input_characters(request.inputs, limit, self.spec.name)
+        check_input_characters(request.inputs, self.options.max_input_chars, self.spec.name)
         inputs = list(request.inputs)
         with self.batcher.reserve(len(inputs)) as places:  # refused before tokenizing when full
             lengths = await self.tokens.lengths_async(inputs)

@@ -12,10 +12,10 @@ import numpy as np
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
 from engines.device import torch_dtype_for
-from engines.encoder_runtime import RUNTIMES
 from engines.encoder_types import RerankRequest, RerankResult
 from engines.errors import InvalidArgumentError
 from engines.registry import register_backend
+from engines.rerank.options import CrossEncoderOptions
 from engines.rerank.ranking import ranked
 from engines.scoring import softmax
 from engines.sources import resolve_source
@@ -30,14 +30,12 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
     model with several logits the score is the softmax probability of the last class (the
     "relevant" class of two-class rerankers).
 
-    Catalog options: ``dtype``, ``max_length`` (override the model's maximum pair length),
-    ``runtime``/``quantize``/``cache_dir`` (see :mod:`engines.encoder_runtime`) and the batching
-    limits of :class:`~engines.batching.BatchingConfig`.
+    Catalog options: :class:`~engines.rerank.options.CrossEncoderOptions`.
     """
 
     backend = "cross_encoder"
-    runtimes = RUNTIMES
-    int_options = ("max_length",)
+    options_model = CrossEncoderOptions
+    options: CrossEncoderOptions
     tasks = frozenset({Task.RERANK})
 
     def load(self) -> None:
@@ -45,13 +43,12 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
         from sentence_transformers import CrossEncoder
 
         resolved = resolve_source(self.spec.source)
-        max_length = self.option("max_length")
         self.model = CrossEncoder(
             resolved.location,
             device=self.device,
-            model_kwargs={"torch_dtype": torch_dtype_for(self.device, self.option("dtype"))},
+            model_kwargs={"torch_dtype": torch_dtype_for(self.device, self.options.dtype)},
             local_files_only=resolved.path is not None,
-            max_length=int(max_length) if max_length else None,
+            max_length=self.options.max_length,
         )
         self.model.eval()
         self.swap_transformer(self.model[0])

@@ -36,11 +36,13 @@ from typing import TextIO
 
 from engines.base import Engine, ModelSpec
 from engines.batching.engine import BatchedEncoderEngine
+from engines.batching.options import exported_runtime
 from engines.converted_cache import converted_root, source_fingerprint
-from engines.encoder_runtime import EXPORT_FORMAT, RuntimeChoice
+from engines.encoder_runtime import EXPORT_FORMAT
 from engines.errors import RuntimeServiceError
 from engines.executor import DeviceExecutor
 from engines.generation.requantize import cached_path, model_file, quantize_option
+from engines.options import parse_options
 from engines.registry import engine_class
 from engines.sources import resolve_source
 from service.admin.connection import CommandError
@@ -97,12 +99,12 @@ def preparation_for(spec: ModelSpec, settings: Settings) -> Preparation | None:
 
     """
     cls = engine_class(spec.backend)
-    cache = converted_root(spec.options.get("cache_dir"))
     if issubclass(cls, BatchedEncoderEngine):
-        choice = RuntimeChoice.from_options(spec.options, cls.runtimes)
-        if not choice.exported:
+        options = exported_runtime(parse_options(cls.options_model, spec.options, backend=spec.backend))
+        if options is None:
             return None
         cls.check_spec(spec)
+        choice, cache = options.runtime_choice, converted_root(options.cache_dir)
         fingerprint = source_fingerprint(resolve_source(spec.source).location)
         key = f"{spec.backend}|{fingerprint}|{choice.label()}|{EXPORT_FORMAT}"
         record = cache / f".prepared-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
@@ -115,6 +117,7 @@ def preparation_for(spec: ModelSpec, settings: Settings) -> Preparation | None:
 
         return Preparation(spec, f"{choice.label()} export", cache, lambda: _recorded(record), make)
     if spec.backend == "llama_cpp":
+        cache = converted_root(spec.options.get("cache_dir"))
         if spec.options.get("quantize") is None:
             return None
         cls.check_spec(spec)  # refuses an unknown type too (INVALID_MODEL_OPTION)

@@ -153,11 +153,11 @@ def entry(**options):
     [
         (
             entry(runtime="tensorrt"),
-            "model 'bad': option runtime must be one of torch, onnx, openvino, got 'tensorrt'",
+            "model 'bad': option runtime: Input should be 'torch', 'onnx' or 'openvino' (got 'tensorrt')",
         ),
         (
             entry(runtime="openvino", quantize="int4"),
-            "model 'bad': option quantize must be one of none, int8",
+            "model 'bad': option quantize: Input should be 'none' or 'int8' (got 'int4')",
         ),
         ({**entry(runtime="onnx"), "backend": "onnx_magic"}, "model 'bad': unknown backend 'onnx_magic'"),
         (

@@ -12,6 +12,7 @@ import pytest
 from engines.encoder_runtime import ExportedModel, RuntimeChoice
 from engines.errors import FailedPreconditionError
 from engines.executor import DeviceExecutor, ExecutorPool
+from engines.options import parse_options
 from engines.registry import engine_class
 from engines.sources import resolve_source
 from engines.types import Task
@@ -37,8 +38,8 @@ def test_encoder_entries_resolve_and_their_backends_serve_their_tasks():
 
 def test_minilm_runs_on_openvino():
     spec = load_catalog().specs["all-minilm-l6-v2"]
-    choice = RuntimeChoice.from_options(spec.options, engine_class(spec.backend).runtimes)
-    assert choice == RuntimeChoice("openvino", "none")
+    options = parse_options(engine_class(spec.backend).options_model, spec.options, backend=spec.backend)
+    assert options.runtime_choice == RuntimeChoice("openvino", "none")
 
 
 async def test_the_default_catalogs_minilm_loads_into_openvino(tmp_path):

@@ -53,7 +53,7 @@ async def test_min_score_and_label_filters(ner_engine):
 
 async def test_a_text_over_max_input_chars_is_refused_before_any_work(ner_engine):
     from engines.errors import InputTooLongError
-    from engines.ner.transformers_engine import MAX_INPUT_CHARS
+    from engines.ner.options import MAX_INPUT_CHARS
 
     with pytest.raises(InputTooLongError) as caught:
         await ner_engine.extract_entities(EntityRequest(inputs=["ok", "x " * (MAX_INPUT_CHARS // 2 + 1)]))

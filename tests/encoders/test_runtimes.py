@@ -33,9 +33,15 @@ SENTENCES = [
     "Photosynthesis converts light into chemical energy.",
 ]
 BAD = {
-    "bad-runtime": ({"runtime": "tensorrt"}, "option runtime must be one of torch, onnx, openvino"),
-    "bad-quantize": ({"runtime": "onnx", "quantize": "int4"}, "option quantize must be one of none, int8"),
-    "int8-torch": ({"quantize": "int8"}, "option quantize int8 needs runtime onnx or openvino"),
+    "bad-runtime": (
+        {"runtime": "tensorrt"},
+        "option runtime: Input should be 'torch', 'onnx' or 'openvino' (got 'tensorrt')",
+    ),
+    "bad-quantize": (
+        {"runtime": "onnx", "quantize": "int4"},
+        "option quantize: Input should be 'none' or 'int8' (got 'int4')",
+    ),
+    "int8-torch": ({"quantize": "int8"}, "option quantize: int8 needs runtime onnx or openvino, not torch"),
 }
 
 

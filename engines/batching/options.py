@@ -1,0 +1,85 @@
+"""Catalog options shared by the batched encoder backends: batch limits, lane, dtype and runtime.
+
+A light module (no torch, no runtime package): the catalog check and the JSON Schema import every
+backend's options. Each encoder backend's own model (``engines/<package>/options.py``) adds its
+options to :class:`EncoderOptions` (torch only) or :class:`ExportableEncoderOptions` (torch, ONNX
+Runtime or OpenVINO).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from engines.encoder_runtime import Quantization, Runtime, RuntimeChoice
+from engines.options import QueuedEngineOptions, TorchDtypeOptions, TorchEngineOptions
+
+
+class BatchingConfig(QueuedEngineOptions):
+    """Limits of one :class:`~engines.batching.DynamicBatcher`; each is a catalog option of the model.
+
+    ``max_queue_wait_s`` (from :class:`~engines.options.QueuedEngineOptions`): the longest an item
+    may wait in the queue; one that waited longer fails with RESOURCE_EXHAUSTED
+    (QUEUE_WAIT_EXCEEDED) before its batch, instead of a late answer (0: no limit).
+    """
+
+    max_batch_tokens: int = Field(
+        default=16384,
+        ge=1,
+        description="Most padded tokens per batch (inputs x the longest input's tokens); one longer "
+        "input still runs alone.",
+    )
+    max_batch_size: int = Field(default=64, ge=1, description="Most inputs per batch.")
+    max_wait_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="Milliseconds the oldest queued input waits for more before its batch runs; 0: "
+        "batch what is queued when the device is free.",
+    )
+    max_queue: int = Field(
+        default=4096,
+        ge=1,
+        description="Most inputs waiting for a batch; more are refused with OVERLOADED (HTTP 429).",
+    )
+
+
+class EncoderOptions(BatchingConfig, TorchEngineOptions, TorchDtypeOptions):
+    """Options of every batched encoder backend: the batch limits, the lane's threads and niceness, dtype."""
+
+
+class ExportableEncoderOptions(EncoderOptions):
+    """Options of encoders that may run in ONNX Runtime or OpenVINO (:mod:`engines.encoder_runtime`)."""
+
+    runtime: Runtime = Field(
+        default="torch",
+        description="What runs the forward pass: torch, onnx (ONNX Runtime) or openvino; the last "
+        "two on the CPU only (on a GPU the model stays in torch).",
+    )
+    quantize: Quantization = Field(
+        default="none",
+        description="int8: weights quantized by the exported runtime (needs runtime onnx or openvino).",
+    )
+    cache_dir: str | None = Field(
+        default=None,
+        description="Folder of the exported copies; unset: ~/.cache/universal-runtime/converted "
+        "(under XDG_CACHE_HOME when set).",
+    )
+
+    @field_validator("quantize")
+    @classmethod
+    def _quantize_needs_an_exported_runtime(cls, value: str, info: ValidationInfo) -> str:
+        # A cross-field rule checked on quantize (declared after runtime) so the error names it.
+        if value != "none" and info.data.get("runtime") == "torch":
+            raise ValueError(f"{value} needs runtime onnx or openvino, not torch")
+        return value
+
+    @property
+    def runtime_choice(self) -> RuntimeChoice:
+        """How the forward pass runs: the ``runtime`` and ``quantize`` options."""
+        return RuntimeChoice(self.runtime, self.quantize)
+
+
+def exported_runtime(options: EncoderOptions) -> ExportableEncoderOptions | None:
+    """``options`` when they choose a runtime other than torch (the model is exported), else None."""
+    if isinstance(options, ExportableEncoderOptions) and options.runtime_choice.exported:
+        return options
+    return None
