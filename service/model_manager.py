@@ -22,8 +22,9 @@ import functools
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from engines.base import Engine, ModelSpec
 from engines.capabilities import CAPABILITY_TASKS, TASKLESS_CAPABILITIES, Capability
@@ -39,7 +40,9 @@ from engines.errors import (
     UnavailableError,
 )
 from engines.executor import DeviceExecutor, ExecutorPool
+from engines.options import EngineOptions, parse_options
 from engines.registry import engine_class
+from engines.stats import EngineStats
 from engines.types import MemoryUsage, Task
 from service import metrics
 from service.keep_alive import format_keep_alive, parse_keep_alive
@@ -105,6 +108,11 @@ class ModelState(enum.Enum):
     ERROR = "Error"
 
 
+def _options_text(options: Mapping[str, Any]) -> str:
+    """Options as ``n_ctx=4096, runtime=torch`` for messages (``none`` when empty)."""
+    return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "none"
+
+
 def format_status(state: ModelState, details: str = "") -> str:
     """``"<State>: <details>"``, or the state alone without details (model-runner's ``FormatStatus``)."""
     return f"{state.value}: {details}" if details else state.value
@@ -141,14 +149,21 @@ class ManagedModel:
             return format_status(self.state, self.error)
         return format_status(self.state)
 
-    def kv_cells(self) -> tuple[int, int] | None:
-        """``(used, total)`` KV cache cells of the engine, or None (no engine, or one without a KV cache).
+    def stats(self) -> EngineStats:
+        """The loaded engine's figures (:meth:`Engine.stats`); empty when no engine is loaded.
 
-        Generation engines answer from their own bookkeeping (:meth:`GenerationEngine.kv_cells`),
-        so this may be read from any thread (metrics scrapes) while the model's lane runs.
+        Engines answer from their own bookkeeping, so this may be read from any thread (metrics
+        scrapes) while the model's lane runs.
         """
-        reporter = getattr(self.engine, "kv_cells", None)
-        return reporter() if reporter is not None else None
+        return self.engine.stats() if self.engine is not None else EngineStats()
+
+    def effective_options(self) -> dict[str, Any]:
+        """The backend options in effect, as given (without the backend's defaults).
+
+        The loaded engine's (the catalog entry's with LoadModel's overrides over them), else the
+        catalog entry's.
+        """
+        return dict(self.engine.spec.options if self.engine is not None else self.spec.options)
 
     def expires_at(self) -> float | None:
         """Wall-clock time at which the idle model will unload, or None if not scheduled."""
@@ -355,21 +370,49 @@ class ModelManager:
     # -- load / unload ----------------------------------------------------------------------
 
     async def load(
-        self, name: str, keep_alive: str | None = None, pinned: bool | None = None
+        self,
+        name: str,
+        keep_alive: str | None = None,
+        pinned: bool | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> ManagedModel:
         """Load ``name`` now (no-op when ready) and optionally change its keep-alive and pinning.
 
+        Args:
+            name: catalog name.
+            keep_alive: keep-alive from now on (a duration, "0" or "-1"); None keeps the model's.
+            pinned: pin or unpin; None keeps the model's.
+            options: backend options for this load over the catalog entry's (LoadModel's
+                overrides), checked against the backend's options model before any load work. They
+                last until the model unloads. None: no requirement (a loaded model stays as it
+                is); ``{}``: exactly the catalog's options.
+
         Raises:
-            Same as :meth:`acquire`, except TaskNotSupportedError.
+            InvalidArgumentError: an invalid override (reason INVALID_MODEL_OPTION, naming it).
+            FailedPreconditionError: the model is loaded with other options than ``options`` ask
+                for (reason MODEL_LOADED_WITH_OTHER_OPTIONS: unload it first).
+            Otherwise the same as :meth:`acquire`, except TaskNotSupportedError.
 
         """
         managed = self.get(name)
         override = parse_keep_alive(keep_alive) if keep_alive else None
         if self._closing:
             raise UnavailableError("server is shutting down", reason="SHUTTING_DOWN")
+        wanted: tuple[ModelSpec, EngineOptions] | None = None
+        if options is not None:
+            # Checked before the lock: a bad override never waits behind another load.
+            wanted = await asyncio.to_thread(self._with_overrides, managed.spec, options)
         async with managed.lock:
             if managed.state is not ModelState.READY:
-                await self._load_locked(managed)
+                await self._load_locked(managed, wanted[0] if wanted is not None else None)
+            elif wanted is not None and managed.engine is not None and managed.engine.options != wanted[1]:
+                loaded = _options_text(managed.effective_options())
+                raise FailedPreconditionError(
+                    f"model {name!r} is loaded with other options ({loaded}) than this load asks for; "
+                    "unload it first",
+                    reason="MODEL_LOADED_WITH_OTHER_OPTIONS",
+                    model=name,
+                )
         if override is not None:
             managed.keep_alive_s = override
         if pinned is not None:
@@ -377,13 +420,15 @@ class ModelManager:
         managed.last_used = time.monotonic()
         return managed
 
-    async def _load_locked(self, managed: ManagedModel) -> None:
+    async def _load_locked(self, managed: ManagedModel, spec: ModelSpec | None = None) -> None:
         """Load the model (lock held); any failure leaves it ERROR with the reason as its status.
 
-        The next request or LoadModel tries again from the start, checks included, so an entry
-        fixed on disk (a package installed since) loads without a restart.
+        ``spec`` is the catalog entry with LoadModel's option overrides (:meth:`_with_overrides`);
+        None loads the entry as it is. The next request or LoadModel tries again from the start,
+        checks included, so an entry fixed on disk (a package installed since) loads without a
+        restart.
         """
-        spec = managed.spec
+        spec = spec or managed.spec
         loading: tuple[str, DeviceExecutor] | None = None  # set once engine.load may hold memory
         try:
             if spec.name in self._hub_names:
@@ -469,6 +514,45 @@ class ModelManager:
             device, executor = loading
             await executor.run(release_device_memory, device)
             self._executors.retire(executor)
+
+    def _with_overrides(
+        self, spec: ModelSpec, overrides: Mapping[str, Any]
+    ) -> tuple[ModelSpec, EngineOptions]:
+        """``spec`` with LoadModel's option overrides over its options, and those options typed (blocking).
+
+        The entry itself is checked first (:meth:`_preflight`), so a fault of the catalog stays
+        FAILED_PRECONDITION; then the merged options go through the backend's options model. The
+        overrides are kept in their typed form (``4096.0`` from a Struct becomes ``4096``).
+
+        Raises:
+            FailedPreconditionError: what :meth:`_preflight` raises.
+            InvalidArgumentError: reason INVALID_MODEL_OPTION: an override is unknown, of the wrong
+                type or out of range (metadata ``option``, ``field`` ``options.<name>``), or the
+                backend has no typed options to override.
+
+        """
+        cls = self._preflight(spec)
+        if cls.options_model is None:
+            raise InvalidArgumentError(
+                f"backend {spec.backend} takes no option overrides (its options are not typed yet)",
+                reason="INVALID_MODEL_OPTION",
+                field="options",
+                backend=spec.backend,
+            )
+        try:
+            typed = parse_options(cls.options_model, {**spec.options, **overrides}, backend=spec.backend)
+        except InvalidArgumentError as exc:
+            option = exc.metadata.get("option", "")
+            raise InvalidArgumentError(
+                f"options: {exc.message}",
+                reason="INVALID_MODEL_OPTION",
+                field=f"options.{option}" if option else "options",
+                option=option,
+                backend=spec.backend,
+                model=spec.name,
+            ) from None
+        given = typed.model_dump(mode="json", include=set(overrides))
+        return dataclasses.replace(spec, options={**spec.options, **given}), typed
 
     def _refuse_malformed(self, spec: ModelSpec) -> None:
         """Raise FailedPreconditionError (INVALID_CATALOG_ENTRY, with why) for a malformed entry."""

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
 from universal_runtime.v1 import model_service_pb2 as pb
 
 from engines.types import Task
+from service.convert.validation import require
 from service.model_manager import ManagedModel, ModelManager, ModelState
 
 TASKS = {
@@ -30,10 +36,39 @@ STATES = {
 }
 
 
+#: Most option overrides one LoadModel may carry (the request's size is bounded too).
+MAX_OPTION_OVERRIDES = 64
+
+
+def load_options(request: pb.LoadModelRequest) -> dict[str, Any] | None:
+    """LoadModel's option overrides as a plain mapping (numbers as floats); None when unset.
+
+    Their values are checked by the model manager against the backend's options model.
+
+    Raises:
+        InvalidArgumentError: more than :data:`MAX_OPTION_OVERRIDES` keys (field ``options``).
+
+    """
+    if not request.HasField("options"):
+        return None
+    count = len(request.options.fields)
+    require(count <= MAX_OPTION_OVERRIDES, "options", f"at most {MAX_OPTION_OVERRIDES} options, got {count}")
+    return json_format.MessageToDict(request.options)
+
+
+def options_struct(options: Mapping[str, Any]) -> struct_pb2.Struct:
+    """Options as a Struct; values YAML gives that JSON lacks (dates) become their text."""
+    struct = struct_pb2.Struct()
+    struct.update(json.loads(json.dumps(options, default=str)))
+    return struct
+
+
 def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
     """Describe one managed model (state, device, memory, keep-alive, expiry)."""
     expires = managed.expires_at()
-    cells = managed.kv_cells()
+    generation = managed.stats().generation
+    cells = generation.kv_cache if generation is not None else None
+    kv_cache = pb.KvCacheUsage(cells_used=cells.cells_used, cells_total=cells.cells_total) if cells else None
     return pb.Model(
         name=managed.spec.name,
         tasks=[TASKS[t] for t in managed.spec.tasks],
@@ -48,5 +83,6 @@ def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
         loaded_at_unix_ms=int(managed.loaded_at * 1000),
         expires_at_unix_ms=int(expires * 1000) if expires is not None else 0,
         active_requests=managed.active,
-        kv_cache=pb.KvCacheUsage(cells_used=cells[0], cells_total=cells[1]) if cells else None,
+        kv_cache=kv_cache,
+        options=options_struct(managed.effective_options()),
     )

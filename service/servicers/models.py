@@ -6,7 +6,7 @@ import grpc
 from universal_runtime.v1 import model_service_pb2 as pb
 from universal_runtime.v1 import model_service_pb2_grpc
 
-from service.convert.models import TASKS_BY_PB, model_message
+from service.convert.models import TASKS_BY_PB, load_options, model_message
 from service.convert.validation import require
 from service.model_manager import ModelManager, ModelState
 from service.request_context import note_model
@@ -37,11 +37,12 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         return pb.GetModelResponse(model=model_message(self._manager, self._manager.get(request.name)))
 
     async def LoadModel(self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext):
-        """Load (idempotent) and optionally set keep-alive and pinning."""
+        """Load (idempotent) and optionally set keep-alive, pinning and option overrides for this load."""
         require(bool(request.name), "name", "must be set")
         note_model(request.name)
         pinned = request.pinned if request.HasField("pinned") else None
-        managed = await self._manager.load(request.name, request.keep_alive or None, pinned)
+        options = load_options(request)
+        managed = await self._manager.load(request.name, request.keep_alive or None, pinned, options)
         return pb.LoadModelResponse(model=model_message(self._manager, managed))
 
     async def UnloadModel(self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext):

@@ -116,7 +116,15 @@ def _values(
 
 
 def _assign(msg: message.Message, field: descriptor.FieldDescriptor, value) -> None:
-    if field.is_repeated:
+    if field.type == FD.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
+        # A map (google.protobuf.Struct's fields): drawn as entry messages, set key by key.
+        entries = getattr(msg, field.name)
+        for entry in value:
+            if field.message_type.fields_by_name["value"].type == FD.TYPE_MESSAGE:
+                entries[entry.key].CopyFrom(entry.value)
+            else:
+                entries[entry.key] = entry.value
+    elif field.is_repeated:
         getattr(msg, field.name).extend(value)
     elif field.type == FD.TYPE_MESSAGE:
         getattr(msg, field.name).CopyFrom(value)

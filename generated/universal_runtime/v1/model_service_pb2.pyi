@@ -1,3 +1,4 @@
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -64,7 +65,7 @@ class KvCacheUsage(_message.Message):
     def __init__(self, cells_used: _Optional[int] = ..., cells_total: _Optional[int] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("name", "tasks", "backend", "source", "status", "status_detail", "device", "memory", "keep_alive", "pinned", "loaded_at_unix_ms", "expires_at_unix_ms", "active_requests", "kv_cache")
+    __slots__ = ("name", "tasks", "backend", "source", "status", "status_detail", "device", "memory", "keep_alive", "pinned", "loaded_at_unix_ms", "expires_at_unix_ms", "active_requests", "kv_cache", "options")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +80,7 @@ class Model(_message.Message):
     EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     tasks: _containers.RepeatedScalarFieldContainer[Task]
     backend: str
@@ -93,7 +95,8 @@ class Model(_message.Message):
     expires_at_unix_ms: int
     active_requests: int
     kv_cache: KvCacheUsage
-    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[Task, str]]] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., status: _Optional[_Union[ModelStatus, str]] = ..., status_detail: _Optional[str] = ..., device: _Optional[str] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., loaded_at_unix_ms: _Optional[int] = ..., expires_at_unix_ms: _Optional[int] = ..., active_requests: _Optional[int] = ..., kv_cache: _Optional[_Union[KvCacheUsage, _Mapping]] = ...) -> None: ...
+    options: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[Task, str]]] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., status: _Optional[_Union[ModelStatus, str]] = ..., status_detail: _Optional[str] = ..., device: _Optional[str] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., loaded_at_unix_ms: _Optional[int] = ..., expires_at_unix_ms: _Optional[int] = ..., active_requests: _Optional[int] = ..., kv_cache: _Optional[_Union[KvCacheUsage, _Mapping]] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("task", "loaded_only")
@@ -122,14 +125,16 @@ class GetModelResponse(_message.Message):
     def __init__(self, model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...
 
 class LoadModelRequest(_message.Message):
-    __slots__ = ("name", "keep_alive", "pinned")
+    __slots__ = ("name", "keep_alive", "pinned", "options")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
     PINNED_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     keep_alive: str
     pinned: bool
-    def __init__(self, name: _Optional[str] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ...) -> None: ...
+    options: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class LoadModelResponse(_message.Message):
     __slots__ = ("model",)
