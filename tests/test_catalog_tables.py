@@ -1,0 +1,49 @@
+"""The README's per-backend option tables equal the ones generated from the options models."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.registry import registered_backends
+from tests.catalog_tables import BEGIN, END, README, backend_table, readme_region, render, rewrite
+
+
+def test_the_readme_tables_are_the_generated_ones():
+    region = readme_region(README.read_text())
+    assert region is not None, f"README lacks the {BEGIN} ... {END} region"
+    assert region == render(), (
+        "README's catalog option tables differ from the models: run 'python -m tests.catalog_tables'"
+    )
+
+
+@pytest.mark.parametrize("backend", sorted(registered_backends()))
+def test_every_backend_has_a_table_with_a_row_per_option(backend):
+    cls = registered_backends()[backend]
+    assert cls.options_model is not None, f"backend {backend} has no typed options"
+    table = backend_table(backend, cls)
+    rows = [line.split("|")[1].strip(" `") for line in table.splitlines() if line.startswith("| `")]
+    assert rows == list(cls.options_model.model_fields)
+
+
+def test_a_row_says_type_default_range_and_what():
+    table = backend_table("llama_cpp", registered_backends()["llama_cpp"])
+    row = next(line for line in table.splitlines() if line.startswith("| `max_sequences` |"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[:4] == ["`max_sequences`", "integer", "`8`", "≥ 1"]
+    assert cells[4]  # the description
+    enum = next(line for line in table.splitlines() if line.startswith("| `quantize` |"))
+    assert "string or unset | unset | `q4_0`, `q8_0`, `f16` |" in enum
+
+
+def test_rewriting_fills_the_region_and_the_schema_file(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{BEGIN}\nstale\n{END}\nafter\n")
+    schema = tmp_path / "catalog.schema.json"
+    rewrite(readme, schema)
+    text = readme.read_text()
+    assert readme_region(text) == render()
+    assert text.startswith("before\n") and text.endswith(f"{END}\nafter\n")
+    assert schema.read_text().startswith('{\n  "$schema"')
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="expected one"):
+        rewrite(readme, schema)
