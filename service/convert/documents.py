@@ -6,17 +6,8 @@ import json
 
 from universal_runtime.v1 import documents_pb2 as pb
 
-from engines.documents.types import (
-    Block,
-    Citation,
-    DocumentAnswer,
-    DocumentField,
-    DocumentLabel,
-    RegionType,
-    StructuredPage,
-    TableCell,
-)
-from service.convert.messages import MessageCopy
+from engines.documents import types as doc
+from service.convert.messages import MessageCopy, enum_table, wire_values
 from service.convert.ocr import box_message as _box
 from service.convert.ocr import line_message
 from service.convert.ocr import read_job as ocr_read_job
@@ -30,18 +21,7 @@ MAX_QUESTION_CHARS = 2000
 MAX_CANDIDATE_LABELS = 64
 MAX_LABEL_CHARS = 500
 
-_BLOCK_TYPES = {
-    RegionType.TEXT: pb.BLOCK_TYPE_TEXT,
-    RegionType.TITLE: pb.BLOCK_TYPE_TITLE,
-    RegionType.FIGURE: pb.BLOCK_TYPE_FIGURE,
-    RegionType.FIGURE_CAPTION: pb.BLOCK_TYPE_FIGURE_CAPTION,
-    RegionType.TABLE: pb.BLOCK_TYPE_TABLE,
-    RegionType.TABLE_CAPTION: pb.BLOCK_TYPE_TABLE_CAPTION,
-    RegionType.PAGE_HEADER: pb.BLOCK_TYPE_PAGE_HEADER,
-    RegionType.PAGE_FOOTER: pb.BLOCK_TYPE_PAGE_FOOTER,
-    RegionType.REFERENCE: pb.BLOCK_TYPE_REFERENCE,
-    RegionType.EQUATION: pb.BLOCK_TYPE_EQUATION,
-}
+_BLOCK_TYPES = wire_values(enum_table(pb.BlockType, "BLOCK_TYPE_", doc.RegionType))
 
 
 def read_job(
@@ -136,11 +116,11 @@ def classify_job(options: pb.ClassifyDocumentOptions, settings: Settings) -> Cla
     )
 
 
-_CELL = MessageCopy(pb.TableCell, TableCell, given=("box",))
-_PAGE = MessageCopy(pb.AnalyzeDocumentResponse, StructuredPage, given=("blocks",))
+_CELL = MessageCopy(pb.TableCell, doc.TableCell, given=("box",))
+_PAGE = MessageCopy(pb.AnalyzeDocumentResponse, doc.StructuredPage, given=("blocks",))
 
 
-def _block_message(block: Block, return_lines: bool) -> pb.DocumentBlock:
+def _block_message(block: doc.Block, return_lines: bool) -> pb.DocumentBlock:
     message = pb.DocumentBlock(
         type=_BLOCK_TYPES[block.type], text=block.text, box=_box(block.box), confidence=block.confidence
     )
@@ -157,7 +137,7 @@ def _block_message(block: Block, return_lines: bool) -> pb.DocumentBlock:
     return message
 
 
-def analyze_response(page: StructuredPage, return_lines: bool) -> pb.AnalyzeDocumentResponse:
+def analyze_response(page: doc.StructuredPage, return_lines: bool) -> pb.AnalyzeDocumentResponse:
     """One page's response; blocks' lines only when ``return_lines``."""
     return _PAGE(
         page,
@@ -165,11 +145,11 @@ def analyze_response(page: StructuredPage, return_lines: bool) -> pb.AnalyzeDocu
     )
 
 
-def _citation(citation: Citation) -> pb.DocumentCitation:
+def _citation(citation: doc.Citation) -> pb.DocumentCitation:
     return pb.DocumentCitation(page_number=citation.page_number, box=_box(citation.box), text=citation.text)
 
 
-def ask_response(model: str, answer: DocumentAnswer) -> pb.AskDocumentResponse:
+def ask_response(model: str, answer: doc.DocumentAnswer) -> pb.AskDocumentResponse:
     """The answer with its citations."""
     return pb.AskDocumentResponse(
         answer=answer.answer,
@@ -180,7 +160,7 @@ def ask_response(model: str, answer: DocumentAnswer) -> pb.AskDocumentResponse:
 
 
 def extract_response(
-    model: str, extraction: tuple[object, list[DocumentField]]
+    model: str, extraction: tuple[object, list[doc.DocumentField]]
 ) -> pb.ExtractDocumentResponse:
     """The extracted object as JSON and its fields, each value as JSON (``extraction``: the two)."""
     value, fields = extraction
@@ -199,7 +179,7 @@ def extract_response(
     )
 
 
-def classify_response(model: str, labels: list[DocumentLabel]) -> pb.ClassifyDocumentResponse:
+def classify_response(model: str, labels: list[doc.DocumentLabel]) -> pb.ClassifyDocumentResponse:
     """Every label with its score, best first."""
     return pb.ClassifyDocumentResponse(
         labels=[pb.DocumentClass(label=label.label, score=label.score) for label in labels], model=model

@@ -14,7 +14,7 @@ is cancelled or its deadline passes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -88,10 +88,11 @@ class AnomalyStream:
         await self._window.close()
 
 
+@dataclass(eq=False)
 class AnomalyTask:
     """Named detectors and one-shot detection.
 
-    Args:
+    Attributes:
         store: saved detectors (versioned).
         cpu: the thread lane rows are decoded and scored on, and detectors saved and loaded.
         fits: the process lane fits run in.
@@ -101,20 +102,12 @@ class AnomalyTask:
 
     """
 
-    def __init__(
-        self,
-        store: DetectorStore,
-        cpu: DeviceExecutor,
-        fits: ProcessLane,
-        *,
-        max_window: int,
-        fit_timeout_s: float,
-    ) -> None:
-        self._store = store
-        self._cpu = cpu
-        self._fits = fits
-        self._max_window = max_window
-        self._fit_timeout_s = fit_timeout_s
+    store: DetectorStore
+    cpu: DeviceExecutor
+    fits: ProcessLane
+    _: KW_ONLY
+    max_window: int
+    fit_timeout_s: float
 
     async def _in_fit_lane(
         self, function: Callable[..., T], rows: Rows, config: FitConfig, *args: object
@@ -126,14 +119,14 @@ class AnomalyTask:
 
         """
         try:
-            return await self._fits.run(function, rows, config, *args, timeout_s=self._fit_timeout_s)
+            return await self.fits.run(function, rows, config, *args, timeout_s=self.fit_timeout_s)
         except TimeoutError:
             raise ResourceExhaustedError(
-                f"the fit on {len(rows)} rows took more than {self._fit_timeout_s:g} s and was stopped; "
+                f"the fit on {len(rows)} rows took more than {self.fit_timeout_s:g} s and was stopped; "
                 "send fewer rows or use a faster backend (isolation forest, ECOD, HBOS)",
                 reason="FIT_TOO_SLOW",
                 rows=len(rows),
-                fit_timeout_s=self._fit_timeout_s,
+                fit_timeout_s=self.fit_timeout_s,
             ) from None
 
     async def fit(self, name: str, config: FitConfig, decode: RowDecoder) -> FittedDetector:
@@ -149,13 +142,13 @@ class AnomalyTask:
 
         def read() -> Rows:
             # A full store is refused before the fit's work, not after (the size check repeats at save).
-            self._store.check_quota(name)
+            self.store.check_quota(name)
             return decode(config.schema)
 
-        rows = await self._cpu.run(read)
+        rows = await self.cpu.run(read)
         # Serialized in the child too: skops takes seconds of Python for a large forest.
         detector, data = await self._in_fit_lane(fit_for_store, rows, config)
-        version = await self._cpu.run(self._store.save, name, detector, data)
+        version = await self.cpu.run(self.store.save, name, detector, data)
         return FittedDetector(name, version, detector.row_count, detector.threshold)
 
     async def detect_once(
@@ -168,7 +161,7 @@ class AnomalyTask:
             ResourceExhaustedError: the fit ran past its time limit (FIT_TOO_SLOW).
 
         """
-        rows = await self._cpu.run(decode, config.schema)
+        rows = await self.cpu.run(decode, config.schema)
         return await self._in_fit_lane(fit_and_score, rows, config, threshold, explain)
 
     async def detect(
@@ -185,10 +178,10 @@ class AnomalyTask:
         name = validate_detector_name(name)
 
         def load_and_score() -> ScoreResult:
-            _, detector = self._store.load(name)  # cached after the first load
+            _, detector = self.store.load(name)  # cached after the first load
             return detector.score(decode(detector.schema), threshold=threshold, explain=explain)
 
-        return await self._cpu.run(load_and_score)
+        return await self.cpu.run(load_and_score)
 
     def open_stream(self, config: StreamConfig) -> AnomalyStream:
         """A new rolling-window stream.
@@ -197,12 +190,12 @@ class AnomalyTask:
             InvalidArgumentError: sizes out of range (see ``check_stream_config``).
 
         """
-        check_stream_config(config, self._max_window)
-        return AnomalyStream(config, self._cpu)
+        check_stream_config(config, self.max_window)
+        return AnomalyStream(config, self.cpu)
 
     async def list(self) -> DetectorListing:
         """Saved detectors (latest versions) and the names of unreadable ones, sorted by name."""
-        return await self._cpu.run(self._store.listing)
+        return await self.cpu.run(self.store.listing)
 
     async def delete(self, name: str) -> int:
         """Delete every saved version of ``name``; returns how many were deleted.
@@ -212,4 +205,4 @@ class AnomalyTask:
             DetectorNotFoundError: no such detector.
 
         """
-        return await self._cpu.run(self._store.delete, validate_detector_name(name))
+        return await self.cpu.run(self.store.delete, validate_detector_name(name))

@@ -31,6 +31,7 @@ from typing import TypeVar
 from PIL.Image import Image
 
 from engines.capabilities import (
+    CAPABILITY_TASKS,
     Capability,
     DocumentClassifier,
     DocumentFieldExtractor,
@@ -135,10 +136,19 @@ def _page_markdown(pages: Sequence[StructuredPage]) -> str:
     return _clip("\n\n".join(parts), CONTEXT_CHARS)
 
 
+COMPOSED_TASKS: dict[type[Capability], Task] = {
+    DocumentQuestionAnswerer: Task.GENERATE,
+    DocumentFieldExtractor: Task.GENERATE,
+    DocumentClassifier: Task.CLASSIFY,
+}
+"""What a model that is not a document model must serve instead, per document capability."""
+
+
+@dataclass(eq=False)
 class DocumentQuestionTask:
     """Questions, fields and classes of documents.
 
-    Args:
+    Attributes:
         manager: where document models are acquired and catalog entries looked up.
         documents: reads and analyses the pages.
         encoders: ranks blocks (``rerank``) for a generation model.
@@ -147,35 +157,11 @@ class DocumentQuestionTask:
 
     """
 
-    def __init__(
-        self,
-        manager: ModelManager,
-        documents: DocumentTask,
-        encoders: EncoderTask,
-        generation: GenerationTask,
-        classifiers: ClassifierTask,
-    ) -> None:
-        self._manager = manager
-        self._documents = documents
-        self._encoders = encoders
-        self._generation = generation
-        self._classifiers = classifiers
-
-    def _is_document_model(self, model: str, document_task: Task, composed_task: Task) -> bool:
-        """Whether ``model`` serves ``document_task`` itself (True) or the composed path (False).
-
-        Checked before any page is read, so a wrong model fails at once.
-
-        Raises:
-            ModelNotFoundError: no such catalog entry.
-            TaskNotSupportedError: the model serves neither task.
-
-        """
-        tasks = self._manager.get(model).spec.tasks
-        if document_task in tasks:
-            return True
-        self._require(model, composed_task, also=document_task)
-        return False
+    manager: ModelManager
+    documents: DocumentTask
+    encoders: EncoderTask
+    generation: GenerationTask
+    classifiers: ClassifierTask
 
     def _require(self, model: str, task: Task, also: Task | None = None) -> None:
         """Refuse ``model`` unless it serves ``task`` (``also``: another task that would have done).
@@ -184,7 +170,7 @@ class DocumentQuestionTask:
             ModelNotFoundError, TaskNotSupportedError.
 
         """
-        tasks = self._manager.get(model).spec.tasks
+        tasks = self.manager.get(model).spec.tasks
         if task not in tasks:
             wanted = f"{also.value} nor {task.value}" if also else task.value
             served = ", ".join(t.value for t in tasks)
@@ -192,24 +178,37 @@ class DocumentQuestionTask:
                 f"model {model!r} cannot do {wanted}; it serves: {served}", model=model, task=task.value
             )
 
-    async def _each_page(
+    async def _by_document_model(
         self,
-        model: str,
-        capability: type[Capability],
-        read: DocumentReadJob,
+        job: AskJob | ExtractJob | ClassifyDocumentJob,
         data: bytes,
+        capability: type[Capability],
         call: Callable[[Capability, Image, OcrPage], Awaitable[Result]],
-    ) -> list[Result]:
-        """``call(engine, image, page)`` for each page read, with the document model held."""
-        keep_alive = read.ocr.keep_alive
+    ) -> list[Result] | None:
+        """``call(engine, image, page)`` for each page read when ``job.model`` is a document model.
+
+        A document model serves ``capability``'s task itself and reads each page (the engine
+        held meanwhile); None when the model serves the task of :data:`COMPOSED_TASKS` instead
+        (the composed path). Checked before any page is read, so a wrong model fails at once.
+
+        Raises:
+            ModelNotFoundError: no such catalog entry.
+            TaskNotSupportedError: the model serves neither task.
+
+        """
+        document_task = CAPABILITY_TASKS[capability]
+        if document_task not in self.manager.get(job.model).spec.tasks:
+            self._require(job.model, COMPOSED_TASKS[capability], also=document_task)
+            return None
+        keep_alive = job.read.ocr.keep_alive
         async with (
-            self._manager.acquire(model, capability, keep_alive) as engine,
-            contextlib.aclosing(self._documents.read(read.ocr, data)) as pages,
+            self.manager.acquire(job.model, capability, keep_alive) as engine,
+            contextlib.aclosing(self.documents.read(job.read.ocr, data)) as pages,
         ):
             return [await call(engine, image, page) async for page, image in pages]
 
     async def _analyzed(self, read: DocumentReadJob, data: bytes) -> list[StructuredPage]:
-        async with contextlib.aclosing(self._documents.analyze(read, data)) as pages:
+        async with contextlib.aclosing(self.documents.analyze(read, data)) as pages:
             return [page async for page in pages]
 
     async def _generate(
@@ -231,7 +230,7 @@ class DocumentQuestionTask:
             params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
             response_format=response_format or ResponseFormat(),
         )
-        completion = await self._generation.complete(model, keep_alive, request)
+        completion = await self.generation.complete(model, keep_alive, request)
         return completion.choices[0].text.strip()
 
     async def ask(self, job: AskJob, data: bytes) -> DocumentAnswer:
@@ -244,14 +243,13 @@ class DocumentQuestionTask:
 
         """
         keep_alive = job.read.ocr.keep_alive
-        if self._is_document_model(job.model, Task.DOCUMENT_QA, Task.GENERATE):
-            answers = await self._each_page(
-                job.model,
-                DocumentQuestionAnswerer,
-                job.read,
-                data,
-                lambda reader, image, page: reader.answer_question(image, page, job.question),
-            )
+        answers = await self._by_document_model(
+            job,
+            data,
+            DocumentQuestionAnswerer,
+            lambda model, image, page: model.answer_question(image, page, job.question),
+        )
+        if answers is not None:
             return max(answers, key=lambda answer: answer.score, default=DocumentAnswer(answer="", score=0.0))
         # The ranking model must rank: refused now, not after the pages are read.
         self._require(job.embedding_model, Task.RERANK)
@@ -263,7 +261,7 @@ class DocumentQuestionTask:
         # The embedding model ranks at most max_ranked_blocks blocks: on a longer document, the
         # ones that share the most words with the question.
         candidates = lexical[: job.max_ranked_blocks]
-        dense = await self._encoders.rerank(
+        dense = await self.encoders.rerank(
             job.embedding_model,
             keep_alive,
             RerankRequest(query=job.question, documents=[texts[i] for i in candidates]),
@@ -311,14 +309,10 @@ class DocumentQuestionTask:
 
         """
         keep_alive = job.read.ocr.keep_alive
-        if self._is_document_model(job.model, Task.EXTRACT_FIELDS, Task.GENERATE):
-            per_page = await self._each_page(
-                job.model,
-                DocumentFieldExtractor,
-                job.read,
-                data,
-                lambda extractor, image, page: extractor.extract_fields(image, page),
-            )
+        per_page = await self._by_document_model(
+            job, data, DocumentFieldExtractor, lambda model, image, page: model.extract_fields(image, page)
+        )
+        if per_page is not None:
             fields = [item for page_fields in per_page for item in page_fields]
             grouped: dict[str, list[object]] = {}
             for item in fields:
@@ -373,14 +367,10 @@ class DocumentQuestionTask:
 
         """
         keep_alive = job.read.ocr.keep_alive
-        if self._is_document_model(job.model, Task.CLASSIFY_DOCUMENT, Task.CLASSIFY):
-            per_page = await self._each_page(
-                job.model,
-                DocumentClassifier,
-                job.read,
-                data,
-                lambda classifier, image, page: classifier.classify_document(image, page),
-            )
+        per_page = await self._by_document_model(
+            job, data, DocumentClassifier, lambda model, image, page: model.classify_document(image, page)
+        )
+        if per_page is not None:
             totals: dict[str, float] = {}
             for page_labels in per_page:
                 for label in page_labels:
@@ -397,7 +387,7 @@ class DocumentQuestionTask:
         text = _clip("\n".join(block.text for _, block in _text_blocks(pages)), CONTEXT_CHARS)
         if not text.strip():
             raise InvalidArgumentError("the document has no text to classify", reason="EMPTY_DOCUMENT")
-        result = await self._classifiers.classify(
+        result = await self.classifiers.classify(
             job.model,
             keep_alive,
             ClassificationRequest(
