@@ -11,7 +11,7 @@ from engines.base import Engine, ModelSpec
 from engines.batching.batcher import DynamicBatcher
 from engines.batching.options import EncoderOptions, exported_runtime
 from engines.batching.tokens import TokenCounter
-from engines.device import cpu_threads, torch_module_memory
+from engines.device import cpu_threads, torch_dtype_for, torch_module_memory
 from engines.encoder_runtime import ExportedModel, export_encoder
 from engines.options import parse_options
 from engines.sources import path_size_bytes, resolve_source
@@ -59,6 +59,25 @@ class BatchedEncoderEngine(Engine):
         exported = exported_runtime(parse_options(cls.options_model, spec.options, backend=cls.backend))
         if exported is not None:
             exported.runtime_choice.check_installed()
+
+    def load_pretrained(self, model_class: Any) -> tuple[Any, Any]:
+        """The source's tokenizer and its ``model_class`` model (a transformers ``AutoModelFor...``).
+
+        The model is in the ``dtype`` option's dtype (unset: by device), on ``self.device``, in
+        evaluation mode; a local source never reaches the hub. Blocking (call it from :meth:`load`).
+
+        Raises:
+            Exception: the tokenizer or the weights cannot be read (the load fails).
+
+        """
+        from transformers import AutoTokenizer
+
+        resolved = resolve_source(self.spec.source)
+        local = resolved.path is not None
+        tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
+        dtype = torch_dtype_for(self.device, self.options.dtype)
+        model = model_class.from_pretrained(resolved.location, dtype=dtype, local_files_only=local)
+        return tokenizer, model.to(self.device).eval()
 
     def export_for_runtime(self, model: Any, tokenizer: Any, output: str) -> ExportedModel | None:
         """``model`` exported for the catalog's ``runtime``/``quantize``, or None to keep it in torch.

@@ -7,12 +7,10 @@ import numpy as np
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
 from engines.classification.options import TransformersClassifierOptions
-from engines.device import torch_dtype_for
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import FailedPreconditionError
 from engines.registry import register_backend
 from engines.scoring import classifications, probabilities
-from engines.sources import resolve_source
 from engines.types import Task
 
 
@@ -33,18 +31,10 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
 
     def load(self) -> None:
         """Load tokenizer and model onto the device and set up the batcher."""
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
 
-        resolved = resolve_source(self.spec.source)
-        local = resolved.path is not None
-        self.tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            resolved.location,
-            dtype=torch_dtype_for(self.device, self.options.dtype),
-            local_files_only=local,
-        ).to(self.device)
-        self.model.eval()
-        self.model = self.export_for_runtime(self.model, self.tokenizer, "logits") or self.model
+        self.tokenizer, model = self.load_pretrained(AutoModelForSequenceClassification)
+        self.model = self.export_for_runtime(model, self.tokenizer, "logits") or model
         model_config = self.model.config
         self.labels = [str(model_config.id2label[i]) for i in range(model_config.num_labels)]
         self.max_length = self.options.max_seq_length or min(

@@ -13,12 +13,10 @@ from typing import Any
 
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter
-from engines.device import torch_dtype_for
 from engines.encoder_types import Entity, EntityRequest, EntityResult
 from engines.ner.filtering import check_input_characters, kept
 from engines.ner.options import TransformersNerOptions
 from engines.registry import register_backend
-from engines.sources import resolve_source
 from engines.types import Task, Truncation
 
 
@@ -36,17 +34,9 @@ class TransformersNerEngine(BatchedEncoderEngine):
 
     def load(self) -> None:
         """Load tokenizer, model and pipeline; set up the batcher."""
-        from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+        from transformers import AutoModelForTokenClassification, pipeline
 
-        resolved = resolve_source(self.spec.source)
-        local = resolved.path is not None
-        tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
-        model = AutoModelForTokenClassification.from_pretrained(
-            resolved.location,
-            dtype=torch_dtype_for(self.device, self.options.dtype),
-            local_files_only=local,
-        ).to(self.device)
-        model.eval()
+        tokenizer, model = self.load_pretrained(AutoModelForTokenClassification)
         self.model = model
         self.pipeline = pipeline(
             "token-classification",
