@@ -65,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("name", help="catalog name")
     load.add_argument("--keep-alive", help='idle time before unloading: "10m", "0" (at once), "-1" (never)')
     add_switch(load, "--pin", "never unload on idle (--no-pin undoes)")
+    load.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        metavar="KEY=VALUE",
+        help="catalog option for this load, over the entry's, until it unloads (repeat for several; "
+        "VALUE is read as YAML: 4096, true, torch)",
+    )
     unload = commands.add_parser("unload", parents=client, help="unload a model once its requests finish")
     unload.add_argument("name", help="catalog name")
     unload.add_argument("--force", action="store_true", help="unload even when pinned")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Any, TextIO
 
+import yaml
+from google.protobuf import json_format
 from universal_runtime.v1 import model_service_pb2 as pb
 from universal_runtime.v1 import model_service_pb2_grpc
 
-from service.admin.connection import Connection
+from service.admin.connection import CommandError, Connection
 from service.admin.output import format_bytes, format_duration, write_json, write_table
 
 #: Deadline of LoadModel/UnloadModel when --timeout is not given: a cold load of a large model,
@@ -70,6 +73,7 @@ def model_json(model: pb.Model, now_ms: int) -> dict[str, Any]:
         "active_requests": model.active_requests,
         "kv_cache_cells_used": model.kv_cache.cells_used if model.HasField("kv_cache") else None,
         "kv_cache_cells_total": model.kv_cache.cells_total if model.HasField("kv_cache") else None,
+        "options": json_format.MessageToDict(model.options),
     }
 
 
@@ -152,16 +156,40 @@ def _loaded_column(model: pb.Model) -> str:
     return status_name(model.status)  # loading, unloading, error
 
 
-def run_load(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:
-    """Load ``args.name`` now, optionally with a keep-alive and pinning; waits until it is ready.
+def option_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``--option KEY=VALUE`` flags as a mapping, each VALUE read as a YAML scalar (``4096``, ``true``).
 
     Raises:
-        CommandError: unknown model, bad keep-alive, no memory, a failed load, or no server.
+        CommandError: a flag without ``=`` or with an empty key, or a value that is not YAML (exit 2).
+
+    """
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, text = pair.partition("=")
+        if not equals or not key.strip():
+            raise CommandError(f"--option needs KEY=VALUE, got {pair!r}", exit_code=2)
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            raise CommandError(f"--option {key.strip()}: {text!r} is not a YAML value", exit_code=2) from None
+        # A Struct holds JSON values: what else YAML reads (a date) goes as its text.
+        options[key.strip()] = json.loads(json.dumps(value, default=str))
+    return options
+
+
+def run_load(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:
+    """Load ``args.name`` now, optionally with a keep-alive, pinning and option overrides; waits until ready.
+
+    Raises:
+        CommandError: unknown model, bad keep-alive, bad option overrides, no memory, a failed
+            load, a model loaded with other options, or no server.
 
     """
     request = pb.LoadModelRequest(name=args.name, keep_alive=args.keep_alive or "")
     if args.pin is not None:
         request.pinned = args.pin
+    if args.option:
+        request.options.update(option_overrides(args.option))
     model = _lifecycle(conn, args, "LoadModel", request, out)
     if args.json:
         return

@@ -136,3 +136,40 @@ async def test_default_address_comes_from_the_server_settings(address, monkeypat
     monkeypatch.setenv("UR_GRPC_HOST", "0.0.0.0")  # a wildcard bind is dialled on the loopback
     monkeypatch.setenv("UR_GRPC_PORT", port)
     assert (await cli("health")).code == 0
+
+
+async def test_load_with_option_overrides(address):
+    loaded = await cli(
+        "load",
+        CLI_MODEL,
+        "--option",
+        "max_batch_size=16",
+        "-o",
+        "runtime=torch",
+        "--json",
+        "--address",
+        address,
+    )
+    assert loaded.code == 0, loaded.err
+    assert json.loads(loaded.out)["options"] == {"max_batch_size": 16, "runtime": "torch"}
+    again = await cli(
+        "load", CLI_MODEL, "-o", "max_batch_size=16.0", "-o", "runtime=torch", "--address", address
+    )
+    assert again.code == 0, again.err  # the same options: nothing to do
+    other = await cli("load", CLI_MODEL, "-o", "max_batch_size=8", "--address", address)
+    assert other.code == 1
+    assert one_line(other.err).startswith("universal-runtime load: FAILED_PRECONDITION: ")
+    assert "unload it first" in other.err
+    assert (
+        await cli("unload", CLI_MODEL, "--force", "--address", address)
+    ).code == 0  # --force: pinning outlives an unload
+
+    bad = await cli("load", CLI_MODEL, "-o", "max_batch_size=0", "--address", address)
+    assert bad.code == 1
+    line = one_line(bad.err)
+    assert line.startswith("universal-runtime load: INVALID_ARGUMENT: ") and "option max_batch_size" in line
+    unknown = await cli("load", CLI_MODEL, "-o", "max_batch=4", "--address", address)
+    assert unknown.code == 1 and "did you mean max_batch_size?" in one_line(unknown.err)
+    malformed = await cli("load", CLI_MODEL, "-o", "max_batch_size", "--address", address)
+    assert malformed.code == 2
+    assert one_line(malformed.err) == "universal-runtime load: --option needs KEY=VALUE, got 'max_batch_size'"
