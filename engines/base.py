@@ -13,6 +13,7 @@ from engines.errors import InvalidArgumentError
 from engines.executor import DeviceExecutor
 from engines.options import EngineOptions, parse_options
 from engines.sources import resolve_source
+from engines.stats import EngineStats
 from engines.types import MemoryUsage, Task
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,15 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def memory_usage(self) -> MemoryUsage:
         """Bytes held by the loaded model in host and accelerator memory."""
+
+    def stats(self) -> EngineStats:
+        """The engine's figures for metrics and ``GetModel``, one field per capability it has.
+
+        The default has none (an empty :class:`~engines.stats.EngineStats`); generation and
+        batched encoder engines fill theirs. Called from any thread (metrics scrapes) while the
+        lane runs: answers from Python-level bookkeeping, never by calling into the runtime.
+        """
+        return EngineStats()
 
     def estimated_load_bytes(self) -> int:
         """Bytes the model is expected to need once loaded, checked against free memory before load.

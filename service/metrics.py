@@ -35,7 +35,10 @@ class ModelManager(Protocol):
     """What the scrape-time gauges read of :class:`service.model_manager.ModelManager`."""
 
     def models(self) -> list[Any]:
-        """Managed models, each with ``spec.name``, ``engine`` (None when not loaded) and ``memory``."""
+        """Managed models, each with ``spec.name``, ``engine`` (None when not loaded) and ``memory``.
+
+        A loaded engine's figures come from its ``stats()`` (:class:`engines.stats.EngineStats`).
+        """
         ...
 
 
@@ -187,8 +190,9 @@ class ModelStateCollector(Collector):
     ``ur_models_loaded``; per loaded model ``ur_model_memory_bytes{model,memory="ram"|"vram"}``;
     per generation model ``ur_generation_sequences_running`` / ``_waiting`` and
     ``ur_kv_cache_cells_used`` / ``_total`` (llama.cpp); per encoder model
-    ``ur_encoder_queue_depth``. Reads Python-level state only (never calls into a runtime that a
-    lane may be using), so a scrape never waits for a model.
+    ``ur_encoder_queue_depth``: each engine's :meth:`~engines.base.Engine.stats`, which reads
+    Python-level state only (never calls into a runtime that a lane may be using), so a scrape
+    never waits for a model.
     """
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -223,17 +227,16 @@ class ModelStateCollector(Collector):
             usage = managed.memory  # measured once at load (engine.memory_usage may call its runtime)
             memory.add_metric([name, "ram"], usage.ram_bytes)
             memory.add_metric([name, "vram"], usage.vram_bytes)
-            scheduler = getattr(engine, "scheduler", None)
-            if scheduler is not None:
-                running.add_metric([name], scheduler.active_count)
-                waiting.add_metric([name], scheduler.waiting_count)
-                cells = managed.kv_cells()
+            stats = engine.stats()
+            if stats.generation is not None:
+                running.add_metric([name], stats.generation.running)
+                waiting.add_metric([name], stats.generation.waiting)
+                cells = stats.generation.kv_cache
                 if cells is not None:
-                    kv_used.add_metric([name], cells[0])
-                    kv_total.add_metric([name], cells[1])
-            batcher = getattr(engine, "batcher", None)
-            if batcher is not None:
-                queue.add_metric([name], batcher.queue_depth)
+                    kv_used.add_metric([name], cells.cells_used)
+                    kv_total.add_metric([name], cells.cells_total)
+            if stats.encoder is not None:
+                queue.add_metric([name], stats.encoder.queue_depth)
         loaded.add_metric([], count)
         yield from (loaded, memory, running, waiting, kv_used, kv_total, queue)
 

@@ -1,10 +1,18 @@
-"""Helpers for tests that cancel generation streams and then look at what the engine recorded."""
+"""Helpers for tests that cancel generation streams and then look at what the server counted.
+
+A cancelled sequence has no answer to read (its caller is gone): the tests observe it through
+the metrics, ``ur_generation_sequences_finished_total{reason="cancelled"}`` and the tokens it
+generated, ``ur_generation_cancelled_tokens_total``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
-#: Polls of the engine's records (every 20 ms: up to 30 s, for the step in flight on a busy CPU).
+from tests.scrape import Samples, moved, scrape
+
+FINISHED = "ur_generation_sequences_finished_total"
+#: Polls of the metrics (every 20 ms: up to 30 s, for the step in flight on a busy CPU).
 POLLS, POLL_INTERVAL_S = 1500, 0.02
 
 
@@ -22,15 +30,45 @@ async def read_then_cancel(call, tokens: int) -> int:
     return received
 
 
-async def finished_records(engine, request_ids: set[str], *, idle: bool = False) -> dict:
-    """The engine's finished records of ``request_ids`` (by id), once all of them are there.
+class FinishedSequences:
+    """Sequences of one model that left its batch since this was made, read from the metrics.
 
-    With ``idle``, also wait until the engine's scheduler runs no sequence. Fails the test when
-    they do not appear within :data:`POLLS` polls.
+    Make it before the requests it is to see; the model's sequences that leave meanwhile for
+    other reasons (other requests finishing) do not count as cancelled.
     """
-    for _ in range(POLLS):
-        records = {r.request_id: r for r in engine.finished if r.request_id in request_ids}
-        if len(records) == len(request_ids) and (not idle or engine.scheduler.active_count == 0):
-            return records
-        await asyncio.sleep(POLL_INTERVAL_S)
-    raise AssertionError(f"sequences never finished: {request_ids}")
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.before = scrape()
+
+    def count(self, reason: str) -> int:
+        """Sequences that finished with ``reason`` (stop, length, tool_calls, cancelled) since."""
+        return int(
+            moved(
+                self.before,
+                scrape(),
+                "ur_generation_sequences_finished_total",
+                model=self.model,
+                reason=reason,
+            )
+        )
+
+    async def wait(self, reason: str, count: int, *, engine=None) -> Samples:
+        """Wait for exactly ``count`` sequences finished with ``reason``; return the scrape that saw them.
+
+        With ``engine``, also wait until its batch runs no sequence. Fails the test when they
+        are not counted within :data:`POLLS` polls, or when more than ``count`` were.
+        """
+        for _ in range(POLLS):
+            after = scrape()
+            seen = moved(self.before, after, FINISHED, model=self.model, reason=reason)
+            if seen >= count and (engine is None or engine.stats().generation.running == 0):
+                assert seen == count, f"{seen} sequences of {self.model} finished {reason}, not {count}"
+                return after
+            await asyncio.sleep(POLL_INTERVAL_S)
+        raise AssertionError(f"{count} sequences of {self.model} finished {reason} were never counted")
+
+    async def cancelled(self, count: int, *, engine=None) -> int:
+        """Wait for exactly ``count`` cancelled sequences (see :meth:`wait`); return the tokens they generated."""
+        after = await self.wait("cancelled", count, engine=engine)
+        return int(moved(self.before, after, "ur_generation_cancelled_tokens_total", model=self.model))

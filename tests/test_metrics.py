@@ -7,12 +7,15 @@ between two scrapes around the calls.
 
 from __future__ import annotations
 
+import asyncio
+import re
 import socket
+from pathlib import Path
 
 import grpc
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import REGISTRY
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
@@ -22,22 +25,12 @@ from engines.metrics import set_enabled
 from gateway.app import create_app
 from service.server import start_server
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, free_port
+from tests.scrape import Samples, parse, value
+from tests.streams import POLL_INTERVAL_S, POLLS, read_then_cancel
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+README = Path(__file__).resolve().parents[1] / "README.md"
+FINISHED = "ur_generation_sequences_finished_total"
 TEXT_LIMIT = 64 * 1024  # the scraped server's text request limit, to see a rejection counted
-
-
-def parse(text: str) -> Samples:
-    """Every sample by (name, sorted labels)."""
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +118,58 @@ async def test_generation_metrics_count_the_tokens_the_response_reports(scraped)
     assert total >= 2048 and 0 < used <= total  # the slot keeps its prompt's cells cached
 
 
+async def test_sequences_leaving_the_batch_are_counted_by_reason_beside_the_steps(scraped):
+    inference, _, scrape = scraped
+    no_end = [g.LogitBias(token_id=t, bias=-100) for t in (0, 1, 2)]  # only max_tokens ends them
+
+    def generate(max_tokens: int, request=g.GenerateRequest, prompt: str = "Count to ten:"):
+        parameters = g.GenerationParameters(max_tokens=max_tokens, temperature=0.0, logit_bias=no_end)
+        return request(model=CHAT_MODEL, prompt=prompt, parameters=parameters)
+
+    async def counted(since: Samples, *reasons: str) -> Samples:
+        """A scrape once, since ``since``, a sequence finished with each of ``reasons``.
+
+        A sequence is counted when it leaves the batch, at the loop's next step, after its last
+        token went out.
+        """
+        for _ in range(POLLS):
+            now = await scrape()
+            if all(moved(since, now, FINISHED, reason=reason) >= 1 for reason in reasons):
+                return now
+            await asyncio.sleep(POLL_INTERVAL_S)
+        raise AssertionError(f"no sequence of {CHAT_MODEL} counted for each of {reasons}")
+
+    def moved(earlier: Samples, later: Samples, name: str, **labels: str) -> float:
+        return value(later, name, model=CHAT_MODEL, **labels) - value(
+            earlier, name, model=CHAT_MODEL, **labels
+        )
+
+    def long_stream():
+        return inference.GenerateStream(
+            generate(400, g.GenerateStreamRequest, "Count to 1000: one,"), timeout=120
+        )
+
+    # A cancelled warm-up loads the model; once it is counted, so is every sequence that left the
+    # batch before it (earlier tests' included: sequences are counted in the order they leave).
+    start = await scrape()
+    await read_then_cancel(long_stream(), 1)
+    before = await counted(start, "cancelled")
+    finished = await inference.Generate(generate(5), timeout=120)
+    received = await read_then_cancel(long_stream(), 3)
+    after = await counted(before, "length", "cancelled")
+
+    assert moved(before, after, FINISHED, reason="length") == 1
+    assert moved(before, after, FINISHED, reason="cancelled") == 1
+    assert moved(before, after, FINISHED, reason="stop") == 0
+    # The cancelled one generated what was read and at most the step in flight at the cancel.
+    assert received <= moved(before, after, "ur_generation_cancelled_tokens_total") <= received + 2
+    # A step per token at least (prefill steps add some), each of one sequence: they ran one after the other.
+    steps = moved(before, after, "ur_generation_batch_size_count")
+    assert steps >= finished.usage.completion_tokens + received
+    assert moved(before, after, "ur_generation_batch_size_sum") == steps
+    assert moved(before, after, "ur_generation_batch_size_bucket", le="1.0") == steps
+
+
 async def test_lifecycle_metrics_follow_loads_and_unloads(scraped):
     inference, models, scrape = scraped
     await inference.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=["loaded"]), timeout=60)
@@ -158,8 +203,6 @@ async def test_metrics_can_be_switched_off(settings):
     running = await start_server(settings.model_copy(update={"grpc_port": 0, "metrics_enabled": False}))
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-            from prometheus_client import REGISTRY
-
             before = REGISTRY.get_sample_value("ur_requests_total", {"method": "Embed", "code": "OK"}) or 0
             stub = inference_service_pb2_grpc.InferenceServiceStub(channel)
             await stub.Embed(e.EmbedRequest(model=EMBED_MODEL, inputs=["off"]), timeout=60)
@@ -177,3 +220,28 @@ async def test_a_metrics_port_in_use_stops_start_up_with_a_clear_error(settings)
         port = taken.getsockname()[1]
         with pytest.raises(RuntimeError, match=rf"metrics port 127.0.0.1:{port} .*UR_METRICS_PORT"):
             await start_server(settings.model_copy(update={"grpc_port": 0, "metrics_port": port}))
+
+
+def readme_metrics() -> set[str]:
+    """Metric names in the README's metrics table (``a_used`` / ``_total`` names two)."""
+    names = set()
+    for line in README.read_text(encoding="utf-8").splitlines():
+        cells = line.split("|")
+        if len(cells) < 3 or not cells[1].strip().startswith("`ur_"):
+            continue
+        first, *others = re.findall(r"`([a-z0-9_]+)`", cells[1])
+        names.add(first)
+        names.update(first.rsplit("_", 1)[0] + other for other in others)
+    return names
+
+
+async def test_the_readme_lists_every_metric_the_server_exports(scraped):
+    *_, scrape = scraped
+    await scrape()  # the server's collector registered
+    exported = set()
+    for family in REGISTRY.collect():
+        if family.name.startswith("ur_"):
+            exported.add(f"{family.name}_total" if family.type == "counter" else family.name)
+    documented = readme_metrics()
+    assert exported - documented == set(), "metrics missing from the README's table"
+    assert documented - exported == set(), "the README's table lists metrics that do not exist"

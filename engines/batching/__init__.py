@@ -1,5 +1,5 @@
 """Dynamic batching of concurrent encoder requests (see :mod:`engines.batching.batcher`)."""
 
-from engines.batching.batcher import BatchingConfig, BatchStats, DynamicBatcher
+from engines.batching.batcher import BatchingConfig, DynamicBatcher
 
-__all__ = ["BatchStats", "BatchingConfig", "DynamicBatcher"]
+__all__ = ["BatchingConfig", "DynamicBatcher"]

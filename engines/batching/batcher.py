@@ -47,7 +47,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Generic, TypeVar
 
@@ -62,32 +62,8 @@ log = logging.getLogger(__name__)
 I = TypeVar("I")  # noqa: E741 - the conventional name for an input type variable
 O = TypeVar("O")  # noqa: E741
 
-# How many recent batch sizes the stats keep (enough for tests and metrics, bounded memory).
-STATS_HISTORY = 10_000
 #: Jobs of one batcher on its lane at once: the running batch and one waiting to take the next.
 JOBS_ON_LANE = 2
-
-
-@dataclass(slots=True)
-class BatchStats:
-    """Counters a batcher keeps (tests and metrics read them).
-
-    Attributes:
-        batch_sizes: items per batch run, most recent last (bounded history).
-        batches: batches run.
-        items: items run.
-        cancelled: items dropped before running because their caller was cancelled.
-        rejected: items refused because the queue was full.
-        failed_batches: batches whose ``run_batch`` raised.
-
-    """
-
-    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=STATS_HISTORY))
-    batches: int = 0
-    items: int = 0
-    cancelled: int = 0
-    rejected: int = 0
-    failed_batches: int = 0
 
 
 @dataclass(slots=True)
@@ -159,7 +135,6 @@ class DynamicBatcher(Generic[I, O]):
         self._executor = executor
         self.config = config or BatchingConfig()
         self.name = name
-        self.stats = BatchStats()
         self._queue: deque[_Entry[I]] = deque()
         # Places held by requests still preparing their items; they count against max_queue.
         self._reserved = 0
@@ -217,7 +192,6 @@ class DynamicBatcher(Generic[I, O]):
         # A request larger than the whole queue is still accepted into an empty queue, so that
         # max_queue never makes a request impossible; it only sheds load.
         if count and held and held + count > self.config.max_queue:
-            self.stats.rejected += count
             raise ResourceExhaustedError(
                 f"model {self.name!r} is overloaded: {held} inputs are queued or being prepared "
                 f"(max_queue={self.config.max_queue}); retry later",
@@ -334,9 +308,7 @@ class DynamicBatcher(Generic[I, O]):
         with self._lock:
             now = time.monotonic()
             expired = self._pop_expired(now)
-            kept = deque(entry for entry in self._queue if not entry.future.done())
-            self.stats.cancelled += len(self._queue) - len(kept)
-            self._queue = kept
+            self._queue = deque(entry for entry in self._queue if not entry.future.done())
         self._expire(expired, now)
 
     def _pop_expired(self, now: float) -> list[_Entry[I]]:
@@ -383,9 +355,7 @@ class DynamicBatcher(Generic[I, O]):
             batch = []
             for _ in range(taken):
                 entry = self._queue.popleft()
-                if entry.future.done():
-                    self.stats.cancelled += 1
-                else:
+                if not entry.future.done():  # a cancelled caller's item is dropped
                     batch.append(entry)
         if expired and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
@@ -394,13 +364,11 @@ class DynamicBatcher(Generic[I, O]):
         return batch
 
     def _expire(self, entries: list[_Entry[I]], now: float) -> None:
-        """Fail popped items with QUEUE_WAIT_EXCEEDED (on the event loop); count those already cancelled."""
+        """Fail popped items with QUEUE_WAIT_EXCEEDED (on the event loop); cancelled ones are dropped."""
         limit = self.config.max_queue_wait_s
         for entry in entries:
             if not entry.future.done():
                 entry.future.set_exception(queue_wait_exceeded(self.name, now - entry.enqueued_at, limit))
-            else:
-                self.stats.cancelled += 1
 
     def _take_and_run(self, taken: list[_Entry[I]]) -> tuple[Sequence[O | BaseException], float, float, int]:
         """The lane's job: take what is queued now and run it (``taken`` gets the batch first).
@@ -414,9 +382,6 @@ class DynamicBatcher(Generic[I, O]):
         started, started_ns = time.monotonic(), time.time_ns()
         if not batch:
             return [], started, started, started_ns
-        self.stats.batches += 1
-        self.stats.items += len(batch)
-        self.stats.batch_sizes.append(len(batch))
         outputs = self._run_batch([entry.item for entry in batch])
         return outputs, started, time.monotonic(), started_ns
 
@@ -443,7 +408,6 @@ class DynamicBatcher(Generic[I, O]):
                 with self._lock:
                     batch, self._queue = list(self._queue), deque()
             else:
-                self.stats.failed_batches += 1
                 log.warning("batch of %d failed on model %s: %r", len(batch), self.name, exc)
             self._fail(batch, exc)
             return

@@ -15,6 +15,7 @@ from engines.device import cpu_threads, torch_dtype_for, torch_module_memory
 from engines.encoder_runtime import ExportedModel, export_encoder
 from engines.options import parse_options
 from engines.sources import path_size_bytes, resolve_source
+from engines.stats import EncoderStats, EngineStats
 from engines.tokenization import no_chat_template
 from engines.types import DetokenizeRequest, MemoryUsage, TokenizeRequest, TokenizeResult
 
@@ -132,6 +133,12 @@ class BatchedEncoderEngine(Engine):
         if exported is not None:
             del module.model  # a registered submodule; an attribute that is no module takes its place
             module.model = exported
+
+    def stats(self) -> EngineStats:
+        """The batcher's queue depth (no encoder figures before :meth:`load` made the batcher)."""
+        if self.batcher is None:
+            return EngineStats()
+        return EngineStats(encoder=EncoderStats(queue_depth=self.batcher.queue_depth))
 
     def estimated_load_bytes(self) -> int:
         """Size of the model folder on disk (a local source), else unknown."""

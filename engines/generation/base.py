@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,13 +18,14 @@ from typing import Any
 from engines.base import Engine
 from engines.batching.tokens import character_limit
 from engines.errors import InputTooLongError, InvalidArgumentError
+from engines.generation.options import GenerationOptions
 from engines.generation.scheduler import ContinuousBatchScheduler, StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import message_dict, messages_with_tools, output_postprocessor
+from engines.stats import EngineStats, GenerationStats, KvCacheStats
 from engines.tokenization import Offsets, check_token_ids, no_chat_template
 from engines.types import (
     DetokenizeRequest,
-    FinishReason,
     GenerationDelta,
     GenerationRequest,
     SamplingParams,
@@ -35,16 +35,6 @@ from engines.types import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class FinishedSequence:
-    """What a finished sequence did: for statistics and for tests that observe cancellation."""
-
-    request_id: str
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: FinishReason
 
 
 @dataclass(eq=False)
@@ -85,33 +75,33 @@ class GenerationEngine(Engine):
     backend's ``load`` sets :attr:`context_length` and :attr:`vocab_size` and calls
     :meth:`_set_chat_template`.
 
-    Catalog options read here: ``max_sequences`` (sequences batched together, default 8),
-    ``max_waiting`` (requests being prepared or queued for a slot beyond those running, default 64)
-    and ``max_queue_wait_s`` (the longest a request may wait for a slot; 0, the default: no limit;
-    the server's ``max_queue_wait_s`` setting fills it in).
+    Catalog options read here (:class:`~engines.generation.options.GenerationOptions`):
+    ``max_sequences`` (sequences batched together, default 8), ``max_waiting`` (requests being
+    prepared or queued for a slot beyond those running, default 64) and ``max_queue_wait_s`` (the
+    longest a request may wait for a slot; 0, the default: no limit; the server's
+    ``max_queue_wait_s`` setting fills it in).
 
     Attributes:
         context_length: tokens one sequence can hold (prompt plus completion).
         vocab_size: token ids the model scores; valid ids are ``0 .. vocab_size - 1``.
-        finished: the last 256 sequences that left the batch, oldest first.
         scheduler: the continuous-batching scheduler that drives this engine.
 
     """
 
     tasks = frozenset({Task.GENERATE})
-    int_options = ("max_sequences", "max_waiting")
+    options_model = GenerationOptions
+    options: GenerationOptions
     context_length: int
     vocab_size: int
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.finished: deque[FinishedSequence] = deque(maxlen=256)
         self._set_chat_template(None)
         self.scheduler = ContinuousBatchScheduler(
             self,
             max_sequences=self.max_sequences,
-            max_waiting=int(self.option("max_waiting", 64)),
-            max_queue_wait_s=float(self.option("max_queue_wait_s", 0.0)),
+            max_waiting=self.options.max_waiting,
+            max_queue_wait_s=self.options.max_queue_wait_s,
         )
 
     @property
@@ -127,10 +117,21 @@ class GenerationEngine(Engine):
         """
         return None
 
+    def stats(self) -> EngineStats:
+        """The scheduler's sequences running and waiting, and the KV cells (:meth:`kv_cells`)."""
+        cells = self.kv_cells()
+        return EngineStats(
+            generation=GenerationStats(
+                running=self.scheduler.active_count,
+                waiting=self.scheduler.waiting_count,
+                kv_cache=KvCacheStats(*cells) if cells is not None else None,
+            )
+        )
+
     @property
     def max_sequences(self) -> int:
         """Sequences decoded together in one step."""
-        return int(self.option("max_sequences", 8))
+        return self.options.max_sequences
 
     # -- vocabulary (TokenVocabulary) -----------------------------------------------------------
 
@@ -388,17 +389,6 @@ class GenerationEngine(Engine):
     async def drain(self) -> None:
         """Wait for the scheduler to release every sequence (cancelled ones included) and stop."""
         await self.scheduler.drained()
-
-    def record_finished(self, sequence: GenerationSequence) -> None:
-        """Note a sequence that left the batch."""
-        self.finished.append(
-            FinishedSequence(
-                sequence.request_id,
-                len(sequence.prompt_tokens),
-                len(sequence.completion_tokens),
-                sequence.finish_reason or FinishReason.CANCELLED,
-            )
-        )
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         """Yield deltas for ``request``; the last has ``finish_reason`` and ``usage`` set.

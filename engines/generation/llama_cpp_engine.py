@@ -32,11 +32,12 @@ from engines.base import ModelSpec
 from engines.device import available_memory_bytes, cpu_threads, resolve_device
 from engines.errors import InvalidArgumentError, ModelLoadError, kv_pool_exhausted
 from engines.generation.base import GenerationEngine, SequenceState
-from engines.generation.context_size import CONTEXT_ALIGNMENT, DEFAULT_CAP, kv_bytes_per_token, plan_context
+from engines.generation.context_size import kv_bytes_per_token, plan_context
 from engines.generation.json_grammar import gbnf_grammar
 from engines.generation.logprobs import token_logprobs
+from engines.generation.options import LlamaCppOptions
 from engines.generation.prompt_cache import PromptCache
-from engines.generation.requantize import model_file, quantize_option
+from engines.generation.requantize import model_file
 from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import output_constraint
@@ -49,9 +50,6 @@ log = logging.getLogger(__name__)
 
 KV_HEADROOM_BYTES = 1 << 30  # memory left for everything else when sizing the KV cache
 PENALTY_LAST_N = 64  # tokens the repetition/presence/frequency penalties look back over
-# Prompt tokens prefilled per step beside running sequences: on 2 CPU cores about as long as a
-# few decode steps of 8 sequences, so a long prompt slows running streams without stopping them.
-DEFAULT_STEP_PREFILL_TOKENS = 128
 
 
 @dataclass(eq=False)
@@ -118,30 +116,17 @@ class ArgmaxSampler:
 class LlamaCppGenerationEngine(GenerationEngine):
     """Generation from a GGUF file with llama.cpp.
 
-    Catalog options: ``n_ctx`` (tokens per sequence; default from the training context and
-    free memory, see :mod:`engines.generation.context_size`), ``max_context`` (that default's
-    cap, 4096), ``max_sequences`` (default 8), ``n_batch`` (tokens per decode, default 512),
-    ``step_prefill_tokens`` (prompt tokens prefilled per step while other sequences run, default
-    128: the longest a new prompt holds up running streams is one such chunk per step),
-    ``prompt_cache`` (default true: a slot keeps its last prompt's KV cells and a new prompt
-    sharing their prefix prefills only the rest, see :mod:`engines.generation.prompt_cache`),
-    ``flash_attn`` (default false), ``n_threads`` (default all cores), ``n_gpu_layers``
-    (default all on CUDA builds when the device is CUDA, else 0), ``chat_template`` (override
-    the GGUF's template), ``quantize`` (``q4_0``, ``q8_0`` or ``f16``: serve the file requantized to that
-    type, made once and cached, see :mod:`engines.generation.requantize`), ``cache_dir`` (where
-    that copy goes; default ``$XDG_CACHE_HOME/universal-runtime/converted`` or ``~/.cache/...``),
-    ``kv_pool_tokens`` (default unset: a KV stream of ``n_ctx`` cells per sequence; N: one KV
-    buffer of N cells shared by all sequences, admitted by the cells they reserve; a sequence
-    may then use up to ``min(N, n_ctx or min(training context, max_context))`` tokens).
+    Catalog options: :class:`~engines.generation.options.LlamaCppOptions`. The automatic ``n_ctx``
+    comes from the training context and free memory (:mod:`engines.generation.context_size`);
+    ``prompt_cache`` is :mod:`engines.generation.prompt_cache`, ``quantize`` is
+    :mod:`engines.generation.requantize`. With ``kv_pool_tokens: N`` a sequence may use up to
+    ``min(N, n_ctx or min(training context, max_context))`` tokens.
     """
 
     backend = "llama_cpp"
+    options_model = LlamaCppOptions
+    options: LlamaCppOptions
     _kv_pool: int | None = None  # cells of the shared KV pool once loaded (kv_pool_tokens), else None
-    int_options = (
-        *GenerationEngine.int_options,
-        *("n_ctx", "max_context", "n_batch", "n_threads", "n_gpu_layers", "step_prefill_tokens"),
-        "kv_pool_tokens",
-    )
 
     @classmethod
     def select_device(cls, preference: str) -> str:
@@ -162,9 +147,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
-        """The base checks (:meth:`Engine.check_spec`) plus this backend's own.
-
-        A local file source, a known ``quantize`` type, a ``kv_pool_tokens`` of at least 256 cells.
+        """The base checks (:meth:`Engine.check_spec`: the options included) and a local file source.
 
         Raises:
             ModelLoadError: the source is not a local file (reason MODEL_SOURCE_INVALID).
@@ -173,17 +156,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
         """
         super().check_spec(spec)
         cls._gguf_file(spec)
-        pool = spec.options.get("kv_pool_tokens")
-        if pool is not None and int(pool) < CONTEXT_ALIGNMENT:
-            raise InvalidArgumentError(
-                f"option kv_pool_tokens must be at least {CONTEXT_ALIGNMENT} cells, got {pool!r}",
-                reason="INVALID_MODEL_OPTION",
-                option="kv_pool_tokens",
-            )
-        try:
-            quantize_option(spec.options.get("quantize"))
-        except ValueError as exc:
-            raise InvalidArgumentError(str(exc), reason="INVALID_MODEL_OPTION", option="quantize") from None
 
     @staticmethod
     def _gguf_file(spec: ModelSpec) -> Path:
@@ -197,7 +169,7 @@ class LlamaCppGenerationEngine(GenerationEngine):
         return resolved.path
 
     def _model_path(self) -> str:
-        return str(model_file(self._gguf_file(self.spec), self.spec.options))
+        return str(model_file(self._gguf_file(self.spec), self.options))
 
     def estimated_load_bytes(self) -> int:
         """The GGUF file size (weights are memory-mapped and mostly resident once used)."""
@@ -218,31 +190,30 @@ class LlamaCppGenerationEngine(GenerationEngine):
         self._pieces: dict[int, bytes] = {}
         self.reused_prompt_tokens = 0  # prompt tokens served from the prompt cache (statistics)
         model_params = llama_cpp.llama_model_default_params()
-        model_params.n_gpu_layers = int(
-            self.option("n_gpu_layers", -1 if self.device.startswith("cuda") else 0)
-        )
+        layers = self.options.n_gpu_layers
+        if layers is None:  # unset: every layer on a CUDA device, none on the CPU
+            layers = -1 if self.device.startswith("cuda") else 0
+        model_params.n_gpu_layers = layers
         self.model = LlamaModel(path_model=self._model_path(), params=model_params, verbose=False)
         metadata = self.model.metadata()
-        pool = int(self.option("kv_pool_tokens", 0)) or None
+        pool = self.options.kv_pool_tokens
         plan = plan_context(
             n_ctx_train=self.model.n_ctx_train(),
             per_token_bytes=kv_bytes_per_token(metadata),
             # A pool's cells are shared: one sequence may take up to all of them.
             sequences=1 if pool else self.max_sequences,
             available_bytes=max(0, available_memory_bytes() - self.model.size() - KV_HEADROOM_BYTES),
-            override=int(self.option("n_ctx", 0)) or None,
-            cap=int(self.option("max_context", DEFAULT_CAP)),
+            override=self.options.n_ctx or None,
+            cap=self.options.max_context,
         )
         per_sequence = min(plan.per_sequence, pool) if pool else plan.per_sequence
         log.info(
             "context size",
             extra={"model": self.spec.name, "per_sequence": per_sequence, "reason": plan.reason},
         )
-        threads = int(self.option("n_threads", cpu_threads()))
-        self._n_batch = int(self.option("n_batch", 512))
-        self._step_prefill_tokens = max(
-            2, int(self.option("step_prefill_tokens", DEFAULT_STEP_PREFILL_TOKENS))
-        )
+        threads = self.options.n_threads or cpu_threads()
+        self._n_batch = self.options.n_batch
+        self._step_prefill_tokens = self.options.step_prefill_tokens
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_seq_max = self.max_sequences
         ctx_params.n_ctx = pool or per_sequence * self.max_sequences
@@ -258,21 +229,21 @@ class LlamaCppGenerationEngine(GenerationEngine):
         # matches it token for token; "flash_attn: true" turns it on.
         ctx_params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if self.option("flash_attn", False)
+            if self.options.flash_attn
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         self.ctx = LlamaContext(model=self.model, params=ctx_params, verbose=False)
         self._batch = LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)
         self.context_length = min(per_sequence, int(llama_cpp.llama_n_ctx_seq(self.ctx.ctx)))
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.model.vocab))
-        self._prompt_cache = PromptCache(self.max_sequences, enabled=bool(self.option("prompt_cache", True)))
+        self._prompt_cache = PromptCache(self.max_sequences, enabled=self.options.prompt_cache)
         self._kv_total = int(llama_cpp.llama_n_ctx(self.ctx.ctx))
         # Admission by cells (the scheduler) and room for new sequences (_assign_slot) in a pool.
         self._kv_pool = self._kv_total if pool else None
         self.scheduler.kv_pool_cells = self._kv_pool
         self._slot_states: dict[int, _SlotState] = {}  # slots of running sequences (kv_cells)
         self._metadata = metadata
-        template = self.option("chat_template") or self._metadata.get("tokenizer.chat_template")
+        template = self.options.chat_template or self._metadata.get("tokenizer.chat_template")
         self._bos_text = self._piece_text(self.model.token_bos(), special=True)
         self._eos_text = self._piece_text(self.model.token_eos(), special=True)
         self._set_chat_template(template)

@@ -30,11 +30,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engines import tracing
+from engines import metrics, tracing
 from engines.errors import ResourceExhaustedError, kv_pool_exhausted, queue_wait_exceeded
 from engines.executor import DeviceExecutor
 from engines.generation.sequence import GenerationSequence
-from engines.types import GenerationDelta, GenerationRequest, TokenLogprobs
+from engines.types import FinishReason, GenerationDelta, GenerationRequest, TokenLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,7 @@ StepResult = tuple[GenerationSequence, int, TokenLogprobs | None]
 class StepModel(Protocol):
     """What the scheduler drives: a model that advances a batch of sequences one step at a time.
 
-    ``prepare``, ``step`` and ``release`` are blocking and run as jobs on :attr:`executor`;
-    ``record_finished`` runs on the event loop.
+    ``prepare``, ``step`` and ``release`` are blocking and run as jobs on :attr:`executor`.
     """
 
     @property
@@ -77,9 +76,6 @@ class StepModel(Protocol):
 
     def release(self, sequences: list[GenerationSequence]) -> None:
         """Free the state of ``sequences`` (idempotent)."""
-
-    def record_finished(self, sequence: GenerationSequence) -> None:
-        """Note a sequence that left the batch (finished, cancelled or failed)."""
 
 
 @dataclass(eq=False)
@@ -128,7 +124,6 @@ class ContinuousBatchScheduler:
         # Requests holding a place (preparing, waiting or running), counted before any await.
         self._admitted = 0
         self._task: asyncio.Task[None] | None = None
-        self.batch_sizes: collections.deque[int] = collections.deque(maxlen=4096)
 
     @property
     def active_count(self) -> int:
@@ -204,7 +199,7 @@ class ContinuousBatchScheduler:
                     sequence.cancel()
                     if entry in self._waiting:
                         self._waiting.remove(entry)
-                        self._model.record_finished(sequence)
+                        self._record([sequence])
         finally:
             self._admitted -= 1
 
@@ -283,7 +278,7 @@ class ContinuousBatchScheduler:
         running = [e.sequence for e in self._active]
         released = [e.sequence for e in leaving]
         if running:
-            self.batch_sizes.append(len(running))
+            metrics.observe_generation_step(self._model.model_name, len(running))
         return asyncio.create_task(self._run_step(running, released))
 
     def _fits(self, entry: _Entry) -> bool:
@@ -325,7 +320,7 @@ class ContinuousBatchScheduler:
         while self._waiting and now - self._waiting[0].admitted_at > self._max_queue_wait_s:
             entry = self._waiting.popleft()
             entry.sequence.cancel()
-            self._model.record_finished(entry.sequence)
+            self._record([entry.sequence])
             waited = now - entry.admitted_at
             error = queue_wait_exceeded(self._model.model_name, waited, self._max_queue_wait_s)
             entry.queue.put_nowait(error)
@@ -343,15 +338,17 @@ class ContinuousBatchScheduler:
             self._waiting.remove(entry)
             sequence = entry.sequence
             sequence.cancel()
-            self._model.record_finished(sequence)
+            self._record([sequence])
             error = kv_pool_exhausted(
                 self._model.model_name, pool, len(sequence.prompt_tokens), sequence.max_new_tokens
             )
             entry.queue.put_nowait(error)
 
-    def _record(self, released: list[GenerationSequence]) -> None:
-        for sequence in released:
-            self._model.record_finished(sequence)
+    def _record(self, sequences: list[GenerationSequence]) -> None:
+        """Count sequences that left the batch (finished, cancelled or failed) in the metrics."""
+        for sequence in sequences:
+            reason = sequence.finish_reason or FinishReason.CANCELLED
+            metrics.observe_sequence_finished(self._model.model_name, reason, len(sequence.completion_tokens))
 
     def _fail_all(self, exc: Exception) -> None:
         """A failed step fails every caller: nobody is left waiting on a dead batch."""

@@ -34,9 +34,10 @@ async def test_concurrent_callers_share_batches_and_get_their_own_results(execut
     words = [f"w{i}" for i in range(40)]
     results = await asyncio.gather(*(batcher.submit([w], [1]) for w in words))
     assert results == [[w.upper()] for w in words]
-    assert batcher.stats.batches < len(words)
-    assert sum(batcher.stats.batch_sizes) == len(words)
-    assert max(batcher.stats.batch_sizes) > 1
+    sizes = [len(batch) for batch in seen]
+    assert len(sizes) < len(words)
+    assert sum(sizes) == len(words)
+    assert max(sizes) > 1
 
 
 async def test_batch_size_and_token_budget_are_respected(executor):
@@ -81,7 +82,7 @@ async def test_a_failed_batch_fails_every_caller_and_the_batcher_recovers(execut
     batcher = DynamicBatcher(flaky, executor, BatchingConfig(max_wait_ms=50), name="t")
     results = await asyncio.gather(*(batcher.submit([str(i)], [1]) for i in range(5)), return_exceptions=True)
     assert all(isinstance(r, RuntimeError) for r in results)
-    assert batcher.stats.failed_batches == 1
+    assert calls == 1, "the five items ran as one batch, which failed"
     assert await batcher.submit(["ok"], [1]) == ["ok"]
 
 
@@ -116,8 +117,7 @@ async def test_a_full_queue_refuses_with_overloaded(executor):
     assert caught.value.reason == "OVERLOADED"
     release.set()
     assert await first == ["running"]
-    assert [await q for q in queued] == [["q0"], ["q1"]]
-    assert batcher.stats.rejected == 1
+    assert [await q for q in queued] == [["q0"], ["q1"]]  # the refusal took no place
 
 
 async def test_a_cancelled_callers_items_are_dropped_before_running(executor):
@@ -140,8 +140,7 @@ async def test_a_cancelled_callers_items_are_dropped_before_running(executor):
     release.set()
     assert await first == ["first"]
     assert await batcher.submit(["after"], [1]) == ["after"]
-    assert ["doomed"] not in seen and ["doomed2"] not in seen
-    assert batcher.stats.cancelled == 2
+    assert seen == [["first"], ["after"]]  # both cancelled items were dropped before running
 
 
 async def test_close_fails_waiting_callers_and_refuses_new_ones(executor):
@@ -186,7 +185,6 @@ async def test_reserved_places_count_against_the_queue_until_their_items_are_que
         assert first.count == 0  # handed back when its items were queued
     with batcher.reserve(4), batcher.reserve(0):  # all four places are free; none asked, none refused
         pass
-    assert batcher.stats.rejected == 3
     batcher.close()
     with pytest.raises(UnavailableError):
         batcher.reserve(1)
@@ -220,7 +218,6 @@ async def test_a_burst_is_refused_before_its_inputs_are_prepared(executor):
     gate.set()
     served = await asyncio.gather(*(call for call in calls if call not in refused))
     assert len(served) == 8 and len(prepared) == 8
-    assert batcher.stats.rejected == 42
 
 
 async def test_an_item_that_waited_past_max_queue_wait_fails_instead_of_answering_late(executor):

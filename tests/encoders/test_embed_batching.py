@@ -9,6 +9,7 @@ import pytest
 from universal_runtime.v1 import encoders_pb2 as e
 
 from tests.encoders.conftest import EMBED
+from tests.scrape import moved, observations, scrape
 
 SENTENCES = [
     f"Sentence number {i} talks about {topic}."
@@ -31,17 +32,19 @@ def vectors_of(response: e.EmbedResponse) -> np.ndarray:
     return np.array([list(x.values) for x in response.embeddings], dtype=np.float32)
 
 
-async def test_concurrent_single_input_calls_are_batched_and_routed_back(enc, encoder_server, reference):
+async def test_concurrent_single_input_calls_are_batched_and_routed_back(enc, reference):
     # Warm up (load) so that the 64 calls meet a ready model.
     await enc.Embed(e.EmbedRequest(model=EMBED, inputs=["warm up"]))
-    batcher = encoder_server.manager.get(EMBED).engine.batcher
-    before = len(batcher.stats.batch_sizes)
+    before = scrape()
     responses = await asyncio.gather(
         *(enc.Embed(e.EmbedRequest(model=EMBED, inputs=[s], normalize=True)) for s in SENTENCES)
     )
-    sizes = list(batcher.stats.batch_sizes)[before:]
-    assert sum(sizes) == len(SENTENCES)
-    assert len(sizes) < len(SENTENCES), sizes  # fewer forward passes than calls
+    after = scrape()
+    # ur_encoder_batch_size: one observation per forward pass, of its inputs.
+    inputs = moved(before, after, "ur_encoder_batch_size_sum", model=EMBED)
+    passes = moved(before, after, "ur_encoder_batch_size_count", model=EMBED)
+    assert inputs == len(SENTENCES)
+    assert passes < len(SENTENCES), observations(before, after, "ur_encoder_batch_size", model=EMBED)
     for i, response in enumerate(responses):
         vector = vectors_of(response)[0]
         # Each caller got the vector of its own sentence, not a neighbour's.

@@ -19,6 +19,7 @@ from engines.generation.scheduler import ContinuousBatchScheduler, StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.types import ChatMessage, FinishReason, GenerationRequest, SamplingParams, Task
 from tests.stand_in_engine import StandInEngine
+from tests.streams import FinishedSequences
 
 EOS = 0
 
@@ -141,17 +142,14 @@ def test_step_frees_released_first_and_release_is_idempotent():
 
 async def test_scheduler_streams_through_the_engine():
     engine = FakeEngine(reply="ok")
+    finished = FinishedSequences(engine.model_name)
     text = []
     async with contextlib.aclosing(engine.stream(request())) as deltas:
         async for delta in deltas:
             text.append(delta.text)
     assert "".join(text) == "ok"
     assert delta.finish_reason == FinishReason.STOP
-    for _ in range(100):  # the loop records the sequence when it leaves, at its next turn
-        if engine.finished:
-            break
-        await asyncio.sleep(0.01)
-    assert [f.request_id for f in engine.finished] == ["r"]
+    await finished.wait("stop", 1)  # counted when it leaves the batch, at the loop's next turn
     assert ("free", ["r"]) in engine.calls
     assert isinstance(engine.scheduler, ContinuousBatchScheduler)
     engine.executor.shutdown()
@@ -159,12 +157,13 @@ async def test_scheduler_streams_through_the_engine():
 
 async def test_drain_returns_once_a_cancelled_sequence_is_released():
     engine = FakeEngine(reply="a long reply that will not finish")
+    finished = FinishedSequences(engine.model_name)
     deltas = engine.stream(request("gone"))
     await anext(deltas)
     await deltas.aclose()  # the caller went away mid-generation: the loop releases it later
     assert ("free", ["gone"]) not in engine.calls
     await asyncio.wait_for(engine.drain(), 5)
     assert ("free", ["gone"]) in engine.calls
-    assert [f.request_id for f in engine.finished] == ["gone"]
+    assert finished.count("cancelled") == 1
     assert engine.scheduler.active_count == 0
     engine.executor.shutdown()

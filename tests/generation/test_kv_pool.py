@@ -25,6 +25,7 @@ from engines.generation.scheduler import ContinuousBatchScheduler
 from engines.types import SamplingParams, Task
 from tests.conftest import CHAT_MODEL, COLD_POOL_MODEL, GGUF_SOURCE, POOL_CELLS, POOL_MODEL, error_info
 from tests.generation.test_engine_template import FakeEngine, request
+from tests.scrape import observations, scrape
 
 #: SmolLM2's end-of-text, im_start and im_end: banned so that exactly max_tokens tokens come out.
 END_TOKENS = (0, 1, 2)
@@ -114,7 +115,11 @@ def test_a_pool_under_256_cells_is_a_bad_catalog_option():
     with pytest.raises(InvalidArgumentError) as caught:
         LlamaCppGenerationEngine.check_spec(spec)
     assert caught.value.reason == "INVALID_MODEL_OPTION"
-    assert caught.value.metadata == {"option": "kv_pool_tokens"}
+    assert caught.value.metadata == {"option": "kv_pool_tokens", "backend": "llama_cpp"}
+    assert (
+        "option kv_pool_tokens: Input should be greater than or equal to 256 (got 100)"
+        in caught.value.message
+    )
     LlamaCppGenerationEngine.check_spec(replace(spec, options={"kv_pool_tokens": 256}))
 
 
@@ -172,21 +177,22 @@ async def test_two_requests_that_together_exceed_the_pool_both_complete_one_afte
     await run(inference, raw(POOL_MODEL, "Warm up.", 1))
     engine = server.manager.get(POOL_MODEL).engine
     await engine.scheduler.drained()
-    engine.scheduler.batch_sizes.clear()
+    before = scrape()
     # ~10 prompt tokens + 300 new ones each: 2 x 310 > 512 cells.
     first, second = await asyncio.gather(
         run(inference, raw(POOL_MODEL, "Tell a long story about a cat.", 300)),
         run(inference, raw(POOL_MODEL, "Tell a long story about a dog.", 300)),
     )
     assert len(first[0]) == len(second[0]) == 300
-    assert max(engine.scheduler.batch_sizes) == 1  # the second waited for the first's cells
+    # Steps by batch size: the second waited for the first's cells.
+    after = scrape()
+    assert max(observations(before, after, "ur_generation_batch_size", model=POOL_MODEL)) == 1
     # Two that fit together (2 x ~110 cells) do run together.
-    engine.scheduler.batch_sizes.clear()
     await asyncio.gather(
         run(inference, raw(POOL_MODEL, "Tell a long story about a cat.", 100)),
         run(inference, raw(POOL_MODEL, "Tell a long story about a dog.", 100)),
     )
-    assert max(engine.scheduler.batch_sizes) == 2
+    assert max(observations(after, scrape(), "ur_generation_batch_size", model=POOL_MODEL)) == 2
     assert engine.scheduler.kv_reserved_cells == 0
 
 

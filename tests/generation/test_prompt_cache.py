@@ -9,7 +9,10 @@ from universal_runtime.v1 import generation_pb2 as g
 from engines.generation.llama_cpp_engine import prefill_chunk_end
 from engines.generation.prompt_cache import PromptCache
 from tests.conftest import CHAT_MODEL
+from tests.scrape import moved, scrape, value
 
+#: Prompt tokens served from a model's prompt cache, counted from each answer's usage.
+CACHED = "ur_prompt_tokens_cached_total"
 COLD_MODEL = "smollm2-cold"  # the same GGUF with prompt_cache off: every prompt prefilled whole
 QUESTIONS = [
     "Name a fruit.",
@@ -49,12 +52,12 @@ async def test_reused_prefixes_give_the_same_greedy_tokens_as_cold_prefills(infe
     engine = server.manager.get(CHAT_MODEL).engine
     for i in range(1, engine.max_sequences):
         await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, f"Filler question number {i}?")])
-    before = engine.reused_prompt_tokens
+    before = scrape()
     warm = [await answer(inference, CHAT_MODEL, [(g.CHAT_ROLE_USER, q)]) for q in QUESTIONS]
     # SmolLM2's template puts the same system prompt before every question: it was reused.
-    assert engine.reused_prompt_tokens - before >= 20 * len(QUESTIONS)
+    assert moved(before, scrape(), CACHED, model=CHAT_MODEL) >= 20 * len(QUESTIONS)
     cold = [await answer(inference, COLD_MODEL, [(g.CHAT_ROLE_USER, q)]) for q in QUESTIONS]
-    assert server.manager.get(COLD_MODEL).engine.reused_prompt_tokens == 0
+    assert value(scrape(), CACHED, model=COLD_MODEL) == 0  # never, in this process
     assert warm == cold
 
 
@@ -94,17 +97,16 @@ async def test_prompts_prefilled_beside_running_streams_give_their_solo_tokens(i
     assert beside == alone
 
 
-async def test_a_conversation_reuses_the_previous_turn(inference, server):
+async def test_a_conversation_reuses_the_previous_turn(inference):
     first = [(g.CHAT_ROLE_USER, "Name three colors.")]
     response = await inference.Generate(chat(CHAT_MODEL, first))
     reply, first_prompt = response.choices[0].text, response.usage.prompt_tokens
-    engine = server.manager.get(CHAT_MODEL).engine
-    before = engine.reused_prompt_tokens
+    before = scrape()
     second = [*first, (g.CHAT_ROLE_ASSISTANT, reply), (g.CHAT_ROLE_USER, "Which one is the darkest?")]
     warm = await answer(inference, CHAT_MODEL, second)
     # The first turn's prompt (system prompt and question) came from the cache; its answer is
     # prefilled again (completion cells are not reused).
-    assert engine.reused_prompt_tokens - before >= first_prompt - 2
+    assert moved(before, scrape(), CACHED, model=CHAT_MODEL) >= first_prompt - 2
     assert warm == await answer(inference, COLD_MODEL, second)
 
 

@@ -14,9 +14,8 @@ from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import model_service_pb2 as m
 
 from engines.generation.transformers_engine import TransformersGenerationEngine
-from engines.types import FinishReason
 from tests.conftest import HF_CHAT_MODEL
-from tests.streams import finished_records, read_then_cancel
+from tests.streams import FinishedSequences, read_then_cancel
 
 LIFECYCLE_MODEL = "smollm2-hf-lifecycle"
 WEATHER_SCHEMA = {
@@ -128,6 +127,7 @@ async def test_n_choices_are_distinct_indexed_and_usage_is_summed(inference, eng
 
 
 async def test_cancelled_stream_frees_its_sequence(inference, engine):
+    finished = FinishedSequences(HF_CHAT_MODEL)
     call = inference.GenerateStream(
         streamed(
             "Count from one to five hundred in words, separated by commas.",
@@ -137,9 +137,8 @@ async def test_cancelled_stream_frees_its_sequence(inference, engine):
     )
     received = await read_then_cancel(call, 3)
     # The step in flight when the cancel came finishes first.
-    record = (await finished_records(engine, {"hf-cancel-me"}, idle=True))["hf-cancel-me"]
-    assert record.finish_reason is FinishReason.CANCELLED
-    assert received <= record.completion_tokens < 400
+    tokens = await finished.cancelled(1, engine=engine)
+    assert received <= tokens < 400
     assert engine.scheduler.active_count == 0
     follow_up = await inference.Generate(unary("Hi", params(max_tokens=3, temperature=0)))
     assert follow_up.usage.completion_tokens >= 1
