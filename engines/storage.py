@@ -58,21 +58,6 @@ def write_durable(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def tree_bytes(root: Path) -> int:
-    """Total size in bytes of the files under ``root`` (0 when it does not exist).
-
-    Files that vanish while being counted are skipped.
-    """
-    total = 0
-    if not root.is_dir():
-        return 0
-    for path in root.rglob("*"):
-        with contextlib.suppress(OSError):
-            if path.is_file():
-                total += path.stat().st_size
-    return total
-
-
 @dataclass(frozen=True, slots=True)
 class StoreQuota:
     """Limits of one store.
