@@ -44,14 +44,14 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from engines.errors import ResourceExhaustedError, RuntimeServiceError, UnavailableError, clip_text
-from engines.storage import fsync_dir, write_durable
+from engines.storage import StoreQuota, fsync_dir, write_durable
 
 log = logging.getLogger(__name__)
 
@@ -477,6 +477,46 @@ def open_state_store(
             f"UR_STATE_URL {display_url(text)}: the {scheme!r} protocol is unknown or its package is "
             f"not installed ({exc}); for S3 install universal-runtime[s3]"
         ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCheck:
+    """A store's :class:`~engines.storage.StoreQuota` as its saves check it, counted from its files now.
+
+    Attributes:
+        store: the store whose files are counted.
+        quota: its limits.
+        what: its items in words, for the message (``"custom classifiers"``).
+        is_item: whether a key is the one file each item has (its manifest, its description).
+
+    """
+
+    store: StateStore
+    quota: StoreQuota
+    what: str
+    is_item: Callable[[str], bool]
+
+    def check(self, *, replaced: Iterable[str], new_item: bool, new_bytes: int) -> None:
+        """Refuse a save of ``new_bytes`` that would take the store over its quota.
+
+        Args:
+            replaced: keys the save replaces or drops (their bytes are not counted as used).
+            new_item: whether the save adds an item (not a replacement or a new version).
+            new_bytes: bytes the save will write.
+
+        Raises:
+            ResourceExhaustedError: over a limit (see :meth:`StoreQuota.check`).
+            UnavailableError: the store failed (see :meth:`StateStore.sizes`).
+
+        """
+        sizes = self.store.sizes()
+        self.quota.check(
+            self.what,
+            items=sum(1 for key in sizes if self.is_item(key)),
+            used_bytes=sum(sizes.values()) - sum(sizes.get(key, 0) for key in replaced),
+            new_item=new_item,
+            new_bytes=new_bytes,
+        )
 
 
 PUBLISH_ATTEMPTS = 8

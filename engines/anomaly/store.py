@@ -54,7 +54,7 @@ from engines.errors import (
     RuntimeServiceError,
     UnavailableError,
 )
-from engines.state_store import Blob, LocalStateStore, StateStore, publish_version
+from engines.state_store import Blob, LocalStateStore, QuotaCheck, StateStore, publish_version
 from engines.storage import StoreQuota
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,13 @@ class DetectorStore:
         self.store = root if isinstance(root, StateStore) else LocalStateStore(Path(root))
         self.keep_versions = keep_versions
         self.quota = quota or StoreQuota()
+        # A detector's manifest sits at <name>/manifest.json, one per detector whatever its versions.
+        self._quota_check = QuotaCheck(
+            self.store,
+            self.quota,
+            "anomaly detectors",
+            lambda key: key.count("/") == 1 and key.endswith(f"/{_MANIFEST}"),
+        )
         self.cache_ttl_s = cache_ttl_s
         # name -> (version, sha256, detector, monotonic time the manifest was last read)
         self._cache: dict[str, tuple[int, str, Detector, float]] = {}
@@ -261,15 +268,10 @@ class DetectorStore:
             self._check_quota(name, self._manifest(name), new_bytes)
 
     def _check_quota(self, name: str, manifest: dict[str, Any] | None, new_bytes: int) -> None:
-        sizes = self.store.sizes()
         versions = manifest["versions"] if manifest else []
         dropped = versions[: max(0, len(versions) + 1 - self.keep_versions)]
-        freed = sum(sizes.get(self._version_key(name, old["version"]), 0) for old in dropped)
-        items = sum(1 for key in sizes if key.count("/") == 1 and key.endswith(f"/{_MANIFEST}"))
-        self.quota.check(
-            "anomaly detectors",
-            items=items,
-            used_bytes=sum(sizes.values()) - freed,
+        self._quota_check.check(
+            replaced=[self._version_key(name, old["version"]) for old in dropped],
             new_item=manifest is None,
             new_bytes=new_bytes,
         )

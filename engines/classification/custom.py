@@ -31,7 +31,7 @@ from typing import Any
 from engines.classification.heads import dump_head, load_head_bytes
 from engines.encoder_types import CLASSIFIER_NAME, ClassifierInfo, validate_classifier_name
 from engines.errors import FailedPreconditionError, ModelLoadError, ModelNotFoundError
-from engines.state_store import Blob, LocalStateStore, StateStore, publish_version
+from engines.state_store import Blob, LocalStateStore, QuotaCheck, StateStore, publish_version
 from engines.storage import StoreQuota
 
 HEAD_SUFFIX = ".skops"
@@ -102,6 +102,11 @@ def _check_info(info: ClassifierInfo) -> None:
         raise TypeError("training_accuracy is a number")
 
 
+def _is_description_key(key: str) -> bool:
+    """Whether ``key`` is a classifier's description (one per classifier)."""
+    return key.endswith(INFO_SUFFIX) and CLASSIFIER_NAME.fullmatch(key.removesuffix(INFO_SUFFIX)) is not None
+
+
 class ClassifierStore:
     """Saved custom classifiers in one folder of a state store, with a cache of loaded heads.
 
@@ -121,6 +126,7 @@ class ClassifierStore:
     ) -> None:
         self.store = root if isinstance(root, StateStore) else LocalStateStore(Path(root))
         self.quota = quota or StoreQuota()
+        self._quota_check = QuotaCheck(self.store, self.quota, "custom classifiers", _is_description_key)
         self.cache_ttl_s = cache_ttl_s
         # name -> (version, head sha256, classifier, monotonic time the description was last read)
         self._cache: dict[str, tuple[int, str, CustomClassifier, float]] = {}
@@ -222,23 +228,8 @@ class ClassifierStore:
         self._check_quota(name, self.store.read_tagged(self._info_key(name)), new_bytes)
 
     def _check_quota(self, name: str, current: Blob | None, new_bytes: int) -> None:
-        sizes = self.store.sizes()
-        items = sum(
-            1
-            for key in sizes
-            if key.endswith(INFO_SUFFIX) and CLASSIFIER_NAME.fullmatch(key.removesuffix(INFO_SUFFIX))
-        )
-        replaced = 0
-        if current is not None:
-            version = self._version(current)
-            replaced = sizes.get(self._info_key(name), 0) + sizes.get(_head_key(name, version), 0)
-        self.quota.check(
-            "custom classifiers",
-            items=items,
-            used_bytes=sum(sizes.values()) - replaced,
-            new_item=current is None,
-            new_bytes=new_bytes,
-        )
+        replaced = [] if current is None else [self._info_key(name), _head_key(name, self._version(current))]
+        self._quota_check.check(replaced=replaced, new_item=current is None, new_bytes=new_bytes)
 
     def _version(self, blob: Blob) -> int:
         try:
