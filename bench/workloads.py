@@ -85,7 +85,9 @@ def served_chat_model() -> tuple[Path, str]:
     """
     import os
 
-    from engines.generation.requantize import model_file, quantize_option
+    from engines.generation.options import LlamaCppOptions
+    from engines.generation.requantize import model_file
+    from engines.options import parse_options
     from engines.sources import resolve_source
     from service.catalog import load_catalog
 
@@ -94,9 +96,9 @@ def served_chat_model() -> tuple[Path, str]:
     source = resolve_source(spec.source).path
     assert source is not None, f"{spec.source} is not a local file"
     shipped = source.stem.rpartition(".")[2]  # SmolLM2-135M-Instruct.Q4_1 -> Q4_1
-    quantize = quantize_option(spec.options.get("quantize"))
-    label = f"{quantize.upper()} (requantized from {shipped})" if quantize else shipped
-    return model_file(source, spec.options), label
+    options = parse_options(LlamaCppOptions, spec.options, backend=spec.backend)
+    label = f"{options.quantize.upper()} (requantized from {shipped})" if options.quantize else shipped
+    return model_file(source, options), label
 
 
 def minilm_dir() -> Path:

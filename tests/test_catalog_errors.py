@@ -51,7 +51,7 @@ BAD_ENTRIES = {
     "bad-int-option": (
         {"tasks": ["generate"], "backend": "llama_cpp", "source": GGUF_SOURCE, "options": {"n_ctx": "big"}},
         "INVALID_MODEL_OPTION",
-        "option n_ctx must be an integer",
+        "option n_ctx: Input should be a valid integer, unable to parse string as an integer (got 'big')",
     ),
     "bad-quantize": (
         {
@@ -61,7 +61,7 @@ BAD_ENTRIES = {
             "options": {"quantize": "q4_1"},
         },
         "INVALID_MODEL_OPTION",
-        "option quantize must be one of f16, q4_0, q8_0, got 'q4_1'",
+        "option quantize: Input should be 'q4_0', 'q8_0' or 'f16' (got 'q4_1')",
     ),
     "bad-batching": (
         {

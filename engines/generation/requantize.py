@@ -18,34 +18,19 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from engines.converted_cache import build_once, converted_root, source_fingerprint
+from engines.generation.options import LlamaCppOptions, QuantizeType
 
 log = logging.getLogger(__name__)
 
-#: The ``quantize`` option's values and their ``llama_ftype`` (``LLAMA_FTYPE_MOSTLY_*`` in llama.h):
-#: types whose batched matrix products llama.cpp speeds up on CPU. F16 holds a 4-bit file's
-#: weights exactly (at about 2.7 times the size): the lossless one.
-QUANTIZE_TYPES: dict[str, int] = {"q4_0": 2, "q8_0": 7, "f16": 1}
-
-
-def quantize_option(value: Any) -> str | None:
-    """The ``quantize`` option as a key of :data:`QUANTIZE_TYPES` (case-insensitive), or None when unset.
-
-    Raises:
-        ValueError: a value outside :data:`QUANTIZE_TYPES`; the message lists the allowed ones.
-
-    """
-    if value is None:
-        return None
-    name = str(value).lower()
-    if name not in QUANTIZE_TYPES:
-        allowed = ", ".join(sorted(QUANTIZE_TYPES))
-        raise ValueError(f"option quantize must be one of {allowed}, got {value!r}")
-    return name
+#: The ``quantize`` option's values (:data:`~engines.generation.options.QuantizeType`) and their
+#: ``llama_ftype`` (``LLAMA_FTYPE_MOSTLY_*`` in llama.h): types whose batched matrix products
+#: llama.cpp speeds up on CPU. F16 holds a 4-bit file's weights exactly (at about 2.7 times the
+#: size): the lossless one.
+QUANTIZE_TYPES: dict[QuantizeType, int] = {"q4_0": 2, "q8_0": 7, "f16": 1}
 
 
 def llama_quantize(source: Path, target: Path, ftype: int) -> None:
@@ -80,7 +65,7 @@ def cached_path(source: Path, quantize: str, cache_dir: str | os.PathLike[str] |
 
 def requantized(
     source: Path,
-    quantize: str,
+    quantize: QuantizeType,
     cache_dir: str | os.PathLike[str] | None = None,
     quantizer: Callable[[Path, Path, int], None] = llama_quantize,
 ) -> Path:
@@ -88,7 +73,7 @@ def requantized(
 
     Args:
         source: The GGUF file as the catalog names it.
-        quantize: A key of :data:`QUANTIZE_TYPES` (see :func:`quantize_option`).
+        quantize: A key of :data:`QUANTIZE_TYPES` (the ``quantize`` option, typed).
         cache_dir: The cache folder (default :func:`engines.converted_cache.converted_root`).
         quantizer: ``quantizer(source, target, ftype)`` writes the copy (tests pass a stand-in).
 
@@ -98,33 +83,28 @@ def requantized(
         RuntimeError: quantizing failed (nothing is left in the cache).
 
     """
-    name = quantize_option(quantize)
-    if name is None:
-        raise ValueError("requantized() needs a target type")
-    target = cached_path(source, name, cache_dir)
+    if quantize not in QUANTIZE_TYPES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_TYPES)}, got {quantize!r}")
+    ftype = QUANTIZE_TYPES[quantize]
+    target = cached_path(source, quantize, cache_dir)
     start = time.monotonic()
-    if build_once(
-        target.parent, lambda folder: quantizer(source, folder / target.name, QUANTIZE_TYPES[name])
-    ):
-        log.info(
-            "requantized %s to %s in %.1f s (cached in %s)", source, name, time.monotonic() - start, target
-        )
+    if build_once(target.parent, lambda folder: quantizer(source, folder / target.name, ftype)):
+        elapsed = time.monotonic() - start
+        log.info("requantized %s to %s in %.1f s (cached in %s)", source, quantize, elapsed, target)
     return target
 
 
-def model_file(source: Path, options: Mapping[str, Any]) -> Path:
-    """The file llama.cpp loads for a catalog entry's GGUF ``source`` and ``options``.
+def model_file(source: Path, options: LlamaCppOptions) -> Path:
+    """The file llama.cpp loads for a catalog entry's GGUF ``source`` and typed ``options``.
 
-    ``source`` itself, or its cached copy of type ``options["quantize"]`` (made now when
-    missing; in ``options["cache_dir"]`` when set).
+    ``source`` itself, or its cached copy of type ``options.quantize`` (made now when missing; in
+    ``options.cache_dir`` when set).
 
     Raises:
-        ValueError: an unknown ``quantize`` value.
         OSError: the cache folder cannot be written.
         RuntimeError: quantizing failed.
 
     """
-    quantize = quantize_option(options.get("quantize"))
-    if quantize is None:
+    if options.quantize is None:
         return source
-    return requantized(source, quantize, options.get("cache_dir"))
+    return requantized(source, options.quantize, options.cache_dir)

@@ -38,9 +38,11 @@ from engines.errors import ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.gguf_info import gguf_parameter_count
 from engines.generation.logprobs import token_logprobs
+from engines.generation.options import DEFAULT_MAX_CONTEXT, TransformersGenerationOptions
 from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import output_constraint
+from engines.options import parse_options
 from engines.registry import register_backend
 from engines.sources import ResolvedSource, path_size_bytes, resolve_source
 from engines.tokenization import Offsets, hf_detokenize, hf_tokenize
@@ -54,9 +56,6 @@ if TYPE_CHECKING:
     from engines.generation.torch_sampling import SequenceSampler
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_CONTEXT = 4096
-DEFAULT_PREFILL_TOKENS = 4096  # padded prompt tokens per prefill forward
 
 
 @dataclass(eq=False)
@@ -75,17 +74,14 @@ class TransformersGenerationEngine(GenerationEngine):
     are supported; sliding-window and linear-attention layers are refused at load. Remote
     code is never run.
 
-    Catalog options: ``gguf_file`` (load a GGUF file of the source folder through transformers,
-    dequantized; a converted safetensors copy is cached, see ``cache_dir``), ``cache_dir``
-    (where converted copies go; default ``$XDG_CACHE_HOME/universal-runtime/converted`` or
-    ``~/.cache/...``), ``dtype`` (``float32``/``float16``/``bfloat16``; default per device),
-    ``max_context`` (tokens per sequence; default ``max_position_embeddings`` capped at 4096),
-    ``max_sequences`` (default 8), ``prefill_tokens`` (padded prompt tokens per prefill
-    forward, default 4096).
+    Catalog options: :class:`~engines.generation.options.TransformersGenerationOptions` (a
+    ``gguf_file`` is loaded through transformers, dequantized, and a converted safetensors copy
+    is cached in ``cache_dir``).
     """
 
     backend = "transformers"
-    int_options = (*GenerationEngine.int_options, "max_context", "prefill_tokens")
+    options_model = TransformersGenerationOptions
+    options: TransformersGenerationOptions
     runs_torch = True
 
     # -- loading -------------------------------------------------------------------------
@@ -94,11 +90,18 @@ class TransformersGenerationEngine(GenerationEngine):
     def check_spec(cls, spec: ModelSpec) -> None:
         """The base checks; a ``gguf_file`` must be in the local source (see :meth:`Engine.check_spec`)."""
         super().check_spec(spec)
-        cls._gguf_path(spec, resolve_source(spec.source))
+        options = parse_options(cls.options_model, spec.options, backend=cls.backend)
+        cls._gguf_path(spec, resolve_source(spec.source), options.gguf_file)
 
     @staticmethod
-    def _gguf_path(spec: ModelSpec, resolved: ResolvedSource) -> Path | None:
-        gguf_file = spec.options.get("gguf_file")
+    def _gguf_path(spec: ModelSpec, resolved: ResolvedSource, gguf_file: str | None) -> Path | None:
+        """The ``gguf_file`` option's file in the local source folder, or None when unset.
+
+        Raises:
+            ModelLoadError: the source is not local (MODEL_SOURCE_INVALID), or the file is not in
+                it (MODEL_SOURCE_MISSING).
+
+        """
         if not gguf_file:
             return None
         if resolved.path is None:
@@ -108,7 +111,7 @@ class TransformersGenerationEngine(GenerationEngine):
                 model=spec.name,
             )
         path = resolved.path / gguf_file if resolved.path.is_dir() else resolved.path
-        if Path(gguf_file).name != gguf_file or not path.is_file():
+        if not path.is_file():
             raise ModelLoadError(
                 f"gguf_file {gguf_file!r} is not a file in {resolved.path}",
                 reason="MODEL_SOURCE_MISSING",
@@ -121,7 +124,7 @@ class TransformersGenerationEngine(GenerationEngine):
         stat = gguf.stat()
         key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
         # Keyed by the file, so catalog entries sharing it share the copy.
-        return converted_root(self.option("cache_dir")) / f"{gguf.stem}-{key}"
+        return converted_root(self.options.cache_dir) / f"{gguf.stem}-{key}"
 
     def estimated_load_bytes(self) -> int:
         """Weights at the load dtype: from the GGUF's tensor shapes, or the size of a local folder.
@@ -129,9 +132,9 @@ class TransformersGenerationEngine(GenerationEngine):
         Called on the event loop before a load, so it reads only the GGUF header.
         """
         resolved = resolve_source(self.spec.source)
-        gguf = self._gguf_path(self.spec, resolved)
+        gguf = self._gguf_path(self.spec, resolved, self.options.gguf_file)
         if gguf is not None:
-            itemsize = torch_dtype_for(self.device, self.option("dtype")).itemsize
+            itemsize = torch_dtype_for(self.device, self.options.dtype).itemsize
             return gguf_parameter_count(gguf) * itemsize
         return path_size_bytes(resolved.path) if resolved.path else 0
 
@@ -142,9 +145,9 @@ class TransformersGenerationEngine(GenerationEngine):
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        dtype = torch_dtype_for(self.device, self.option("dtype"))
+        dtype = torch_dtype_for(self.device, self.options.dtype)
         resolved = resolve_source(self.spec.source)
-        gguf = self._gguf_path(self.spec, resolved)
+        gguf = self._gguf_path(self.spec, resolved, self.options.gguf_file)
         if gguf is None:
             local = resolved.path is not None
             self.loaded_from = resolved.location
@@ -204,8 +207,8 @@ class TransformersGenerationEngine(GenerationEngine):
         # Rows of the output layer: may exceed the tokenizer's vocabulary (padding rows).
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         limit = int(getattr(config, "max_position_embeddings", 0) or DEFAULT_MAX_CONTEXT)
-        self.context_length = int(self.option("max_context", 0)) or min(limit, DEFAULT_MAX_CONTEXT)
-        self._prefill_tokens = int(self.option("prefill_tokens", DEFAULT_PREFILL_TOKENS))
+        self.context_length = self.options.max_context or min(limit, DEFAULT_MAX_CONTEXT)
+        self._prefill_tokens = self.options.prefill_tokens
         eos = model.generation_config.eos_token_id
         eos_ids = eos if isinstance(eos, list) else [eos]
         self._eos_ids = [int(i) for i in [*eos_ids, tokenizer.eos_token_id] if i is not None]

@@ -41,7 +41,8 @@ from engines.converted_cache import converted_root, source_fingerprint
 from engines.encoder_runtime import EXPORT_FORMAT
 from engines.errors import RuntimeServiceError
 from engines.executor import DeviceExecutor
-from engines.generation.requantize import cached_path, model_file, quantize_option
+from engines.generation.options import LlamaCppOptions
+from engines.generation.requantize import cached_path, model_file
 from engines.options import parse_options
 from engines.registry import engine_class
 from engines.sources import resolve_source
@@ -95,7 +96,6 @@ def preparation_for(spec: ModelSpec, settings: Settings) -> Preparation | None:
     Raises:
         RuntimeServiceError: an unknown backend, or an entry the backend's checks refuse (bad
             option, missing source, runtime package not installed).
-        ValueError: an unknown ``quantize`` type.
 
     """
     cls = engine_class(spec.backend)
@@ -117,20 +117,20 @@ def preparation_for(spec: ModelSpec, settings: Settings) -> Preparation | None:
 
         return Preparation(spec, f"{choice.label()} export", cache, lambda: _recorded(record), make)
     if spec.backend == "llama_cpp":
-        cache = converted_root(spec.options.get("cache_dir"))
-        if spec.options.get("quantize") is None:
+        gguf = parse_options(LlamaCppOptions, spec.options, backend=spec.backend)
+        quantize = gguf.quantize
+        if quantize is None:
             return None
-        cls.check_spec(spec)  # refuses an unknown type too (INVALID_MODEL_OPTION)
-        quantize = quantize_option(spec.options["quantize"])
-        assert quantize is not None
+        cls.check_spec(spec)
+        cache = converted_root(gguf.cache_dir)
         source = resolve_source(spec.source).path
         assert source is not None  # check_spec refuses anything but a local file
 
         def requantize() -> None:
-            model_file(source, spec.options)
+            model_file(source, gguf)
 
         def find() -> bool:
-            return cached_path(source, quantize, spec.options.get("cache_dir")).is_file()
+            return cached_path(source, quantize, gguf.cache_dir).is_file()
 
         return Preparation(spec, f"GGUF {quantize} copy", cache, find, requantize)
     return None

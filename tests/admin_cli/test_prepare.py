@@ -172,7 +172,7 @@ def entry(**options):
                 "source": GGUF_SOURCE,
                 "options": {"quantize": "q2"},
             },
-            "model 'bad': option quantize must be one of f16, q4_0, q8_0, got 'q2'",
+            "model 'bad': option quantize: Input should be 'q4_0', 'q8_0' or 'f16' (got 'q2')",
         ),
     ],
     ids=["runtime", "quantize", "backend", "source", "malformed", "gguf-type"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import typing
 from pathlib import Path
 
 import pytest
@@ -13,14 +14,14 @@ import pytest
 from engines.base import ModelSpec
 from engines.errors import InvalidArgumentError
 from engines.generation.llama_cpp_engine import LlamaCppGenerationEngine
-from engines.generation.requantize import (
-    QUANTIZE_TYPES,
-    cached_path,
-    model_file,
-    quantize_option,
-    requantized,
-)
+from engines.generation.options import LlamaCppOptions, QuantizeType
+from engines.generation.requantize import QUANTIZE_TYPES, cached_path, model_file, requantized
+from engines.options import parse_options
 from tests.conftest import GGUF_SOURCE
+
+
+def gguf_options(**raw) -> LlamaCppOptions:
+    return parse_options(LlamaCppOptions, raw, backend="llama_cpp")
 
 
 class CountingQuantizer:
@@ -48,18 +49,26 @@ def source(tmp_path) -> Path:
     return path
 
 
-def test_quantize_option_is_a_closed_set():
-    assert quantize_option(None) is None
-    assert quantize_option("Q4_0") == "q4_0" and quantize_option("q8_0") == "q8_0"
-    with pytest.raises(ValueError, match=r"option quantize must be one of f16, q4_0, q8_0, got 'q4_1'"):
-        quantize_option("q4_1")
+def test_quantize_option_is_a_closed_set_of_the_types_llama_cpp_can_write():
+    assert gguf_options().quantize is None
+    assert (
+        gguf_options(quantize="Q4_0").quantize == "q4_0" and gguf_options(quantize="q8_0").quantize == "q8_0"
+    )
+    with pytest.raises(
+        InvalidArgumentError, match=r"option quantize: Input should be 'q4_0', 'q8_0' or 'f16'"
+    ):
+        gguf_options(quantize="q4_1")
+    # Every type the option allows has its llama_ftype, and no other.
+    assert set(QUANTIZE_TYPES) == set(typing.get_args(QuantizeType))
+    with pytest.raises(ValueError, match=r"quantize must be one of q4_0, q8_0, f16, got 'q4_1'"):
+        requantized(Path("model.gguf"), "q4_1")  # type: ignore[arg-type]
 
 
 def test_second_call_reuses_the_cached_copy(source, tmp_path):
     quantizer = CountingQuantizer()
     cache = tmp_path / "cache"
     first = requantized(source, "q4_0", cache, quantizer)
-    again = requantized(source, "Q4_0", cache, quantizer)
+    again = requantized(source, gguf_options(quantize="Q4_0").quantize, cache, quantizer)
     assert first == again and first.parent.parent == cache and first.read_bytes() == b"GGUF weights\x02"
     assert [ftype for _, _, ftype in quantizer.calls] == [QUANTIZE_TYPES["q4_0"]]
     folder = first.parent.name
@@ -100,7 +109,7 @@ def test_a_failed_quantize_leaves_nothing_behind(source, tmp_path):
 
 
 def test_model_file_without_the_option_is_the_source(source):
-    assert model_file(source, {"n_ctx": 512}) == source
+    assert model_file(source, gguf_options(n_ctx=512)) == source
 
 
 def test_real_requantize_writes_a_q4_0_gguf_llama_cpp_loads(tmp_path):
@@ -108,7 +117,7 @@ def test_real_requantize_writes_a_q4_0_gguf_llama_cpp_loads(tmp_path):
     from engines.sources import resolve_source
 
     shipped = resolve_source(GGUF_SOURCE).path
-    copy = model_file(shipped, {"quantize": "q4_0", "cache_dir": str(tmp_path)})
+    copy = model_file(shipped, gguf_options(quantize="q4_0", cache_dir=str(tmp_path)))
     assert copy.parent.parent == tmp_path and copy.name == "SmolLM2-135M-Instruct.Q4_1-q4_0.gguf"
     vocab = llama_cpp.Llama(model_path=str(copy), vocab_only=True, verbose=False)
     assert vocab.metadata["general.file_type"] == str(QUANTIZE_TYPES["q4_0"])
@@ -124,7 +133,7 @@ def test_bad_quantize_option_is_refused_by_the_catalog_check():
         options={"quantize": "q2_k"},
     )
     with pytest.raises(
-        InvalidArgumentError, match="option quantize must be one of f16, q4_0, q8_0"
+        InvalidArgumentError, match=r"option quantize: Input should be 'q4_0', 'q8_0' or 'f16' \(got 'q2_k'\)"
     ) as caught:
         LlamaCppGenerationEngine.check_spec(spec)
     assert caught.value.reason == "INVALID_MODEL_OPTION"

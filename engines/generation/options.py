@@ -1,0 +1,167 @@
+"""Typed catalog options of the generation backends (``llama_cpp``, ``transformers``).
+
+Light on purpose: the catalog check and the catalog's JSON Schema import every backend's options,
+so nothing here imports llama_cpp, torch or transformers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from engines.generation.context_size import CONTEXT_ALIGNMENT, DEFAULT_CAP
+from engines.options import QueuedEngineOptions, TorchDtypeOptions, TorchEngineOptions
+
+#: The ``quantize`` option's values: GGUF types whose batched matrix products llama.cpp speeds up on
+#: CPU (their ``llama_ftype`` is in :data:`engines.generation.requantize.QUANTIZE_TYPES`).
+QuantizeType = Literal["q4_0", "q8_0", "f16"]
+
+# Prompt tokens prefilled per step beside running sequences: on 2 CPU cores about as long as a
+# few decode steps of 8 sequences, so a long prompt slows running streams without stopping them.
+DEFAULT_STEP_PREFILL_TOKENS = 128
+DEFAULT_MAX_CONTEXT = 4096  # transformers: max_position_embeddings capped at this when unset
+DEFAULT_PREFILL_TOKENS = 4096  # padded prompt tokens per prefill forward
+
+
+class GenerationOptions(QueuedEngineOptions):
+    """Options every continuously batched generation backend reads (the scheduler's limits)."""
+
+    max_sequences: int = Field(
+        default=8,
+        ge=1,
+        description="Sequences decoded together in one step (the model's KV slots).",
+    )
+    max_waiting: int = Field(
+        default=64,
+        ge=0,
+        description="Requests that may wait for a slot (being prepared or queued) beyond the "
+        "max_sequences running; more are refused with RESOURCE_EXHAUSTED.",
+    )
+
+
+class LlamaCppOptions(GenerationOptions):
+    """Options of the ``llama_cpp`` backend (a GGUF file served by llama.cpp)."""
+
+    n_ctx: int | None = Field(
+        default=None,
+        ge=0,
+        description="Tokens one sequence can hold (prompt plus completion); unset or 0: the training "
+        "context capped at max_context, smaller when memory is short.",
+    )
+    max_context: int = Field(
+        default=DEFAULT_CAP,
+        ge=1,
+        description="Cap (tokens) of the automatic context size when n_ctx is unset.",
+    )
+    n_batch: int = Field(
+        default=512,
+        ge=2,
+        description="Tokens one llama.cpp decode call carries (one per running sequence plus prompt "
+        "chunks); at least max_sequences.",
+    )
+    step_prefill_tokens: int = Field(
+        default=DEFAULT_STEP_PREFILL_TOKENS,
+        ge=2,
+        description="Prompt tokens prefilled per step beside running sequences: the longest a new "
+        "prompt holds up running streams is one such chunk per step.",
+    )
+    prompt_cache: bool = Field(
+        default=True,
+        description="A free slot keeps its last prompt's KV cells, and a new prompt sharing their "
+        "prefix prefills only the rest.",
+    )
+    flash_attn: bool = Field(default=False, description="llama.cpp's flash attention kernels.")
+    n_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="llama.cpp threads for decoding and prefill; unset: every core the process may use.",
+    )
+    n_gpu_layers: int | None = Field(
+        default=None,
+        ge=-1,
+        description="Layers offloaded to the GPU (-1: all); unset: all on a CUDA device, else 0.",
+    )
+    chat_template: str | None = Field(
+        default=None,
+        description="Jinja2 chat template (text) used instead of the GGUF's tokenizer.chat_template.",
+    )
+    quantize: QuantizeType | None = Field(
+        default=None,
+        description="Serve the GGUF requantized to this type (case-insensitive), made once and cached; "
+        "unset: the file as it is.",
+    )
+    cache_dir: Path | None = Field(
+        default=None,
+        description="Folder of the requantized copy (with quantize); unset: "
+        "$XDG_CACHE_HOME/universal-runtime/converted, or ~/.cache/universal-runtime/converted.",
+    )
+    kv_pool_tokens: int | None = Field(
+        default=None,
+        ge=CONTEXT_ALIGNMENT,
+        description="KV cells (tokens) of one buffer shared by all sequences, admitted by the cells "
+        "they reserve; unset: a KV stream of n_ctx cells per sequence.",
+    )
+
+    @field_validator("quantize", mode="before")
+    @classmethod
+    def _lower_case_type(cls, value: Any) -> Any:
+        # GGUF type names are written both ways (Q4_0 in file names); both were always accepted.
+        return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LlamaCppOptions:
+        if self.n_batch < self.max_sequences:
+            raise ValueError(
+                f"n_batch ({self.n_batch}) must be at least max_sequences ({self.max_sequences}): "
+                "each step decodes one token of every running sequence in one batch"
+            )
+        if self.kv_pool_tokens is not None and self.n_ctx and self.n_ctx > self.kv_pool_tokens:
+            raise ValueError(
+                f"n_ctx ({self.n_ctx}) must not exceed kv_pool_tokens ({self.kv_pool_tokens}): "
+                "a sequence can never hold more than the shared pool"
+            )
+        if self.cache_dir is not None and self.quantize is None:
+            raise ValueError("cache_dir is only used with quantize (where the requantized copy goes)")
+        return self
+
+
+class TransformersGenerationOptions(GenerationOptions, TorchEngineOptions, TorchDtypeOptions):
+    """Options of the ``transformers`` generation backend (a causal LM, or a GGUF dequantized)."""
+
+    gguf_file: str | None = Field(
+        default=None,
+        description="File name of a GGUF in the source folder to load (dequantized; the converted "
+        "copy is cached); unset: the source is a transformers model.",
+    )
+    cache_dir: Path | None = Field(
+        default=None,
+        description="Folder of the converted copy of gguf_file; unset: "
+        "$XDG_CACHE_HOME/universal-runtime/converted, or ~/.cache/universal-runtime/converted.",
+    )
+    max_context: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens one sequence can hold (prompt plus completion); unset: the model's "
+        f"max_position_embeddings capped at {DEFAULT_MAX_CONTEXT}.",
+    )
+    prefill_tokens: int = Field(
+        default=DEFAULT_PREFILL_TOKENS,
+        ge=1,
+        description="Padded prompt tokens one prefill forward may carry (new prompts are prefilled "
+        "together up to this).",
+    )
+
+    @field_validator("gguf_file")
+    @classmethod
+    def _bare_name(cls, value: str | None) -> str | None:
+        if value and Path(value).name != value:
+            raise ValueError("must be a file name in the source folder, not a path")
+        return value
+
+    @model_validator(mode="after")
+    def _cache_dir_needs_gguf(self) -> TransformersGenerationOptions:
+        if self.cache_dir is not None and not self.gguf_file:
+            raise ValueError("cache_dir is only used with gguf_file (where its converted copy goes)")
+        return self
