@@ -17,7 +17,7 @@ checks and the other way round.
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, create_model
 
@@ -68,9 +68,8 @@ def catalog_schema() -> dict[str, Any]:
 
     """
     variants = tuple(entry_models().values())
-    union: Any = Annotated[
-        variants[0] if len(variants) == 1 else _union(variants), Field(discriminator="backend")
-    ]
+    # One variant per backend, told apart by the backend's const (Union[(A, B, ...)] is A | B | ...).
+    union: Any = Annotated[Union[variants], Field(discriminator="backend")]  # noqa: UP007
     entry = TypeAdapter(union).json_schema(ref_template="#/$defs/{model}")
     definitions = entry.pop("$defs", {})
     return {
@@ -91,10 +90,3 @@ def catalog_schema() -> dict[str, Any]:
         "additionalProperties": False,
         "$defs": dict(sorted(definitions.items())),
     }
-
-
-def _union(variants: tuple[type[BaseModel], ...]) -> Any:
-    """``variants[0] | variants[1] | ...`` as one typing union."""
-    from typing import Union
-
-    return Union[variants]  # noqa: UP007 - a union built from a tuple of types
