@@ -188,7 +188,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
         # llama.cpp logs through llama-cpp-python's logger; keep its chatter out of our log.
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
         self._pieces: dict[int, bytes] = {}
-        self.reused_prompt_tokens = 0  # prompt tokens served from the prompt cache (statistics)
         model_params = llama_cpp.llama_model_default_params()
         layers = self.options.n_gpu_layers
         if layers is None:  # unset: every layer on a CUDA device, none on the CPU
@@ -549,7 +548,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
         if self._kv_pool is not None:
             self._make_room()
         sequence.cached_prompt_tokens = plan.reused
-        self.reused_prompt_tokens += plan.reused
 
     def _make_room(self) -> None:
         """Free cached prompts of free slots until they fit beside the running sequences' reservations.
