@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from engines.base import Engine, ModelSpec
+from engines.base import ModelSpec
 from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.options import exported_runtime
 from engines.converted_cache import converted_root, source_fingerprint
@@ -136,7 +136,9 @@ def preparation_for(spec: ModelSpec, settings: Settings) -> Preparation | None:
     return None
 
 
-def _load_encoder(cls: type[Engine], spec: ModelSpec, settings: Settings) -> tuple[str | None, Path | None]:
+def _load_encoder(
+    cls: type[BatchedEncoderEngine], spec: ModelSpec, settings: Settings
+) -> tuple[str | None, Path | None]:
     """Load the encoder on the device the server would pick, then unload it; its load exports.
 
     Returns:
@@ -153,7 +155,7 @@ def _load_encoder(cls: type[Engine], spec: ModelSpec, settings: Settings) -> tup
     try:
         engine.configure_lane()
         engine.load()
-        folder = getattr(engine, "exported_path", None)
+        folder = engine.exported_path  # declared by every batched encoder: None when it stays in torch
         engine.unload()
     finally:
         executor.shutdown(wait=False)
