@@ -81,6 +81,7 @@ def served_chat_model() -> tuple[Path, str]:
     Raises:
         KeyError: the catalog has no :data:`CHAT_MODEL`.
         engines.errors.ModelLoadError: its source is not installed.
+        engines.errors.InvalidArgumentError: its options are not the llama_cpp backend's.
 
     """
     import os

@@ -25,6 +25,15 @@ DEFAULT_MAX_CONTEXT = 4096  # transformers: max_position_embeddings capped at th
 DEFAULT_PREFILL_TOKENS = 4096  # padded prompt tokens per prefill forward
 
 
+def _cache_dir(copy: str) -> Any:
+    """The ``cache_dir`` field of a backend that caches ``copy`` in the converted cache."""
+    return Field(
+        default=None,
+        description=f"Folder of {copy}; unset: $XDG_CACHE_HOME/universal-runtime/converted, or "
+        "~/.cache/universal-runtime/converted.",
+    )
+
+
 class GenerationOptions(QueuedEngineOptions):
     """Options every continuously batched generation backend reads (the scheduler's limits)."""
 
@@ -92,11 +101,7 @@ class LlamaCppOptions(GenerationOptions):
         description="Serve the GGUF requantized to this type (case-insensitive), made once and cached; "
         "unset: the file as it is.",
     )
-    cache_dir: Path | None = Field(
-        default=None,
-        description="Folder of the requantized copy (with quantize); unset: "
-        "$XDG_CACHE_HOME/universal-runtime/converted, or ~/.cache/universal-runtime/converted.",
-    )
+    cache_dir: Path | None = _cache_dir("the requantized copy (with quantize)")
     kv_pool_tokens: int | None = Field(
         default=None,
         ge=CONTEXT_ALIGNMENT,
@@ -135,11 +140,7 @@ class TransformersGenerationOptions(GenerationOptions, TorchEngineOptions, Torch
         description="File name of a GGUF in the source folder to load (dequantized; the converted "
         "copy is cached); unset: the source is a transformers model.",
     )
-    cache_dir: Path | None = Field(
-        default=None,
-        description="Folder of the converted copy of gguf_file; unset: "
-        "$XDG_CACHE_HOME/universal-runtime/converted, or ~/.cache/universal-runtime/converted.",
-    )
+    cache_dir: Path | None = _cache_dir("the converted copy of gguf_file")
     max_context: int | None = Field(
         default=None,
         ge=1,
