@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from engines.device import cpu_threads, lower_thread_priority, resolve_device, set_torch_threads
-from engines.errors import InvalidArgumentError
 from engines.executor import DeviceExecutor
-from engines.options import EngineOptions, parse_options
+from engines.options import EngineOptions, TorchEngineOptions, parse_options
 from engines.sources import resolve_source
 from engines.stats import EngineStats
 from engines.types import MemoryUsage, Task
@@ -45,23 +43,6 @@ class ModelSpec:
     pinned: bool = False
 
 
-def non_negative_option(options: Mapping[str, Any], name: str, default: float) -> float:
-    """The catalog option ``name`` as a number >= 0 (``default`` when unset).
-
-    Raises:
-        InvalidArgumentError: not a number, or negative.
-
-    """
-    raw = options.get(name, default)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = -1.0
-    if not value >= 0:  # also refuses NaN
-        raise InvalidArgumentError(f"option {name} must be >= 0, got {raw!r}", field=name)
-    return value
-
-
 class Engine(abc.ABC):
     """A loaded model behind one backend.
 
@@ -73,25 +54,33 @@ class Engine(abc.ABC):
 
     backend: ClassVar[str]
     tasks: ClassVar[frozenset[Task]]
-    options_model: ClassVar[type[EngineOptions] | None] = None
-    """The backend's typed catalog options (:mod:`engines.options`); ``self.options`` is one.
-
-    ``None`` only while a backend still reads raw options (checked by :attr:`int_options`).
-    """
-    int_options: ClassVar[tuple[str, ...]] = ()
-    """Catalog options that must be integers when set; :meth:`check_spec` checks them."""
+    options_model: ClassVar[type[EngineOptions]] = EngineOptions
+    """The backend's typed catalog options (:mod:`engines.options`); ``self.options`` is one."""
     runs_torch: ClassVar[bool] = False
-    """Whether the engine computes with torch on its lane (see :meth:`configure_lane`)."""
+    """Whether the engine computes with torch on its lane (see :meth:`configure_lane`); such a
+    backend's :attr:`options_model` has the ``threads`` option (:class:`TorchEngineOptions`)."""
     default_niceness: ClassVar[int] = 0
     """Nice value of the lane's threads unless the catalog option ``niceness`` sets one: 0 for
     models that answer interactive calls; batch work (OCR pages) yields the cores to them."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.runs_torch and not issubclass(cls.options_model, TorchEngineOptions):
+            raise TypeError(
+                f"{cls.__qualname__} runs torch: its options_model must have threads (TorchEngineOptions)"
+            )
+
     def __init__(self, spec: ModelSpec, device: str, executor: DeviceExecutor) -> None:
+        """Keep ``spec`` and parse its options (:meth:`check_spec` has accepted them).
+
+        Raises:
+            InvalidArgumentError: an invalid option (reason INVALID_MODEL_OPTION).
+
+        """
         self.spec = spec
         self.device = device
         self.executor = executor
-        if self.options_model is not None:
-            self.options = parse_options(self.options_model, spec.options, backend=self.backend)
+        self.options = parse_options(self.options_model, spec.options, backend=self.backend)
 
     @abc.abstractmethod
     def load(self) -> None:
@@ -119,8 +108,10 @@ class Engine(abc.ABC):
         ``torch.set_num_threads`` sets is also the default of threads that start torch later.
         """
         if self.runs_torch and self.device == "cpu":
-            set_torch_threads(int(self.option("threads", cpu_threads())))
-        lower_thread_priority(int(self.option("niceness", self.default_niceness)))
+            threads = cast(TorchEngineOptions, self.options).threads  # checked in __init_subclass__
+            set_torch_threads(threads or cpu_threads())
+        niceness = self.options.niceness
+        lower_thread_priority(self.default_niceness if niceness is None else niceness)
 
     async def drain(self) -> None:
         """Return once no job of this engine is queued or running (called before :meth:`unload`).
@@ -158,8 +149,8 @@ class Engine(abc.ABC):
         Run for every entry when the server starts and again before each load, so a bad entry
         is reported up front and a fixed one (a package installed since) loads. The default
         resolves the source (a hub id passes unchecked: it may only exist in the loader's cache
-        or online) and checks :attr:`int_options`; backends override it to check more, calling
-        ``super().check_spec(spec)``.
+        or online) and validates the options against :attr:`options_model`; backends override it
+        to check more (a package installed, a file present), calling ``super().check_spec(spec)``.
 
         Raises:
             ModelLoadError: the source is missing (reason MODEL_SOURCE_MISSING) or of the wrong
@@ -168,34 +159,7 @@ class Engine(abc.ABC):
 
         """
         resolve_source(spec.source)
-        if cls.options_model is not None:
-            parse_options(cls.options_model, spec.options, backend=cls.backend)
-            return
-        for key in (*cls.int_options, "niceness", *(("threads",) if cls.runs_torch else ())):
-            value = spec.options.get(key)
-            if value is None:
-                continue
-            try:
-                int(value)
-            except (TypeError, ValueError):
-                raise InvalidArgumentError(
-                    f"option {key} must be an integer, got {value!r}",
-                    reason="INVALID_MODEL_OPTION",
-                    option=key,
-                ) from None
-        non_negative_option(spec.options, "max_queue_wait_s", 0.0)
-        if not 0 <= int(spec.options.get("niceness", 0)) <= 19:
-            raise InvalidArgumentError(
-                f"option niceness must be from 0 to 19, got {spec.options['niceness']!r}",
-                reason="INVALID_MODEL_OPTION",
-                option="niceness",
-            )
-        if cls.runs_torch and int(spec.options.get("threads", 1)) < 1:
-            raise InvalidArgumentError(
-                f"option threads must be at least 1, got {spec.options['threads']!r}",
-                reason="INVALID_MODEL_OPTION",
-                option="threads",
-            )
+        parse_options(cls.options_model, spec.options, backend=cls.backend)
 
     @classmethod
     def select_device(cls, preference: str) -> str:
@@ -211,7 +175,3 @@ class Engine(abc.ABC):
 
         """
         return resolve_device(preference)
-
-    def option(self, key: str, default: Any = None) -> Any:
-        """A backend option from the catalog entry, or ``default``."""
-        return self.spec.options.get(key, default)

@@ -127,22 +127,33 @@ def parse_options(model: type[OptionsT], raw: Mapping[str, Any], *, backend: str
     try:
         return model.model_validate(dict(raw))
     except ValidationError as exc:
-        problems = [_describe(model, error, backend) for error in exc.errors(include_url=False)]
-        first = ".".join(str(part) for part in exc.errors()[0]["loc"]) or "options"
+        errors = exc.errors(include_url=False)
+        problems = [_describe(model, error, backend) for error in errors]
         raise InvalidArgumentError(
-            "; ".join(problems), reason="INVALID_MODEL_OPTION", option=first, backend=backend
+            "; ".join(problems),
+            reason="INVALID_MODEL_OPTION",
+            option=_option_name(errors[0]),
+            backend=backend,
         ) from None
+
+
+def _option_name(error: Any) -> str:
+    """The dotted option an error is about (``task_prompts.generate``), ``options`` for the whole mapping.
+
+    pydantic's ``[key]`` marker of an error in a mapping's key is left out of the path.
+    """
+    return ".".join(str(part) for part in error["loc"] if part != "[key]") or "options"
 
 
 def _describe(model: type[EngineOptions], error: Any, backend: str) -> str:
     """One problem of a validation error as a sentence naming the option and what is allowed."""
-    name = ".".join(str(part) for part in error["loc"]) or "options"
+    name = _option_name(error)
     if error["type"] == "extra_forbidden":
         known = sorted(model.model_fields)
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         return f"unknown option {name!r} for backend {backend}{hint}; known options: {', '.join(known)}"
-    message = str(error["msg"])
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if not error["loc"]:  # a rule between options (a model validator): its message names them
+        return f"options: {message}"
     return f"option {name}: {message} (got {clip_text(repr(error['input']))})"
