@@ -21,9 +21,17 @@ import difflib
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from engines.errors import InvalidArgumentError, clip_text
 
@@ -39,23 +47,46 @@ def _accepts_bool(annotation: Any) -> bool:
     return False
 
 
+Fraction = Annotated[float, Field(ge=0, le=1)]
+"""A probability, score or threshold, from 0 to 1."""
+AtLeastOne = Annotated[int, Field(ge=1)]
+"""A count of one or more (threads, sequences, tokens)."""
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+"""A string that is not empty (a file name, a language name, a key)."""
+TorchDtype = Literal["float32", "float16", "bfloat16"]
+"""Compute dtypes a torch backend's ``dtype`` option may name (see :func:`engines.device.torch_dtype_for`)."""
+
+
+def _one_line_descriptions(schema: dict[str, Any]) -> None:
+    """JSON Schema hook: an option's description is its docstring on one line (schema and README tables)."""
+    for prop in schema.get("properties", {}).values():
+        if "description" in prop:
+            prop["description"] = " ".join(prop["description"].split())
+
+
 class EngineOptions(BaseModel):
     """Options every backend accepts.
 
-    Subclasses add their backend's options. Values are validated in pydantic's lax mode (a quoted
-    ``"2048"`` in YAML is the integer 2048), except that ``true``/``false`` is never a number and
-    NaN or infinity is never a float.
+    Subclasses add their backend's options: one annotated attribute each (type and constraints,
+    with the reusable :data:`Fraction`, :data:`AtLeastOne`, :data:`NonEmptyStr` or pydantic's
+    ``NonNegativeInt``/``NonNegativeFloat``), its default, and a docstring under it that becomes
+    its description (the catalog's JSON Schema and the README's tables) and names its unit.
+
+    Values are validated in pydantic's lax mode (a quoted ``"2048"`` in YAML is the integer 2048),
+    except that ``true``/``false`` is never a number and NaN or infinity is never a float.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    niceness: int | None = Field(
-        default=None,
-        ge=0,
-        le=19,
-        description="Nice value (0-19) of the model lane's threads; unset: 0, or 10 for OCR and layout "
-        "models (batch work that yields the cores to interactive calls).",
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
+        json_schema_extra=_one_line_descriptions,
     )
+
+    niceness: Annotated[int, Field(ge=0, le=19)] | None = None
+    """Nice value (0-19) of the model lane's threads; unset: 0, or 10 for OCR and layout models
+    (batch work that yields the cores to interactive calls)."""
 
     @field_validator("*", mode="before")
     @classmethod
@@ -74,37 +105,24 @@ class EngineOptions(BaseModel):
 class TorchEngineOptions(EngineOptions):
     """Options of backends that compute with torch on their lane."""
 
-    threads: int | None = Field(
-        default=None,
-        ge=1,
-        description="Torch intra-op threads of the model's lane on the CPU; unset: every core the "
-        "process may use.",
-    )
-
-
-TorchDtype = Literal["float32", "float16", "bfloat16"]
-"""Compute dtypes a torch backend's ``dtype`` option may name (see :func:`engines.device.torch_dtype_for`)."""
+    threads: AtLeastOne | None = None
+    """Torch intra-op threads of the model's lane on the CPU; unset: every core the process may use."""
 
 
 class TorchDtypeOptions(EngineOptions):
     """The ``dtype`` option of backends that load torch weights (combine with :class:`TorchEngineOptions`)."""
 
-    dtype: TorchDtype | None = Field(
-        default=None,
-        description="Torch compute dtype of the weights; unset: bfloat16 on CUDA with bf16 support, "
-        "else float16 on CUDA and MPS, float32 on the CPU.",
-    )
+    dtype: TorchDtype | None = None
+    """Torch compute dtype of the weights; unset: bfloat16 on CUDA with bf16 support, else float16
+    on CUDA and MPS, float32 on the CPU."""
 
 
 class QueuedEngineOptions(EngineOptions):
     """Options of backends that queue requests before a device step (generation, encoder batching)."""
 
-    max_queue_wait_s: float = Field(
-        default=0.0,
-        ge=0,
-        description="Seconds a request may wait in the model's queue before it fails with "
-        "QUEUE_WAIT_EXCEEDED; 0: no limit (the server's UR_MAX_QUEUE_WAIT_S fills it in when unset).",
-    )
+    max_queue_wait_s: NonNegativeFloat = 0.0
+    """Seconds a request may wait in the model's queue before it fails with QUEUE_WAIT_EXCEEDED; 0: no
+    limit (the server's UR_MAX_QUEUE_WAIT_S fills it in when unset)."""
 
 
 def parse_options(model: type[OptionsT], raw: Mapping[str, Any], *, backend: str) -> OptionsT:

@@ -8,10 +8,10 @@ Runtime or OpenVINO).
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import NonNegativeFloat, ValidationInfo, field_validator
 
 from engines.encoder_runtime import Quantization, Runtime, RuntimeChoice
-from engines.options import QueuedEngineOptions, TorchDtypeOptions, TorchEngineOptions
+from engines.options import AtLeastOne, QueuedEngineOptions, TorchDtypeOptions, TorchEngineOptions
 
 
 class BatchingConfig(QueuedEngineOptions):
@@ -22,24 +22,16 @@ class BatchingConfig(QueuedEngineOptions):
     (QUEUE_WAIT_EXCEEDED) before its batch, instead of a late answer (0: no limit).
     """
 
-    max_batch_tokens: int = Field(
-        default=16384,
-        ge=1,
-        description="Most padded tokens per batch (inputs x the longest input's tokens); one longer "
-        "input still runs alone.",
-    )
-    max_batch_size: int = Field(default=64, ge=1, description="Most inputs per batch.")
-    max_wait_ms: float = Field(
-        default=0.0,
-        ge=0,
-        description="Milliseconds the oldest queued input waits for more before its batch runs; 0: "
-        "batch what is queued when the device is free.",
-    )
-    max_queue: int = Field(
-        default=4096,
-        ge=1,
-        description="Most inputs waiting for a batch; more are refused with OVERLOADED (HTTP 429).",
-    )
+    max_batch_tokens: AtLeastOne = 16384
+    """Most padded tokens per batch (inputs x the longest input's tokens); one longer input still runs
+    alone."""
+    max_batch_size: AtLeastOne = 64
+    """Most inputs per batch."""
+    max_wait_ms: NonNegativeFloat = 0.0
+    """Milliseconds the oldest queued input waits for more before its batch runs; 0: batch what is queued
+    when the device is free."""
+    max_queue: AtLeastOne = 4096
+    """Most inputs waiting for a batch; more are refused with OVERLOADED (HTTP 429)."""
 
 
 class EncoderOptions(BatchingConfig, TorchEngineOptions, TorchDtypeOptions):
@@ -49,20 +41,14 @@ class EncoderOptions(BatchingConfig, TorchEngineOptions, TorchDtypeOptions):
 class ExportableEncoderOptions(EncoderOptions):
     """Options of encoders that may run in ONNX Runtime or OpenVINO (:mod:`engines.encoder_runtime`)."""
 
-    runtime: Runtime = Field(
-        default="torch",
-        description="What runs the forward pass: torch, onnx (ONNX Runtime) or openvino; the last "
-        "two on the CPU only (on a GPU the model stays in torch).",
-    )
-    quantize: Quantization = Field(
-        default="none",
-        description="int8: weights quantized by the exported runtime (needs runtime onnx or openvino).",
-    )
-    cache_dir: str | None = Field(
-        default=None,
-        description="Folder of the exported copies; unset: ~/.cache/universal-runtime/converted "
-        "(under XDG_CACHE_HOME when set).",
-    )
+    runtime: Runtime = "torch"
+    """What runs the forward pass: torch, onnx (ONNX Runtime) or openvino; the last two on the CPU only (on
+    a GPU the model stays in torch)."""
+    quantize: Quantization = "none"
+    """int8: weights quantized by the exported runtime (needs runtime onnx or openvino)."""
+    cache_dir: str | None = None
+    """Folder of the exported copies; unset: ~/.cache/universal-runtime/converted (under XDG_CACHE_HOME
+    when set)."""
 
     @field_validator("quantize")
     @classmethod

