@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import abc
 import logging
+import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Generic, cast
 
 from engines.device import cpu_threads, lower_thread_priority, resolve_device, set_torch_threads
 from engines.executor import DeviceExecutor
-from engines.options import EngineOptions, TorchEngineOptions, parse_options
+from engines.options import EngineOptions, OptionsT, TorchEngineOptions, parse_options
 from engines.sources import resolve_source
 from engines.stats import EngineStats
 from engines.types import MemoryUsage, Task
@@ -43,7 +44,7 @@ class ModelSpec:
     pinned: bool = False
 
 
-class Engine(abc.ABC):
+class Engine(abc.ABC, Generic[OptionsT]):
     """A loaded model behind one backend.
 
     Subclasses set ``backend`` and ``tasks`` and implement :meth:`load`, :meth:`unload` and
@@ -55,7 +56,9 @@ class Engine(abc.ABC):
     backend: ClassVar[str]
     tasks: ClassVar[frozenset[Task]]
     options_model: ClassVar[type[EngineOptions]] = EngineOptions
-    """The backend's typed catalog options (:mod:`engines.options`); ``self.options`` is one."""
+    """The backend's typed catalog options (:mod:`engines.options`): the class's type parameter,
+    ``class TesseractEngine(OcrEngine[TesseractOptions])``; ``self.options`` is one."""
+    options: OptionsT
     runs_torch: ClassVar[bool] = False
     """Whether the engine computes with torch on its lane (see :meth:`configure_lane`); such a
     backend's :attr:`options_model` has the ``threads`` option (:class:`TorchEngineOptions`)."""
@@ -65,6 +68,10 @@ class Engine(abc.ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            parameter = next(iter(typing.get_args(base)), None)
+            if isinstance(parameter, type) and issubclass(parameter, EngineOptions):
+                cls.options_model = parameter
         if cls.runs_torch and not issubclass(cls.options_model, TorchEngineOptions):
             raise TypeError(
                 f"{cls.__qualname__} runs torch: its options_model must have threads (TorchEngineOptions)"

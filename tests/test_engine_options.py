@@ -70,3 +70,19 @@ def test_models_are_frozen_and_the_base_forbids_unknown_keys():
         options.niceness = 3  # type: ignore[misc]
     with pytest.raises(InvalidArgumentError):
         parse_options(EngineOptions, {"threads": 1}, backend="demo")
+
+
+def test_an_engines_type_parameter_is_its_options_model_and_a_torch_lane_needs_threads():
+    from engines.base import Engine
+    from engines.registry import registered_backends
+
+    class Demo(Engine[_Options]):
+        backend = "demo"
+
+    assert Demo.options_model is _Options
+    for backend, cls in registered_backends().items():
+        assert cls.options_model is not EngineOptions, backend  # every backend is typed
+    with pytest.raises(TypeError, match="must have threads"):
+
+        class TorchDemo(Engine[QueuedEngineOptions]):
+            runs_torch = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from engines.base import Engine, ModelSpec
 from engines.batching.batcher import DynamicBatcher
@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 EXPORT_SAMPLE_TEXTS = ("A short one.", "A somewhat longer sentence, so that the batch needs padding.")
 
 
-class BatchedEncoderEngine(Engine):
+EncoderOptionsT = TypeVar("EncoderOptionsT", bound=EncoderOptions)
+
+
+class BatchedEncoderEngine(Engine[EncoderOptionsT]):
     """An engine whose torch model is ``self.model`` and whose forward passes go through ``self.batcher``.
 
     Subclasses implement :meth:`load`, which sets ``self.model`` and ``self.tokens`` and calls
@@ -36,7 +39,6 @@ class BatchedEncoderEngine(Engine):
     """
 
     options_model: ClassVar[type[EncoderOptions]] = EncoderOptions
-    options: EncoderOptions
     model: Any = None
     batcher: DynamicBatcher | None = None
     tokens: TokenCounter

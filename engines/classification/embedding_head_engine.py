@@ -23,7 +23,7 @@ from engines.types import DetokenizeRequest, MemoryUsage, Task, TokenizeRequest,
 
 
 @register_backend
-class EmbeddingHeadClassificationEngine(Engine):
+class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
     """A sentence-transformers encoder plus a scikit-learn head from the catalog.
 
     ``source`` is the folder holding the head files. Catalog options:
@@ -35,8 +35,6 @@ class EmbeddingHeadClassificationEngine(Engine):
 
     runs_torch = True
     backend = "embedding_head"
-    options_model = EmbeddingHeadOptions
-    options: EmbeddingHeadOptions
     tasks = frozenset({Task.CLASSIFY})
 
     @classmethod

@@ -15,7 +15,7 @@ from engines.types import Task
 
 
 @register_backend
-class TransformersClassificationEngine(BatchedEncoderEngine):
+class TransformersClassificationEngine(BatchedEncoderEngine[TransformersClassifierOptions]):
     """Labels from ``AutoModelForSequenceClassification``; label names from the config's ``id2label``.
 
     Single-label scores are the softmax of the logits; multi-label scores the sigmoid of each
@@ -25,8 +25,6 @@ class TransformersClassificationEngine(BatchedEncoderEngine):
     """
 
     backend = "transformers_classifier"
-    options_model = TransformersClassifierOptions
-    options: TransformersClassifierOptions
     tasks = frozenset({Task.CLASSIFY})
 
     def load(self) -> None:

@@ -140,7 +140,7 @@ def prompt_tags(prompt: str) -> list[str]:
 
 
 @register_backend
-class DonutEngine(DocumentModelEngine):
+class DonutEngine(DocumentModelEngine[DonutOptions]):
     """A Donut checkpoint (hub id or local folder) with its DonutProcessor; see the module docstring.
 
     Catalog options: :class:`~engines.documents.options.DonutOptions` (``task_prompts``: task
@@ -150,8 +150,6 @@ class DonutEngine(DocumentModelEngine):
 
     backend = "donut"
     tasks = frozenset(DEFAULT_PROMPTS)
-    options_model = DonutOptions
-    options: DonutOptions
 
     def load(self) -> None:
         """Load the processor and the model; refuse tasks whose prompt tags the tokenizer lacks.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import logging
 import time
+from typing import TypeVar
 
 from PIL import Image
 
@@ -18,12 +19,16 @@ from engines.base import Engine
 from engines.documents.structure import structure_page
 from engines.documents.types import LayoutRegion, StructuredPage
 from engines.ocr.types import Box, OcrPage
+from engines.options import EngineOptions
 from engines.types import Task
 
 log = logging.getLogger(__name__)
 
 
-class LayoutEngine(Engine):
+LayoutOptionsT = TypeVar("LayoutOptionsT", bound=EngineOptions)
+
+
+class LayoutEngine(Engine[LayoutOptionsT]):
     """A layout-analysis backend (the :class:`~engines.capabilities.LayoutAnalyzer` capability).
 
     Subclasses implement :meth:`detect` (plus :meth:`load`, :meth:`unload`, :meth:`memory_usage`).

@@ -225,7 +225,7 @@ def head_of(config: dict[str, Any] | Any) -> str:
 
 
 @register_backend
-class LayoutLMv3Engine(DocumentModelEngine):
+class LayoutLMv3Engine(DocumentModelEngine[LayoutLMv3Options]):
     """A LayoutLMv3 checkpoint (hub id or local folder) with its processor; see the module docstring.
 
     Catalog options: :class:`~engines.documents.options.LayoutLMv3Options` (bounds in the module
@@ -234,8 +234,6 @@ class LayoutLMv3Engine(DocumentModelEngine):
 
     backend = "layoutlmv3"
     tasks = frozenset(HEADS.values())
-    options_model = LayoutLMv3Options
-    options: LayoutLMv3Options
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:

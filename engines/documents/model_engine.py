@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -60,7 +60,10 @@ def read_model_config(source: str) -> dict[str, Any] | None:
         return None
 
 
-class DocumentModelEngine(Engine):
+DocumentModelOptionsT = TypeVar("DocumentModelOptionsT", bound=DocumentModelOptions)
+
+
+class DocumentModelEngine(Engine[DocumentModelOptionsT]):
     """A torch document model: ``self.model`` and ``self.processor`` on ``self.device``.
 
     Subclasses implement :meth:`load` and the task methods; memory accounting, unloading, the
@@ -69,7 +72,6 @@ class DocumentModelEngine(Engine):
 
     runs_torch = True
     options_model = DocumentModelOptions
-    options: DocumentModelOptions
     model: Any = None
     processor: Any = None
     served: ClassVar[frozenset[Task]] = frozenset()

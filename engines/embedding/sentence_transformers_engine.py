@@ -36,15 +36,13 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
 
 
 @register_backend
-class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine):
+class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransformersOptions]):
     """Embeddings from a ``SentenceTransformer`` model; also cosine rerank and zero-shot classify.
 
     Catalog options: :class:`~engines.embedding.options.SentenceTransformersOptions`.
     """
 
     backend = "sentence_transformers"
-    options_model = SentenceTransformersOptions
-    options: SentenceTransformersOptions
     tasks = frozenset({Task.EMBED, Task.RERANK, Task.CLASSIFY})
 
     def load(self) -> None:

@@ -13,7 +13,7 @@ import abc
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from engines.base import Engine
 from engines.batching.tokens import character_limit
@@ -59,7 +59,10 @@ class SequenceState:
     released: bool = False
 
 
-class GenerationEngine(Engine):
+GenerationOptionsT = TypeVar("GenerationOptionsT", bound=GenerationOptions)
+
+
+class GenerationEngine(Engine[GenerationOptionsT]):
     """An engine for :attr:`Task.GENERATE` with continuous batching.
 
     :meth:`stream` is the async entry point. The scheduler runs the blocking :meth:`prepare`,
@@ -90,7 +93,6 @@ class GenerationEngine(Engine):
 
     tasks = frozenset({Task.GENERATE})
     options_model = GenerationOptions
-    options: GenerationOptions
     context_length: int
     vocab_size: int
 

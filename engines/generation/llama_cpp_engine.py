@@ -113,7 +113,7 @@ class ArgmaxSampler:
 
 
 @register_backend
-class LlamaCppGenerationEngine(GenerationEngine):
+class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
     """Generation from a GGUF file with llama.cpp.
 
     Catalog options: :class:`~engines.generation.options.LlamaCppOptions`. The automatic ``n_ctx``
@@ -124,8 +124,6 @@ class LlamaCppGenerationEngine(GenerationEngine):
     """
 
     backend = "llama_cpp"
-    options_model = LlamaCppOptions
-    options: LlamaCppOptions
     _kv_pool: int | None = None  # cells of the shared KV pool once loaded (kv_pool_tokens), else None
 
     @classmethod

@@ -67,7 +67,7 @@ class _SequenceState(SequenceState):
 
 
 @register_backend
-class TransformersGenerationEngine(GenerationEngine):
+class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOptions]):
     """Generation with ``AutoModelForCausalLM`` and ``AutoTokenizer`` (hub id or local folder).
 
     Only models whose cache is full attention in every layer (Llama, Qwen2, Phi-3, SmolLM…)
@@ -80,8 +80,6 @@ class TransformersGenerationEngine(GenerationEngine):
     """
 
     backend = "transformers"
-    options_model = TransformersGenerationOptions
-    options: TransformersGenerationOptions
     runs_torch = True
 
     # -- loading -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from engines.types import MemoryUsage, Task
 
 
 @register_backend
-class SpacyNerEngine(Engine):
+class SpacyNerEngine(Engine[SpacyOptions]):
     """Entities from spaCy's ``ner`` component.
 
     ``source`` forms: ``pkg://<model_package>`` (an installed spaCy model package: its
@@ -33,8 +33,6 @@ class SpacyNerEngine(Engine):
     """
 
     backend = "spacy"
-    options_model = SpacyOptions
-    options: SpacyOptions
     tasks = frozenset({Task.EXTRACT_ENTITIES})
 
     @classmethod

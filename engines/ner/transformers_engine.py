@@ -21,15 +21,13 @@ from engines.types import Task, Truncation
 
 
 @register_backend
-class TransformersNerEngine(BatchedEncoderEngine):
+class TransformersNerEngine(BatchedEncoderEngine[TransformersNerOptions]):
     """Entities from ``AutoModelForTokenClassification``; labels from ``id2label`` without B-/I- prefixes.
 
     Catalog options: :class:`~engines.ner.options.TransformersNerOptions`.
     """
 
     backend = "transformers_ner"
-    options_model = TransformersNerOptions
-    options: TransformersNerOptions
     tasks = frozenset({Task.EXTRACT_ENTITIES})
 
     def load(self) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, TypeVar
 
 from PIL import Image
 
@@ -11,10 +11,13 @@ from engines.base import Engine
 from engines.ocr.documents import Document, PdfFile, check_file, open_document
 from engines.ocr.pdf_worker import PdfWorker
 from engines.ocr.types import PDF, OcrLimits, OcrLine, OcrOptions, OcrPage
+from engines.options import EngineOptions
 from engines.types import MemoryUsage, Task
 
+OcrOptionsT = TypeVar("OcrOptionsT", bound=EngineOptions)
 
-class OcrEngine(Engine):
+
+class OcrEngine(Engine[OcrOptionsT]):
     """An OCR backend (the :class:`~engines.capabilities.OcrReader` capability).
 
     Subclasses implement :meth:`recognize` and :meth:`resolve_languages`. OCR engines run on the

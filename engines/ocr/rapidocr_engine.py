@@ -224,12 +224,10 @@ def merge_fragments(lines: list[OcrLine]) -> list[OcrLine]:
 
 
 @register_backend
-class RapidOcrEngine(OcrEngine):
+class RapidOcrEngine(OcrEngine[RapidOcrOptions]):
     """RapidOCR (``rapidocr-onnxruntime``) on the CPU."""
 
     backend = "rapidocr"
-    options_model = RapidOcrOptions
-    options: RapidOcrOptions
 
     def load(self) -> None:
         """Create the three ONNX Runtime sessions."""

@@ -32,12 +32,10 @@ ISO_639_1 = {
 
 
 @register_backend
-class TesseractEngine(OcrEngine):
+class TesseractEngine(OcrEngine[TesseractOptions]):
     """Tesseract 4/5 (LSTM) through ``pytesseract.image_to_data``."""
 
     backend = "tesseract"
-    options_model = TesseractOptions
-    options: TesseractOptions
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:

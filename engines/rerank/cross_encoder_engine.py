@@ -23,7 +23,7 @@ from engines.types import Task, Truncation
 
 
 @register_backend
-class CrossEncoderRerankEngine(BatchedEncoderEngine):
+class CrossEncoderRerankEngine(BatchedEncoderEngine[CrossEncoderOptions]):
     """Relevance scores from a ``CrossEncoder``.
 
     A single-logit model's score is its activation (sigmoid by default, so in [0, 1]); for a
@@ -34,8 +34,6 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine):
     """
 
     backend = "cross_encoder"
-    options_model = CrossEncoderOptions
-    options: CrossEncoderOptions
     tasks = frozenset({Task.RERANK})
 
     def load(self) -> None:
