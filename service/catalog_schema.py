@@ -4,8 +4,7 @@ Each entry of ``models`` is one of the registered backends' variants, told apart
 (a ``const`` per backend, so an unknown backend matches none): the common fields of
 :class:`service.catalog.CatalogEntry` (tasks, source, device, keep_alive, pinned) and, under
 ``options``, the schema of that backend's :attr:`engines.base.Engine.options_model` (types,
-defaults, ranges, allowed values and descriptions; unknown options refused). A backend without a
-typed model yet takes any ``options`` object.
+defaults, ranges, allowed values and descriptions; unknown options refused).
 
 Editors validate a catalog against it (``# yaml-language-server: $schema=<file>`` as the first
 line; ``universal-runtime catalog schema > catalog.schema.json`` writes one); the server itself
@@ -41,14 +40,16 @@ def _summary(cls: type[Engine]) -> str:
 
 def _entry_model(backend: str, cls: type[Engine]) -> type[BaseModel]:
     """The catalog entry of one backend: :class:`CatalogEntry` with ``backend`` fixed and typed options."""
-    options: Any = cls.options_model if cls.options_model is not None else dict[str, Any]
     name = "".join(part.capitalize() for part in backend.split("_")) + "Entry"
     return create_model(
         name,
         __base__=CatalogEntry,
         __doc__=f"A catalog entry of backend {backend}: {_summary(cls)}",
         backend=(Literal[backend], Field(description="Engine backend (the engines registry's key).")),
-        options=(options, Field(default_factory=dict, description=f"Options of backend {backend}.")),
+        options=(
+            cls.options_model,
+            Field(default_factory=dict, description=f"Options of backend {backend}."),
+        ),
     )
 
 

@@ -527,18 +527,11 @@ class ModelManager:
         Raises:
             FailedPreconditionError: what :meth:`_preflight` raises.
             InvalidArgumentError: reason INVALID_MODEL_OPTION: an override is unknown, of the wrong
-                type or out of range (metadata ``option``, ``field`` ``options.<name>``), or the
-                backend has no typed options to override.
+                type or out of range, or breaks a rule between options (metadata ``option``,
+                ``field`` ``options.<name>``).
 
         """
         cls = self._preflight(spec)
-        if cls.options_model is None:
-            raise InvalidArgumentError(
-                f"backend {spec.backend} takes no option overrides (its options are not typed yet)",
-                reason="INVALID_MODEL_OPTION",
-                field="options",
-                backend=spec.backend,
-            )
         try:
             typed = parse_options(cls.options_model, {**spec.options, **overrides}, backend=spec.backend)
         except InvalidArgumentError as exc:

@@ -110,8 +110,6 @@ def backend_table(backend: str, cls: type[Engine]) -> str:
     """One backend's section: a heading, what it serves, and the table of its options."""
     tasks = ", ".join(sorted(task.value for task in cls.tasks))
     lines = [f"#### `{backend}`", "", f"{_summary(cls)} Tasks: {tasks}.", ""]
-    if cls.options_model is None:
-        return "\n".join([*lines, "Options not typed yet: any mapping."])
     schema = cls.options_model.model_json_schema()
     lines += ["| option | type | default | allowed | what |", "|---|---|---|---|---|"]
     for name, field in schema["properties"].items():

@@ -19,7 +19,6 @@ def test_the_readme_tables_are_the_generated_ones():
 @pytest.mark.parametrize("backend", sorted(registered_backends()))
 def test_every_backend_has_a_table_with_a_row_per_option(backend):
     cls = registered_backends()[backend]
-    assert cls.options_model is not None, f"backend {backend} has no typed options"
     table = backend_table(backend, cls)
     rows = [line.split("|")[1].strip(" `") for line in table.splitlines() if line.startswith("| `")]
     assert rows == list(cls.options_model.model_fields)

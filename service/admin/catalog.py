@@ -121,10 +121,10 @@ def check_catalog_file(path: Path | None, settings: Settings, *, options_only: b
     for name, spec in catalog.specs.items():
         try:
             cls = engine_class(spec.backend)
-            if not options_only:
-                cls.check_spec(spec)
-            elif cls.options_model is not None:
+            if options_only:
                 parse_options(cls.options_model, spec.options, backend=cls.backend)
+            else:
+                cls.check_spec(spec)
         except RuntimeServiceError as error:
             problems[name] = error.message
         except Exception as error:  # a backend check that failed unexpectedly is still this entry's problem
