@@ -22,7 +22,7 @@ import json
 import logging
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,6 +91,7 @@ class RuntimeChoice:
         return self.runtime if self.quantize == "none" else f"{self.runtime}-{self.quantize}"
 
 
+@dataclass(eq=False)
 class ExportedModel:
     """Runs an exported encoder; called like the transformers model it replaces.
 
@@ -100,33 +101,31 @@ class ExportedModel:
     engine's batcher runs one batch at a time on the model's lane).
 
     Attributes:
+        run: the runtime's session call: named int64 arrays in, the output array out.
+        inputs: the input names the exported graph takes.
+        output: the output's name.
         config: the replaced model's ``PretrainedConfig`` (callers read sizes and labels from it).
         path: the cached folder the model was read from.
         nbytes: size of that folder's files, an estimate of the memory the runtime holds.
 
     """
 
-    def __init__(
-        self,
-        run: Callable[[dict[str, np.ndarray]], np.ndarray],
-        inputs: list[str],
-        output: str,
-        config: Any,
-        path: Path,
-    ) -> None:
-        self._run = run
-        self.inputs = inputs
-        self.output = output
-        self.config = config
-        self.path = path
-        self.nbytes = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+    run: Callable[[dict[str, np.ndarray]], np.ndarray]
+    inputs: list[str]
+    output: str
+    config: Any
+    path: Path
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.nbytes = sum(p.stat().st_size for p in self.path.iterdir() if p.is_file())
 
     def forward(self, **features: Any) -> dict[str, Any]:
         """One forward pass: int64 arrays in, ``{output: float32 tensor}`` out."""
         import torch
 
         arrays = {name: _int64(features[name]) for name in self.inputs}
-        return {self.output: torch.from_numpy(np.ascontiguousarray(self._run(arrays), dtype=np.float32))}
+        return {self.output: torch.from_numpy(np.ascontiguousarray(self.run(arrays), dtype=np.float32))}
 
     __call__ = forward  # sentence-transformers looks the method up by name; other callers call the model
 
