@@ -223,7 +223,7 @@ class ModelManager:
             options_model = self._engine_factory(spec.backend).options_model
         except RuntimeServiceError:
             return False  # an unknown backend: the entry is refused when used
-        return options_model is None or "max_queue_wait_s" in options_model.model_fields
+        return "max_queue_wait_s" in options_model.model_fields
 
     # -- lookup ---------------------------------------------------------------------------
 

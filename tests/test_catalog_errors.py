@@ -279,3 +279,19 @@ async def test_default_and_test_catalogs_pass_the_checks(tmp_path, executors, ca
         manager = ModelManager(catalog.specs, Settings(data_dir=tmp_path), executors)
         assert [bad.spec.name for bad in manager.check_catalog()] == []
         await manager.close()
+
+
+async def test_the_server_wide_queue_wait_fills_in_only_backends_that_queue(tmp_path, executors):
+    # UR_MAX_QUEUE_WAIT_S goes into the options of models with a queue (generation, encoders); an
+    # OCR model has no such option, and its typed options would refuse the key.
+    catalog = load_catalog()
+    settings = Settings(data_dir=tmp_path, max_queue_wait_s=7.5)
+    manager = ModelManager(catalog.specs, settings, executors)
+    try:
+        assert [bad.spec.name for bad in manager.check_catalog()] == []
+        by_backend = {managed.spec.backend: managed.spec.options for managed in manager.models()}
+        assert by_backend["llama_cpp"]["max_queue_wait_s"] == 7.5
+        assert by_backend["sentence_transformers"]["max_queue_wait_s"] == 7.5
+        assert "max_queue_wait_s" not in by_backend["rapidocr"]
+    finally:
+        await manager.close()
