@@ -108,9 +108,12 @@ def test_the_committed_schema_file_is_the_generated_one():
     )
 
 
-def test_the_default_catalog_names_the_schema_for_editors():
-    first = (ROOT / "service/default_catalog.yaml").read_text().splitlines()[0]
-    assert first == f"# yaml-language-server: $schema={Path(SCHEMA_FILE).name}"
+@pytest.mark.parametrize("catalog", ["service/default_catalog.yaml", "deploy/k8s/base/catalog.yaml"])
+def test_the_shipped_catalogs_name_the_schema_for_editors(catalog):
+    first = (ROOT / catalog).read_text().splitlines()[0]
+    prefix = "# yaml-language-server: $schema="
+    assert first.startswith(prefix)
+    assert ((ROOT / catalog).parent / first.removeprefix(prefix)).resolve() == (ROOT / SCHEMA_FILE).resolve()
 
 
 def test_each_backend_is_one_variant_with_its_typed_options():
