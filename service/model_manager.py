@@ -537,9 +537,9 @@ class ModelManager:
         except InvalidArgumentError as exc:
             option = exc.metadata.get("option", "")
             raise InvalidArgumentError(
-                f"options: {exc.message}",
+                exc.message,  # names the option (or "options:" for a rule between them) already
                 reason="INVALID_MODEL_OPTION",
-                field=f"options.{option}" if option else "options",
+                field=f"options.{option}" if option not in ("", "options") else "options",
                 option=option,
                 backend=spec.backend,
                 model=spec.name,

@@ -13,7 +13,7 @@ from google.protobuf import struct_pb2
 from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc
 
-from service.convert.models import MAX_OPTION_OVERRIDES
+from service.convert.models import MAX_OPTION_OVERRIDE_BYTES, MAX_OPTION_OVERRIDES
 from service.server import start_server
 from service.settings import Settings
 from tests.conftest import GGUF_SOURCE, error_info
@@ -137,6 +137,26 @@ async def test_more_than_the_bound_of_keys_is_refused(models):
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_info(error).metadata["field"] == "options"
     assert f"at most {MAX_OPTION_OVERRIDES} options, got {MAX_OPTION_OVERRIDES + 1}" in error.details()
+
+
+async def test_overrides_over_the_byte_bound_are_refused_unread(models):
+    # One key may carry a large value (a list, a text) within the request's limit: refused by size.
+    options = {"chat_template": "x" * MAX_OPTION_OVERRIDE_BYTES}
+    error = await refused(models.LoadModel(m.LoadModelRequest(name=GGUF, options=struct(**options))))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info(error).metadata["field"] == "options"
+    assert f"options of at most {MAX_OPTION_OVERRIDE_BYTES} bytes" in error.details()
+    got = (await models.GetModel(m.GetModelRequest(name=GGUF))).model
+    assert got.status == m.MODEL_STATUS_NOT_LOADED
+
+
+async def test_a_rule_between_options_is_named_once(models, unloaded):
+    error = await refused(
+        models.LoadModel(m.LoadModelRequest(name=GGUF, options=struct(max_sequences=16, n_batch=8)))
+    )
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details().startswith("options: ") and "options: options" not in error.details()
+    assert "n_batch" in error.details() and error_info(error).metadata["field"] == "options"
 
 
 async def test_a_broken_catalog_entry_stays_the_catalogs_fault(models):

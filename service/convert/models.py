@@ -36,8 +36,11 @@ STATES = {
 }
 
 
-#: Most option overrides one LoadModel may carry (the request's size is bounded too).
+#: Most option overrides one LoadModel may carry.
 MAX_OPTION_OVERRIDES = 64
+#: Most bytes of those overrides, encoded (a chat template is a few KiB): checked before they are
+#: read into Python, on the event loop, so a large Struct within the request limit is refused unread.
+MAX_OPTION_OVERRIDE_BYTES = 64 * 1024
 
 
 def load_options(request: pb.LoadModelRequest) -> dict[str, Any] | None:
@@ -46,13 +49,20 @@ def load_options(request: pb.LoadModelRequest) -> dict[str, Any] | None:
     Their values are checked by the model manager against the backend's options model.
 
     Raises:
-        InvalidArgumentError: more than :data:`MAX_OPTION_OVERRIDES` keys (field ``options``).
+        InvalidArgumentError: more than :data:`MAX_OPTION_OVERRIDES` keys or
+            :data:`MAX_OPTION_OVERRIDE_BYTES` bytes (field ``options``).
 
     """
     if not request.HasField("options"):
         return None
     count = len(request.options.fields)
     require(count <= MAX_OPTION_OVERRIDES, "options", f"at most {MAX_OPTION_OVERRIDES} options, got {count}")
+    size = request.options.ByteSize()
+    require(
+        size <= MAX_OPTION_OVERRIDE_BYTES,
+        "options",
+        f"options of at most {MAX_OPTION_OVERRIDE_BYTES} bytes, got {size}",
+    )
     return json_format.MessageToDict(request.options)
 
 
