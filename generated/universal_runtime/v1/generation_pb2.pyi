@@ -32,6 +32,14 @@ class ResponseFormatType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESPONSE_FORMAT_TYPE_JSON_OBJECT: _ClassVar[ResponseFormatType]
     RESPONSE_FORMAT_TYPE_JSON_SCHEMA: _ClassVar[ResponseFormatType]
 
+class ReasoningEffort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REASONING_EFFORT_UNSPECIFIED: _ClassVar[ReasoningEffort]
+    REASONING_EFFORT_NONE: _ClassVar[ReasoningEffort]
+    REASONING_EFFORT_LOW: _ClassVar[ReasoningEffort]
+    REASONING_EFFORT_MEDIUM: _ClassVar[ReasoningEffort]
+    REASONING_EFFORT_HIGH: _ClassVar[ReasoningEffort]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -54,6 +62,11 @@ RESPONSE_FORMAT_TYPE_UNSPECIFIED: ResponseFormatType
 RESPONSE_FORMAT_TYPE_TEXT: ResponseFormatType
 RESPONSE_FORMAT_TYPE_JSON_OBJECT: ResponseFormatType
 RESPONSE_FORMAT_TYPE_JSON_SCHEMA: ResponseFormatType
+REASONING_EFFORT_UNSPECIFIED: ReasoningEffort
+REASONING_EFFORT_NONE: ReasoningEffort
+REASONING_EFFORT_LOW: ReasoningEffort
+REASONING_EFFORT_MEDIUM: ReasoningEffort
+REASONING_EFFORT_HIGH: ReasoningEffort
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -71,18 +84,20 @@ class ToolCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
-    __slots__ = ("role", "content", "name", "tool_calls", "tool_call_id")
+    __slots__ = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CONTENT_FIELD_NUMBER: _ClassVar[int]
     role: ChatRole
     content: str
     name: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
     tool_call_id: str
-    def __init__(self, role: _Optional[_Union[ChatRole, str]] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+    reasoning_content: str
+    def __init__(self, role: _Optional[_Union[ChatRole, str]] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
 
 class ToolDefinition(_message.Message):
     __slots__ = ("name", "description", "parameters_json_schema")
@@ -121,7 +136,7 @@ class LogitBias(_message.Message):
     def __init__(self, token_id: _Optional[int] = ..., bias: _Optional[float] = ...) -> None: ...
 
 class GenerationParameters(_message.Message):
-    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed", "stop", "n", "logprobs", "top_logprobs", "logit_bias", "response_format", "tools", "tool_choice")
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed", "stop", "n", "logprobs", "top_logprobs", "logit_bias", "response_format", "tools", "tool_choice", "reasoning_budget", "reasoning_effort")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +154,8 @@ class GenerationParameters(_message.Message):
     RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    REASONING_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    REASONING_EFFORT_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     temperature: float
     top_p: float
@@ -156,7 +173,9 @@ class GenerationParameters(_message.Message):
     response_format: ResponseFormat
     tools: _containers.RepeatedCompositeFieldContainer[ToolDefinition]
     tool_choice: ToolChoice
-    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., n: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., logit_bias: _Optional[_Iterable[_Union[LogitBias, _Mapping]]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ...) -> None: ...
+    reasoning_budget: int
+    reasoning_effort: ReasoningEffort
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., n: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., logit_bias: _Optional[_Iterable[_Union[LogitBias, _Mapping]]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., reasoning_budget: _Optional[int] = ..., reasoning_effort: _Optional[_Union[ReasoningEffort, str]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("model", "prompt", "messages", "parameters", "keep_alive")
@@ -205,18 +224,20 @@ class TokenLogprobs(_message.Message):
     def __init__(self, sampled: _Optional[_Union[TokenLogprob, _Mapping]] = ..., top_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class GenerateChoice(_message.Message):
-    __slots__ = ("index", "text", "tool_calls", "finish_reason", "logprobs")
+    __slots__ = ("index", "text", "tool_calls", "finish_reason", "logprobs", "reasoning_content")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CONTENT_FIELD_NUMBER: _ClassVar[int]
     index: int
     text: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
     finish_reason: FinishReason
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprobs]
-    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ...) -> None: ...
+    reasoning_content: str
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("id", "model", "choices", "usage", "timings")
@@ -245,7 +266,7 @@ class ToolCallDelta(_message.Message):
     def __init__(self, index: _Optional[int] = ..., id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_json_delta: _Optional[str] = ...) -> None: ...
 
 class GenerateStreamResponse(_message.Message):
-    __slots__ = ("id", "model", "index", "text", "token_ids", "logprobs", "tool_calls", "finish_reason", "usage", "timings")
+    __slots__ = ("id", "model", "index", "text", "token_ids", "logprobs", "tool_calls", "finish_reason", "usage", "timings", "reasoning_content")
     ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -256,6 +277,7 @@ class GenerateStreamResponse(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CONTENT_FIELD_NUMBER: _ClassVar[int]
     id: str
     model: str
     index: int
@@ -266,4 +288,5 @@ class GenerateStreamResponse(_message.Message):
     finish_reason: FinishReason
     usage: _common_pb2.Usage
     timings: _common_pb2.Timings
-    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallDelta, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ...) -> None: ...
+    reasoning_content: str
+    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallDelta, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
