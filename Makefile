@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Extras `make install` installs; the container image leaves out dev (deploy/Dockerfile). models brings
 # openvino (with onnx), which the default catalog serves all-minilm-l6-v2 with and tests/encoders runs the
 # ONNX Runtime and OpenVINO encoder runtimes with: ~230 MB, ~15 s from pip's cache.
-# clients: LangChain, LiteLLM and Cohere's SDK for tests/clients (each skips when its package is missing).
+# clients: LangChain, LiteLLM, Cohere's, Anthropic's and OpenAI Agents SDKs for tests/clients (each skips when its package is missing).
 EXTRAS ?= models,dev,otel,s3,clients
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
