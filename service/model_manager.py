@@ -22,6 +22,7 @@ import functools
 import logging
 import math
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ from engines.registry import engine_class
 from engines.stats import EngineStats
 from engines.types import MemoryUsage, Task
 from service import metrics
+from service.garbage_collector import collector_paused, reclaim_if_cyclic
 from service.keep_alive import format_keep_alive, parse_keep_alive
 from service.model_names import validate_model_name
 from service.settings import Settings
@@ -429,6 +431,12 @@ class ModelManager:
         restart.
         """
         spec = spec or managed.spec
+        # A load's allocations would set off full collections that stop the event loop too.
+        with collector_paused():
+            await self._load_engine(managed, spec)
+
+    async def _load_engine(self, managed: ManagedModel, spec: ModelSpec) -> None:
+        """The body of :meth:`_load_locked`, with automatic garbage collection paused."""
         loading: tuple[str, DeviceExecutor] | None = None  # set once engine.load may hold memory
         try:
             if spec.name in self._hub_names:
@@ -686,8 +694,10 @@ class ModelManager:
         except Exception:
             log.exception("engine unload raised; dropping it anyway", extra={"model": managed.spec.name})
         managed.engine = None
+        unloaded = weakref.ref(engine)
         del engine
         await executor.run(release_device_memory, managed.device)
+        reclaim_if_cyclic(unloaded, managed.spec.name)
         self._executors.retire(executor)
         managed.memory = MemoryUsage()
         managed.loaded_at = 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -148,8 +149,21 @@ class BatchedEncoderEngine(Engine[EncoderOptionsT]):
         return path_size_bytes(resolved.path) if resolved.path else 0
 
     def make_batcher(self, run_batch: Callable[[list[Any]], Sequence[Any]]) -> DynamicBatcher:
-        """A batcher running ``run_batch`` with the catalog entry's limits (``self.options``)."""
-        return DynamicBatcher(run_batch, self.executor, self.options, name=self.spec.name)
+        """A batcher running ``run_batch`` (a method of this engine) with the catalog entry's limits.
+
+        The batcher holds the method weakly, so an unloaded engine ends when its last reference
+        goes (no cycle for a full garbage collection to find: ``service.garbage_collector``).
+        """
+        method = weakref.WeakMethod(run_batch)  # type: ignore[arg-type]
+        name = self.spec.name  # not ``self``: the closure must not hold the engine
+
+        def run(items: list[Any]) -> Sequence[Any]:
+            bound = method()
+            if bound is None:  # unreachable while the engine runs batches: it owns the batcher
+                raise RuntimeError(f"model {name!r} was unloaded")
+            return bound(items)
+
+        return DynamicBatcher(run, self.executor, self.options, name=name)
 
     def unload(self) -> None:
         """Close the batcher and drop the model (and anything :meth:`release` drops)."""

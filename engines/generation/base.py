@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import abc
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from engines.base import Engine
 from engines.batching.tokens import character_limit
 from engines.errors import InputTooLongError, InvalidArgumentError
 from engines.generation.options import GenerationOptions
-from engines.generation.scheduler import ContinuousBatchScheduler, StepResult
+from engines.generation.scheduler import ContinuousBatchScheduler, StepModel, StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import message_dict, messages_with_tools, output_postprocessor
 from engines.stats import EngineStats, GenerationStats, KvCacheStats
@@ -99,8 +100,10 @@ class GenerationEngine(Engine[GenerationOptionsT]):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._set_chat_template(None)
+        # The scheduler's way back to its engine is weak, so an unloaded engine ends when its last
+        # reference goes (no cycle for a full garbage collection to find: service.garbage_collector).
         self.scheduler = ContinuousBatchScheduler(
-            self,
+            cast("StepModel", weakref.proxy(self)),
             max_sequences=self.max_sequences,
             max_waiting=self.options.max_waiting,
             max_queue_wait_s=self.options.max_queue_wait_s,
