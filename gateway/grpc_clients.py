@@ -8,7 +8,11 @@ from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
-from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
+from universal_runtime.v1 import (
+    inference_service_pb2_grpc,
+    model_service_pb2_grpc,
+    response_store_pb2_grpc,
+)
 
 SERVICE_CONFIG = {
     # Several servers (``ipv4:10.0.0.1:50051,10.0.0.2:50051``, or ``dns:///`` of a headless
@@ -54,6 +58,8 @@ class GrpcClients:
         channel: The channel; closed by :meth:`close`.
         inference: ``universal_runtime.v1.InferenceService`` stub.
         models: ``universal_runtime.v1.ModelService`` stub.
+        responses: ``universal_runtime.v1.ResponseStoreService`` stub (the Responses API's stored
+            responses: ``PutStoredResponse``, ``GetStoredResponse``, ``DeleteStoredResponse``).
         health: ``grpc.health.v1.Health`` stub.
 
     """
@@ -61,6 +67,7 @@ class GrpcClients:
     channel: grpc.aio.Channel
     inference: inference_service_pb2_grpc.InferenceServiceStub
     models: model_service_pb2_grpc.ModelServiceStub
+    responses: response_store_pb2_grpc.ResponseStoreServiceStub
     health: health_pb2_grpc.HealthStub
 
     @classmethod
@@ -116,6 +123,7 @@ class GrpcClients:
             channel=channel,
             inference=inference_service_pb2_grpc.InferenceServiceStub(channel),
             models=model_service_pb2_grpc.ModelServiceStub(channel),
+            responses=response_store_pb2_grpc.ResponseStoreServiceStub(channel),
             health=health_pb2_grpc.HealthStub(channel),
         )
 
