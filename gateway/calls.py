@@ -19,7 +19,14 @@ from gateway.dependencies import CallMetadata, get_call_metadata, get_clients
 from gateway.grpc_clients import GrpcClients
 from gateway.json_body import off_loop_for_body
 from gateway.schemas.generation import SamplingRequest
-from gateway.streaming import StreamTranslator, collect_stream, stream_generation, unary_call
+from gateway.streaming import (
+    OPENAI_CHUNKS,
+    SseDialect,
+    StreamTranslator,
+    collect_stream,
+    stream_generation,
+    unary_call,
+)
 from gateway.translate.generation import GenerationApi
 
 
@@ -72,8 +79,12 @@ class RpcContext:
         """
         return await collect_stream(self.request, method, messages, self.metadata)
 
-    async def stream_generation(self, message: Any, translator: StreamTranslator) -> EventSourceResponse:
+    async def stream_generation(
+        self, message: Any, translator: StreamTranslator, sse: SseDialect = OPENAI_CHUNKS
+    ) -> EventSourceResponse:
         """Relay ``GenerateStream(message)`` as SSE with :func:`gateway.streaming.stream_generation`.
+
+        ``sse`` spells the events (OpenAI chunks unless the API has typed events).
 
         Raises:
             GatewayError: 499 when the client disconnected before the first message.
@@ -82,7 +93,7 @@ class RpcContext:
         """
         inference = self.clients.inference
         return await stream_generation(
-            self.request, lambda: inference.GenerateStream(message, metadata=self.metadata), translator
+            self.request, lambda: inference.GenerateStream(message, metadata=self.metadata), translator, sse
         )
 
 

@@ -7,6 +7,7 @@ HTTP request is cancelled when the HTTP client disconnects, so the server stops 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -107,8 +108,12 @@ class StreamTranslator(Protocol):
         """Return the chunks for one gRPC stream message."""
         ...
 
-    def on_end(self) -> Iterable[dict[str, Any]]:
-        """Return the chunks due after the gRPC stream ended successfully (e.g. the usage chunk)."""
+    def on_end(self) -> Iterable[dict[str, Any]] | Awaitable[Iterable[dict[str, Any]]]:
+        """Return the chunks due after the gRPC stream ended successfully (e.g. the usage chunk).
+
+        May be a coroutine, for a translator that must do I/O (save the answer) before it announces
+        the end.
+        """
         ...
 
 
@@ -117,6 +122,47 @@ def _data(payload: dict[str, Any] | str) -> dict[str, str]:
     if isinstance(payload, str):
         return {"data": payload}
     return {"data": json.dumps(payload, separators=(",", ":"), ensure_ascii=False)}
+
+
+class SseDialect(Protocol):
+    """How one API spells its stream as SSE: each payload's fields, its error events, its terminator.
+
+    Chat and legacy completions use :data:`OPENAI_CHUNKS`; APIs with typed events (OpenAI
+    Responses, Anthropic Messages) name each event and report errors in their own shape.
+    """
+
+    #: Data of the last event of a successful stream (``"[DONE]"``), or ``None`` for none.
+    done: str | None
+
+    def fields(self, payload: dict[str, Any]) -> dict[str, str]:
+        """The SSE fields (``data``, and ``event`` where the API names events) of one payload."""
+        ...
+
+    def error_payloads(self, status_code: int, body: dict[str, Any]) -> Iterable[dict[str, Any]]:
+        """The payloads sent when the stream fails after it started.
+
+        Args:
+            status_code: The HTTP status the failure would have had before the stream started.
+            body: OpenAI's error body ``{"error": {"message", "type", "param", "code"}}``.
+
+        """
+        ...
+
+
+class _OpenAIChunks:
+    """OpenAI chunk streams: ``data:`` lines only, the error body as sent, ``data: [DONE]`` last."""
+
+    done = DONE_EVENT
+
+    def fields(self, payload: dict[str, Any]) -> dict[str, str]:
+        return _data(payload)
+
+    def error_payloads(self, status_code: int, body: dict[str, Any]) -> Iterable[dict[str, Any]]:
+        return [body]
+
+
+OPENAI_CHUNKS: SseDialect = _OpenAIChunks()
+"""The SSE dialect of Chat Completions and legacy Completions streams."""
 
 
 class _Drain:
@@ -164,10 +210,12 @@ async def _relay(
     translator: StreamTranslator,
     drain: _Drain,
     route: str,
+    sse: SseDialect,
 ) -> AsyncIterator[dict[str, str]]:
     """Yield the SSE events of a generation stream whose first message was already read.
 
-    ``route`` (the HTTP route's path) picks the OpenAI form of an error event, as for a status.
+    ``route`` (the HTTP route's path) picks the OpenAI form of an error event, as for a status;
+    ``sse`` spells the events.
 
     On client disconnect sse-starlette cancels this generator; ``finally`` then cancels the gRPC call.
     A stream still running when the shutdown grace period ends gets an error event, never a silent cut.
@@ -177,36 +225,40 @@ async def _relay(
         while message is not grpc.aio.EOF:
             assert isinstance(message, generation_pb2.GenerateStreamResponse)
             for chunk in translator.on_message(message):
-                yield _data(chunk)
+                yield sse.fields(chunk)
             message = await drain.read(call)
             if message is None:
                 logger.warning("generation stream cut: the shutdown grace period is over")
-                yield _data(
-                    error_body(
-                        "the server is shutting down and the stream did not finish within its grace period",
-                        error_type="server_error",
-                        code="shutting_down",
-                    )
+                body = error_body(
+                    "the server is shutting down and the stream did not finish within its grace period",
+                    error_type="server_error",
+                    code="shutting_down",
                 )
+                for payload in sse.error_payloads(503, body):
+                    yield sse.fields(payload)
                 return
     except grpc.aio.AioRpcError as err:
         # The HTTP status (200) is already sent: the error can only travel as an event.
         status_code, body = rpc_error_to_http(err, route=route)
         logger.warning("generation stream failed after start: %s (HTTP %d)", err.code().name, status_code)
-        yield _data(body)
+        for payload in sse.error_payloads(status_code, body):
+            yield sse.fields(payload)
         return
     finally:
         # No-op when the stream finished; stops generation when the client went away or failed.
         call.cancel()
-    for chunk in translator.on_end():
-        yield _data(chunk)
-    yield _data(DONE_EVENT)
+    end = translator.on_end()
+    for chunk in await end if inspect.isawaitable(end) else end:
+        yield sse.fields(chunk)
+    if sse.done is not None:
+        yield _data(sse.done)
 
 
 async def stream_generation(
     request: Request,
     start_call: Callable[[], grpc.aio.UnaryStreamCall],
     translator: StreamTranslator,
+    sse: SseDialect = OPENAI_CHUNKS,
 ) -> EventSourceResponse:
     """Start a ``GenerateStream`` call and relay it to the client as OpenAI-style SSE.
 
@@ -221,6 +273,8 @@ async def stream_generation(
         request: The HTTP request (its disconnect cancels the call).
         start_call: Starts the call, e.g. ``lambda: stub.GenerateStream(req, metadata=...)``.
         translator: Converts gRPC messages to chunks.
+        sse: How the chunks and errors are spelled as SSE (default: OpenAI chunk streams, as
+            described above; a typed-event API ends its own way, see :class:`SseDialect`).
 
     Raises:
         grpc.aio.AioRpcError: The call failed before its first message.
@@ -232,7 +286,7 @@ async def stream_generation(
     grace_s = request.app.state.config.shutdown_grace_s
     shutdown = anyio.Event()
     return EventSourceResponse(
-        _relay(call, first, translator, _Drain(shutdown, grace_s), route_path(request)),
+        _relay(call, first, translator, _Drain(shutdown, grace_s), route_path(request), sse),
         sep="\n",
         ping=_SSE_PING_SECONDS,
         shutdown_event=shutdown,
