@@ -24,6 +24,8 @@ from universal_runtime.v1 import (
     model_service_pb2,
     model_service_pb2_grpc,
     ocr_pb2,
+    response_store_pb2,
+    response_store_pb2_grpc,
 )
 
 from gateway.https import Https, uvicorn_server
@@ -339,6 +341,52 @@ class FakeModelService(model_service_pb2_grpc.ModelServiceServicer):
         return model_service_pb2.GetModelResponse(model=self.models[request.name])
 
 
+class FakeResponseStore(response_store_pb2_grpc.ResponseStoreServiceServicer):
+    """An in-memory ``ResponseStoreService``: stores what it is given; NOT_FOUND for unknown ids.
+
+    ``fail`` makes every call abort with that failure (e.g. RESPONSE_TOO_LARGE on a put).
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.stored: dict[str, response_store_pb2.StoredResponse] = {}
+        self.fail: RpcFailure | None = None
+
+    async def _check(self, context: grpc.aio.ServicerContext) -> None:
+        if self.fail is not None:
+            await context.abort(self.fail.code, self.fail.message, self.fail.trailing_metadata())
+
+    async def _missing(self, context: grpc.aio.ServicerContext, response_id: str) -> None:
+        failure = RpcFailure(
+            grpc.StatusCode.NOT_FOUND, f"response '{response_id}' not found", "RESPONSE_NOT_FOUND"
+        )
+        await context.abort(failure.code, failure.message, failure.trailing_metadata())
+
+    async def PutStoredResponse(self, request, context):
+        await self._check(context)
+        stored = response_store_pb2.StoredResponse()
+        stored.CopyFrom(request.response)
+        stored.expires_at = stored.created_at + 3600
+        self.stored[stored.id] = stored
+        return response_store_pb2.PutStoredResponseResponse(
+            id=stored.id, created_at=stored.created_at, expires_at=stored.expires_at
+        )
+
+    async def GetStoredResponse(self, request, context):
+        await self._check(context)
+        if request.id not in self.stored:
+            await self._missing(context, request.id)
+        return response_store_pb2.GetStoredResponseResponse(response=self.stored[request.id])
+
+    async def DeleteStoredResponse(self, request, context):
+        await self._check(context)
+        if self.stored.pop(request.id, None) is None:
+            await self._missing(context, request.id)
+        return response_store_pb2.DeleteStoredResponseResponse(id=request.id, deleted=True)
+
+
 @dataclass
 class FakeServer:
     """The running fake server: its address and servicers."""
@@ -347,10 +395,12 @@ class FakeServer:
     inference: FakeInferenceService
     models: FakeModelService
     health: health.aio.HealthServicer
+    responses: FakeResponseStore = field(default_factory=FakeResponseStore)
 
     async def reset(self) -> None:
         self.inference.reset()
         self.models.reset()
+        self.responses.reset()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
 
 
@@ -363,9 +413,11 @@ async def run_fake_server() -> AsyncIterator[FakeServer]:
     inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(inference, server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    responses = FakeResponseStore()
+    response_store_pb2_grpc.add_ResponseStoreServiceServicer_to_server(responses, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    fake = FakeServer(f"127.0.0.1:{port}", inference, models, health_servicer)
+    fake = FakeServer(f"127.0.0.1:{port}", inference, models, health_servicer, responses)
     await fake.reset()
     try:
         yield fake
