@@ -43,7 +43,14 @@ def _hex(chars: int) -> str:
     return secrets.token_hex(chars // 2)
 
 
-def _from_server(prefix: str, server_id: str) -> str:
+def from_server_id(prefix: str, server_id: str) -> str:
+    """Return ``<prefix>-<hex>``, the hex part taken from a server id ``gen-<hex>`` (fresh if empty).
+
+    Args:
+        prefix: The API's prefix without its dash (``"chatcmpl"``, ``"cmpl"``).
+        server_id: ``GenerateResponse.id`` / ``GenerateStreamResponse.id``; may be empty.
+
+    """
     return f"{prefix}-{server_id.removeprefix(SERVER_ID_PREFIX) or _hex(32)}"
 
 
@@ -55,12 +62,12 @@ def chat_completion_id(server_id: str = "") -> str:
             part is kept. Empty: a fresh 32-hex tail.
 
     """
-    return _from_server("chatcmpl", server_id)
+    return from_server_id("chatcmpl", server_id)
 
 
 def completion_id(server_id: str = "") -> str:
     """Return a legacy Completions id, ``cmpl-<hex>`` (``server_id`` as in :func:`chat_completion_id`)."""
-    return _from_server("cmpl", server_id)
+    return from_server_id("cmpl", server_id)
 
 
 def response_id() -> str:

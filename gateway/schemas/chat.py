@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from gateway.schemas.base import Int32, JsonObject, OpenAIRequestModel
-from gateway.schemas.generation import SamplingRequest
+from gateway.schemas.generation import ReasoningBudget, ReasoningEffortName, SamplingRequest
 
 ChatRoleName = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -75,6 +75,9 @@ class ChatMessageParam(OpenAIRequestModel):
         name: Optional participant name.
         tool_call_id: For ``tool`` messages, the id of the call answered.
         tool_calls: For ``assistant`` messages, the tool calls made.
+        reasoning_content: For ``assistant`` messages, the thinking that came before
+            ``content`` (the field vLLM, llama.cpp's server and DeepSeek's API return), given
+            back so the chat template can render it; on another role it is a 400.
 
     """
 
@@ -83,6 +86,13 @@ class ChatMessageParam(OpenAIRequestModel):
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[ToolCallParam] | None = None
+    reasoning_content: str | None = None
+
+    @model_validator(mode="after")
+    def _reasoning_on_assistant_only(self) -> ChatMessageParam:
+        if self.reasoning_content and self.role != "assistant":
+            raise ValueError(f"reasoning_content is only accepted on assistant messages, not {self.role}")
+        return self
 
     @property
     def text(self) -> str:
@@ -154,6 +164,12 @@ class ChatCompletionRequest(SamplingRequest):
     Besides the shared sampling fields: ``messages`` (at least one), ``max_completion_tokens``
     (OpenAI's newer name of ``max_tokens``; the two must agree when both are given),
     ``logprobs`` / ``top_logprobs``, ``response_format``, ``tools`` and ``tool_choice``.
+
+    Reasoning models: ``reasoning_effort`` (OpenAI's levels ``none`` .. ``high``; ``minimal`` is
+    ``low``, ``xhigh`` and ``max`` are ``high``; the catalog maps levels to budgets) and an
+    explicit thinking budget in tokens, ``reasoning_budget`` (llama.cpp's name) or
+    ``thinking_token_budget`` (vLLM's; the two must agree when both are given), 0 to 2**31-1,
+    0 turning thinking off. The budget wins over the effort.
     """
 
     messages: list[ChatMessageParam] = Field(min_length=1)
@@ -163,16 +179,26 @@ class ChatCompletionRequest(SamplingRequest):
     response_format: ResponseFormatParam | None = None
     tools: list[ToolParam] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    reasoning_effort: ReasoningEffortName | None = None
+    reasoning_budget: ReasoningBudget | None = None
+    thinking_token_budget: ReasoningBudget | None = None
 
     @model_validator(mode="after")
-    def _max_tokens_agree(self) -> ChatCompletionRequest:
-        if (
-            self.max_tokens is not None
-            and self.max_completion_tokens is not None
-            and self.max_tokens != self.max_completion_tokens
+    def _aliases_agree(self) -> ChatCompletionRequest:
+        # Each pair names one setting two ways (OpenAI's old and new name; llama.cpp's and vLLM's).
+        for first, second in (
+            ("max_tokens", "max_completion_tokens"),
+            ("reasoning_budget", "thinking_token_budget"),
         ):
-            raise ValueError("max_tokens and max_completion_tokens are both set and differ; send one")
+            one, other = getattr(self, first), getattr(self, second)
+            if one is not None and other is not None and one != other:
+                raise ValueError(f"{first} and {second} are both set and differ; send one")
         return self
+
+    @property
+    def thinking_budget(self) -> int | None:
+        """Return the explicit thinking budget in tokens (``reasoning_budget``, else vLLM's name)."""
+        return self.reasoning_budget if self.reasoning_budget is not None else self.thinking_token_budget
 
     @property
     def token_limit(self) -> int | None:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from pydantic import Field
+
 from gateway.schemas.base import Int32, Int64, OpenAIRequestModel, keep_alive_duration
+
+#: OpenAI's ``reasoning_effort`` values (openai SDK ``ReasoningEffort``: ``none`` to ``max``).
+ReasoningEffortName = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+#: A thinking budget in tokens: 0 (thinking off) up to the contract's int32 bound.
+ReasoningBudget = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class StreamOptions(OpenAIRequestModel):

@@ -19,6 +19,7 @@ from gateway.translate.generation import (
     finish_reason_label,
     generation_parameters,
     response_envelope,
+    set_reasoning,
     token_bytes,
 )
 
@@ -48,10 +49,15 @@ ID_PREFIX = "chatcmpl"
 
 
 def chat_message_to_proto(message: ChatMessageParam) -> generation_pb2.ChatMessage:
-    """Convert one OpenAI message to a ``ChatMessage`` (list content is joined into one string)."""
+    """Convert one OpenAI message to a ``ChatMessage`` (list content is joined into one string).
+
+    An assistant message's ``reasoning_content`` goes to ``ChatMessage.reasoning_content``, never
+    into ``content``.
+    """
     return generation_pb2.ChatMessage(
         role=_ROLES[message.role],
         content=message.text,
+        reasoning_content=message.reasoning_content or "",
         name=message.name or "",
         tool_call_id=message.tool_call_id or "",
         tool_calls=[
@@ -64,13 +70,14 @@ def chat_message_to_proto(message: ChatMessageParam) -> generation_pb2.ChatMessa
 
 
 def chat_parameters(request: ChatCompletionRequest) -> generation_pb2.GenerationParameters:
-    """Build ``GenerationParameters`` for a chat request, response format and tools included."""
+    """Build ``GenerationParameters`` for a chat request: response format, tools and thinking included."""
     params = generation_parameters(
         request,
         max_tokens=request.token_limit,
         logprobs=bool(request.logprobs),
         top_logprobs=request.top_logprobs or 0,
     )
+    set_reasoning(params, effort=request.reasoning_effort, budget=request.thinking_budget)
     if request.response_format is not None:
         fmt = request.response_format
         params.response_format.type = _RESPONSE_FORMATS[fmt.type]
@@ -129,14 +136,18 @@ def chat_completion_from_proto(
 ) -> dict[str, Any]:
     """Convert a ``GenerateResponse`` to an OpenAI ``chat.completion`` object.
 
-    Shape: ``{"id", "object": "chat.completion", "created", "model", "choices": [{"index",
-    "message": {"role": "assistant", "content", "tool_calls"?}, "finish_reason", "logprobs"}],
-    "usage", "timings"}``. ``content`` is null for a tool-call-only answer, as in OpenAI;
-    ``tool_calls`` is present only when the model called tools; ``timings`` is an extension.
+    Shape: ``{"id", "object": "chat.completion", "created", "model", "system_fingerprint",
+    "choices": [{"index", "message": {"role": "assistant", "content", "reasoning_content"?,
+    "tool_calls"?}, "finish_reason", "logprobs"}], "usage", "timings"}``. ``content`` is null for
+    a tool-call-only answer, as in OpenAI; ``reasoning_content`` (a reasoning model's thinking, as
+    vLLM, llama.cpp's server and DeepSeek's API name it) only when the model thought;
+    ``tool_calls`` only when the model called tools; ``timings`` is an extension.
     """
     choices = []
     for choice in response.choices:
         message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+        if choice.reasoning_content:
+            message["reasoning_content"] = choice.reasoning_content
         if choice.tool_calls:
             message["tool_calls"] = [_tool_call_dict(call) for call in choice.tool_calls]
             if not choice.text:
@@ -158,10 +169,11 @@ class ChatStreamTranslator(StreamTranslator):
     """Turns ``GenerateStreamResponse`` messages into ``chat.completion.chunk`` objects.
 
     Per choice: a first chunk with ``delta: {"role": "assistant", "content": ""}``, then a chunk
-    per message with text (``delta.content``), tool call fragments (``delta.tool_calls``) or
-    log probabilities, then a chunk with an empty delta and the ``finish_reason``. With
-    ``include_usage``, every chunk has ``"usage": null`` and :meth:`on_end` adds a last chunk
-    with empty ``choices`` and the usage, as OpenAI does. Arguments as for :class:`StreamTranslator`.
+    per message with thinking (``delta.reasoning_content``), text (``delta.content``), tool call
+    fragments (``delta.tool_calls``) or log probabilities, then a chunk with an empty delta and
+    the ``finish_reason``. With ``include_usage``, every chunk has ``"usage": null`` and
+    :meth:`on_end` adds a last chunk with empty ``choices`` and the usage, as OpenAI does.
+    Arguments as for :class:`StreamTranslator`.
     """
 
     object_name = OBJECT_CHUNK
@@ -183,6 +195,8 @@ class ChatStreamTranslator(StreamTranslator):
             self._started.add(index)
             chunks.append(self._chunk([self._choice(index, {"role": "assistant", "content": ""})]))
         delta: dict[str, Any] = {}
+        if message.reasoning_content:
+            delta["reasoning_content"] = message.reasoning_content
         if message.text:
             delta["content"] = message.text
         if message.tool_calls:

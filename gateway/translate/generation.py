@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from universal_runtime.v1 import common_pb2, generation_pb2
 
-from gateway.schemas.generation import SamplingRequest
+from gateway import ids
+from gateway.ids import system_fingerprint, unix_now
+from gateway.schemas.generation import ReasoningEffortName, SamplingRequest
 from gateway.translate.common import BodyFields
 
 # CANCELLED maps to "stop": OpenAI has no cancelled reason, and the text produced so far is a
@@ -47,6 +47,43 @@ _SAMPLING = BodyFields(
 )
 
 
+# OpenAI's effort names (openai SDK ``ReasoningEffort``) onto the contract's levels: ``minimal``
+# has no level of its own and thinks least but still thinks, so it is LOW; ``xhigh`` and ``max``
+# (newer OpenAI levels) take the most the catalog allows, HIGH.
+REASONING_EFFORTS: dict[str, int] = {
+    "none": generation_pb2.REASONING_EFFORT_NONE,
+    "minimal": generation_pb2.REASONING_EFFORT_LOW,
+    "low": generation_pb2.REASONING_EFFORT_LOW,
+    "medium": generation_pb2.REASONING_EFFORT_MEDIUM,
+    "high": generation_pb2.REASONING_EFFORT_HIGH,
+    "xhigh": generation_pb2.REASONING_EFFORT_HIGH,
+    "max": generation_pb2.REASONING_EFFORT_HIGH,
+}
+
+
+def set_reasoning(
+    params: generation_pb2.GenerationParameters,
+    *,
+    effort: ReasoningEffortName | None = None,
+    budget: int | None = None,
+) -> generation_pb2.GenerationParameters:
+    """Set the thinking controls of ``params`` and return it (shared by every generation API).
+
+    Args:
+        params: The parameters to fill (changed in place).
+        effort: OpenAI's ``reasoning_effort`` name (``none`` .. ``max``, see
+            :data:`REASONING_EFFORTS`), or ``None`` for the catalog's default.
+        budget: Most thinking tokens (``>= 0``, 0 = thinking off), or ``None``; wins over
+            ``effort`` on the server.
+
+    """
+    if effort is not None:
+        params.reasoning_effort = REASONING_EFFORTS[effort]
+    if budget is not None:
+        params.reasoning_budget = budget
+    return params
+
+
 def finish_reason_label(value: int) -> str | None:
     """Return OpenAI's ``finish_reason`` for a proto ``FinishReason`` (``None`` while unfinished)."""
     return _FINISH_REASONS.get(value)
@@ -58,12 +95,18 @@ def compact_json(value: Any) -> str:
 
 
 def usage_dict(usage: common_pb2.Usage) -> dict[str, Any]:
-    """Return OpenAI's ``usage`` object, with ``prompt_tokens_details.cached_tokens``."""
+    """Return OpenAI's ``usage`` object of chat and legacy completions.
+
+    Shape: ``{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
+    {"cached_tokens"}, "completion_tokens_details": {"reasoning_tokens"}}``; reasoning tokens are
+    part of ``completion_tokens``, as in OpenAI's API (0 for models that do not think).
+    """
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
 
 
@@ -76,30 +119,18 @@ def timings_dict(timings: common_pb2.Timings) -> dict[str, float]:
     }
 
 
-#: Prefix of the server's completion ids (``gen-`` and 32 hex characters, the same on every
-#: message of one call); the gateway swaps it for the OpenAI API's own prefix.
-SERVER_ID_PREFIX = "gen-"
-
-
 def completion_id(server_id: str, prefix: str) -> str:
     """Return the answer's id as OpenAI spells it: ``<prefix>-<the server id's hex>``.
 
     OpenAI's ids are ``chatcmpl-…`` (chat completions, the same on every chunk of one stream) and
-    ``cmpl-…`` (legacy completions); clients and tests check the prefix. The server's ``gen-``
-    is replaced, so the hex part still finds the call in the server's log; without a server id
-    (none sent) the hex part is fresh.
+    ``cmpl-…`` (legacy completions); see :mod:`gateway.ids`, which this calls.
 
     Args:
         server_id: ``GenerateResponse.id`` or ``GenerateStreamResponse.id`` (may be empty).
         prefix: ``"chatcmpl"`` or ``"cmpl"``.
 
     """
-    return f"{prefix}-{server_id.removeprefix(SERVER_ID_PREFIX) or uuid.uuid4().hex}"
-
-
-def unix_now() -> int:
-    """Return the current Unix time in whole seconds (OpenAI's ``created``)."""
-    return int(time.time())
+    return ids.from_server_id(prefix, server_id)
 
 
 def token_bytes(token: str) -> list[int]:
@@ -151,14 +182,16 @@ def response_envelope(
 ) -> dict[str, Any]:
     """Return the envelope of a non-streamed answer around its ``choices``.
 
-    Shape: ``{"id", "object": object_name, "created", "model", "choices", "usage", "timings"?}``;
-    ``timings`` (an extension) only when the server sent them.
+    Shape: ``{"id", "object": object_name, "created", "model", "system_fingerprint", "choices",
+    "usage", "timings"?}``; ``timings`` (an extension) only when the server sent them.
     """
+    model = response.model or requested_model
     body: dict[str, Any] = {
         "id": completion_id(response.id, id_prefix),
         "object": object_name,
         "created": unix_now(),
-        "model": response.model or requested_model,
+        "model": model,
+        "system_fingerprint": system_fingerprint(model),
         "choices": choices,
         "usage": usage_dict(response.usage),
     }
@@ -202,6 +235,7 @@ class StreamTranslator:
             "object": self.object_name,
             "created": self._created,
             "model": self._model,
+            "system_fingerprint": system_fingerprint(self._model),
             "choices": choices,
         }
         if self._include_usage:

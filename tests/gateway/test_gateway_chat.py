@@ -10,12 +10,14 @@ from tests.gateway.gateway_fakes import FakeServer, RpcFailure, parse_sse
 
 CHAT_URL = "/v1/chat/completions"
 
-# The fake's usage, in OpenAI's shape (cached prompt tokens under prompt_tokens_details).
+# The fake's usage, in OpenAI's shape (cached prompt tokens under prompt_tokens_details; the
+# fake model does not think, so no reasoning tokens).
 USAGE = {
     "prompt_tokens": 5,
     "completion_tokens": 3,
     "total_tokens": 8,
     "prompt_tokens_details": {"cached_tokens": 4},
+    "completion_tokens_details": {"reasoning_tokens": 0},
 }
 
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 import re
 import time
 
+import httpx
 import pytest
 
 from gateway import ids
+from tests.gateway.gateway_fakes import FakeServer, parse_sse
 
 SERVER_HEX = "0123456789abcdef0123456789abcdef"
+CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
+COMPLETION = {"prompt": "Once"}
 
 
 @pytest.mark.parametrize(
@@ -54,3 +58,27 @@ def test_system_fingerprint_is_stable_per_model_and_runtime_version():
     assert ids.system_fingerprint("smollm2-135m") == first
     assert ids.system_fingerprint("another-model") != first
     assert ids.runtime_version() != ""
+
+
+# --- on the chat and completions routes (fake server) ---------------------------------------------
+
+
+@pytest.mark.parametrize(("url", "prompt"), [("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETION)])
+async def test_answers_carry_created_seconds_and_the_models_fingerprint(
+    client: httpx.AsyncClient, fake: FakeServer, url: str, prompt: dict
+) -> None:
+    body = (await client.post(url, json={"model": "fake-llm", **prompt})).json()
+    assert isinstance(body["created"], int) and abs(body["created"] - time.time()) < 60
+    assert body["system_fingerprint"] == ids.system_fingerprint("fake-llm")
+
+
+@pytest.mark.parametrize(("url", "prompt"), [("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETION)])
+async def test_every_chunk_carries_one_id_created_and_fingerprint(
+    client: httpx.AsyncClient, fake: FakeServer, url: str, prompt: dict
+) -> None:
+    body = {"model": "fake-llm", **prompt, "stream": True, "stream_options": {"include_usage": True}}
+    *chunks, done = parse_sse((await client.post(url, json=body)).text)
+    assert done == "[DONE]" and len(chunks) >= 4
+    assert {chunk["system_fingerprint"] for chunk in chunks} == {ids.system_fingerprint("fake-llm")}
+    assert len({(chunk["id"], chunk["created"]) for chunk in chunks}) == 1
+    assert isinstance(chunks[0]["created"], int)

@@ -17,7 +17,7 @@ from tests.gateway.gateway_fakes import asgi_client, parse_sse, serve_with_uvico
 
 # Counting: greedy SmolLM2 keeps counting well past 12 tokens, so both calls stop on "length".
 COMPLETION = {"model": CHAT_MODEL, "prompt": "1, 2, 3, 4,", "max_tokens": 12, "temperature": 0}
-CHUNK_KEYS = {"id", "object", "created", "model", "choices"}
+CHUNK_KEYS = {"id", "object", "created", "model", "system_fingerprint", "choices"}
 CHOICE_KEYS = {"index", "text", "finish_reason", "logprobs"}
 
 
