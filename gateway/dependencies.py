@@ -64,16 +64,29 @@ async def get_call_metadata(request: Request) -> CallMetadata:
     return (request_id, ("authorization", f"Bearer {matched[1]}"))
 
 
+API_KEY_HEADER = "x-api-key"
+"""The header Anthropic's clients send the key in (the ``anthropic`` SDK, tools built on it)."""
+
+
 def _matched_key(request: Request) -> tuple[str, str] | None:
-    """The ``(name, token)`` of the app's key the request presents, or ``None`` (checked once)."""
+    """The ``(name, token)`` of the app's key the request presents, or ``None`` (checked once).
+
+    ``Authorization: Bearer <key>`` first, else ``x-api-key: <key>`` (:data:`API_KEY_HEADER`).
+    """
     if not hasattr(request.state, "api_key_match"):
         keys = get_config(request).api_keys
-        request.state.api_key_match = keys.match(request.headers.get("authorization", "")) if keys else None
+        match = None
+        if keys:
+            match = keys.match(request.headers.get("authorization", ""))
+            api_key = request.headers.get(API_KEY_HEADER)
+            if match is None and api_key:
+                match = keys.match(f"Bearer {api_key}")
+        request.state.api_key_match = match
     return request.state.api_key_match
 
 
 async def require_api_key(request: Request) -> None:
-    """Check ``Authorization: Bearer <key>`` against the app's API keys; no-op without keys.
+    """Check ``Authorization: Bearer <key>`` or ``x-api-key: <key>`` against the keys; no-op without keys.
 
     The matching key's name is kept as ``request.state.api_key_name``.
 
@@ -89,7 +102,7 @@ async def require_api_key(request: Request) -> None:
     else:
         raise GatewayError(
             401,
-            "Missing or invalid API key: send 'Authorization: Bearer <key>'",
+            "Missing or invalid API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
             code="invalid_api_key",
             error_type="authentication_error",
         )
