@@ -27,6 +27,7 @@ from gateway.routes import (
     documents,
     embeddings,
     health,
+    messages,
     metrics,
     models,
     ner,
@@ -181,6 +182,8 @@ def create_app(
         tokenize,
     ):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
+    # The Anthropic Messages API: its router lists Anthropic's error shape, not OpenAI's.
+    app.include_router(messages.router, dependencies=authenticated)
     return app
 
 
