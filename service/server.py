@@ -17,6 +17,8 @@ from universal_runtime.v1 import (
     inference_service_pb2_grpc,
     model_service_pb2,
     model_service_pb2_grpc,
+    response_store_pb2,
+    response_store_pb2_grpc,
 )
 
 from engines.anomaly.store import DetectorStore
@@ -25,7 +27,8 @@ from engines.executor import ExecutorPool
 from engines.metrics import set_enabled as set_metrics_enabled
 from engines.ocr.pdf_worker import PRELOAD as PDF_WORKER_PRELOAD
 from engines.process_lane import preload_modules
-from engines.state_store import open_state_store
+from engines.response_store import ResponseLimits, ResponseStore
+from engines.state_store import StateStore, open_state_store
 from engines.storage import StoreQuota
 from service import metrics
 from service.catalog import load_catalog, user_catalog_path
@@ -41,6 +44,7 @@ from service.metrics_server import start_metrics_server
 from service.model_manager import ModelManager
 from service.servicers.inference import InferenceServicer
 from service.servicers.models import ModelServicer
+from service.servicers.response_store import ResponseStoreServicer
 from service.settings import Settings
 from service.shared.api_keys import load_api_keys
 from service.tasks.anomaly import AnomalyTask
@@ -50,6 +54,7 @@ from service.tasks.documents import DocumentTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
+from service.tasks.response_store import ResponseStoreTask
 from service.tasks.tokenization import TokenizationTask
 from service.tls import InternalSocket, add_port, server_tls_files
 from service.tracing import configure_tracing
@@ -59,10 +64,12 @@ log = logging.getLogger(__name__)
 # Folders of the state store (settings.state_url, or else settings.data_dir) where fitted state is saved.
 CLASSIFIERS_DIR = "classifiers"
 ANOMALY_DIR = "anomaly"
+RESPONSES_DIR = "responses"
 
 SERVICE_NAMES = (
     inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
+    response_store_pb2.DESCRIPTOR.services_by_name["ResponseStoreService"].full_name,
 )
 #: RPCs whose requests are texts, held to ``max_text_request_bytes`` (see RequestParsingInterceptor).
 TEXT_METHODS = tuple(
@@ -150,6 +157,43 @@ def connection_options(max_connection_age_s: float) -> list[tuple[str, int]]:
     return options
 
 
+def state_store(settings: Settings) -> StateStore:
+    """The state store of fitted state and stored responses; nothing is contacted yet.
+
+    It is ``settings.state_url`` (shared by replicas), or else ``settings.data_dir``.
+
+    Raises:
+        ValueError: ``state_url`` names an fsspec protocol whose package is not installed.
+
+    """
+    return open_state_store(
+        settings.state_url or settings.data_dir,
+        settings.state_storage_options,
+        timeout_s=settings.state_timeout_s,
+    )
+
+
+def response_store_servicer(settings: Settings, executors: ExecutorPool) -> ResponseStoreServicer:
+    """The ResponseStoreService over the state store's ``responses/`` folder.
+
+    The Responses API's stored responses, within the ``responses_*`` settings, on two CPU lanes of
+    their own (puts, and reads with deletes).
+    """
+    store = ResponseStore(
+        state_store(settings).child(RESPONSES_DIR),
+        ResponseLimits(
+            max_count=settings.responses_max_count,
+            max_bytes=settings.responses_max_bytes,
+            max_total_bytes=settings.responses_max_total_bytes,
+            ttl_s=settings.responses_ttl_s,
+        ),
+    )
+    task = ResponseStoreTask(
+        store, executors.lane("cpu", "task:responses-put"), executors.lane("cpu", "task:responses-read")
+    )
+    return ResponseStoreServicer(task)
+
+
 def inference_servicer(
     settings: Settings, manager: ModelManager, executors: ExecutorPool
 ) -> InferenceServicer:
@@ -164,11 +208,7 @@ def inference_servicer(
     # Before any lane child starts the forkserver (an anomaly fit may come before any OCR model
     # loads): PDF children restarted after a kill then import nothing before their first page.
     preload_modules(*PDF_WORKER_PRELOAD)
-    state = open_state_store(
-        settings.state_url or settings.data_dir,
-        settings.state_storage_options,
-        timeout_s=settings.state_timeout_s,
-    )
+    state = state_store(settings)
     detectors = DetectorStore(
         state.child(ANOMALY_DIR),
         keep_versions=settings.anomaly_keep_versions,
@@ -318,6 +358,9 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         inference_servicer(settings, manager, executors), services
     )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(manager), services)
+    response_store_pb2_grpc.add_ResponseStoreServiceServicer_to_server(
+        response_store_servicer(settings, executors), services
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, services)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)

@@ -204,6 +204,30 @@ class Settings(SharedSettings):
     anomaly_store_max_bytes: int = Field(
         GIB, gt=0, description="Most bytes the saved anomaly detectors' files (every version) may take."
     )
+    # Stored responses of the Responses API (engines.response_store), in the state store beside the fits.
+    responses_max_count: int = Field(
+        10_000,
+        gt=0,
+        description="Most stored responses (Responses API, `store: true`) kept; a new one over it evicts "
+        "the oldest.",
+    )
+    responses_max_bytes: int = Field(
+        4 * 1024 * 1024,
+        gt=0,
+        description="Most bytes of one stored response (its JSON plus its input items' JSON); a larger "
+        "one is refused, INVALID_ARGUMENT `RESPONSE_TOO_LARGE` (400 at the gateway).",
+    )
+    responses_max_total_bytes: int = Field(
+        GIB,
+        gt=0,
+        description="Most bytes all stored responses may take together; a new one over it evicts the oldest.",
+    )
+    responses_ttl_s: float = Field(
+        30 * 24 * 3600.0,
+        gt=0,
+        description="Seconds a stored response is kept (30 days, as OpenAI); then NOT_FOUND "
+        "`RESPONSE_EXPIRED` and it is deleted.",
+    )
     # The gateway started beside the server: the same UR_GATEWAY_TLS_* names as the gateway alone,
     # so one environment configures either way of running it; the refresh interval is the server's.
     gateway_tls_cert_file: Path | None = Field(
