@@ -57,6 +57,7 @@ class ChatMessage:
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[dict] = field(default_factory=list)
+    reasoning_content: str = ""  # an assistant turn's thinking, given back (see engines.generation.reasoning)
 
 
 @dataclass(slots=True)
@@ -138,9 +139,22 @@ class TokenLogprobs:
     top: tuple[TokenLogprob, ...] = ()
 
 
+class ReasoningEffort(enum.StrEnum):
+    """How long a reasoning model may think (OpenAI ``reasoning_effort``); the catalog gives each a budget."""
+
+    NONE = "none"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
 @dataclass(slots=True)
 class GenerationRequest:
-    """A generation job: exactly one of ``prompt`` and ``messages`` is set."""
+    """A generation job: exactly one of ``prompt`` and ``messages`` is set.
+
+    ``reasoning_budget`` (tokens inside the think block, 0: thinking off) wins over
+    ``reasoning_effort``; both None: the model's catalog default. Models that do not reason ignore them.
+    """
 
     request_id: str
     prompt: str | None = None
@@ -150,13 +164,19 @@ class GenerationRequest:
     tools: list[ToolSpec] = field(default_factory=list)
     tool_choice: ToolChoiceMode = ToolChoiceMode.AUTO
     tool_choice_function: str | None = None
+    reasoning_budget: int | None = None
+    reasoning_effort: ReasoningEffort | None = None
 
 
 @dataclass(slots=True)
 class GenerationDelta:
-    """Output of one generation step: new text, the token ids behind it, and the end reason if done."""
+    """Output of one generation step: new text, the token ids behind it, and the end reason if done.
+
+    ``reasoning`` is new thinking of a reasoning model (never part of ``text``).
+    """
 
     text: str = ""
+    reasoning: str = ""
     token_ids: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     usage: GenerationUsage | None = None  # set on the final delta
@@ -181,6 +201,7 @@ class GenerationUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0  # of prompt_tokens, served from the prompt cache
+    reasoning_tokens: int = 0  # of completion_tokens, spent thinking (forced closing tokens excluded)
 
     @property
     def total_tokens(self) -> int:

@@ -15,9 +15,11 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from engines.base import Engine
@@ -106,20 +108,41 @@ def _summary(cls: type[Engine]) -> str:
     return doc.splitlines()[0].replace("``", "`") if doc else ""
 
 
+def nested_model(field: FieldInfo) -> type[BaseModel] | None:
+    """The pydantic model of an option that is a block of options (``reasoning``), else None."""
+    for kind in (field.annotation, *typing.get_args(field.annotation)):
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            return kind
+    return None
+
+
+def _rows(model: type[BaseModel], prefix: str, backend: str) -> list[str]:
+    """One table row per option of ``model``; a block of options is a row and then a row per key, dotted."""
+    schema = model.model_json_schema()
+    lines = []
+    for name, field in schema["properties"].items():
+        info = model.model_fields[name]
+        block = nested_model(info)
+        value, may_be_unset = _plain(field)
+        kind = ("mapping" if block is not None else _type(value)) + (" or unset" if may_be_unset else "")
+        description = field.get("description")
+        if not description:
+            raise AssertionError(f"option {prefix}{name} of backend {backend} has no description")
+        allowed = "" if block is not None else _allowed(value)
+        lines.append(
+            f"| `{prefix}{name}` | {kind} | {_default(info)} | {_cell(allowed)} | {_cell(description)} |"
+        )
+        if block is not None:
+            lines += _rows(block, f"{prefix}{name}.", backend)
+    return lines
+
+
 def backend_table(backend: str, cls: type[Engine]) -> str:
     """One backend's section: a heading, what it serves, and the table of its options."""
     tasks = ", ".join(sorted(task.value for task in cls.tasks))
     lines = [f"#### `{backend}`", "", f"{_summary(cls)} Tasks: {tasks}.", ""]
-    schema = cls.options_model.model_json_schema()
     lines += ["| option | type | default | allowed | what |", "|---|---|---|---|---|"]
-    for name, field in schema["properties"].items():
-        value, may_be_unset = _plain(field)
-        kind = _type(value) + (" or unset" if may_be_unset else "")
-        description = field.get("description")
-        if not description:
-            raise AssertionError(f"option {name} of backend {backend} has no description")
-        default = _default(cls.options_model.model_fields[name])
-        lines.append(f"| `{name}` | {kind} | {default} | {_cell(_allowed(value))} | {_cell(description)} |")
+    lines += _rows(cls.options_model, "", backend)
     return "\n".join(lines)
 
 

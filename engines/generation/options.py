@@ -9,10 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from engines.generation.context_size import CONTEXT_ALIGNMENT, DEFAULT_CAP
-from engines.options import AtLeastOne, QueuedEngineOptions, TorchDtypeOptions, TorchEngineOptions
+from engines.options import (
+    AtLeastOne,
+    NonEmptyStr,
+    QueuedEngineOptions,
+    TorchDtypeOptions,
+    TorchEngineOptions,
+)
 
 #: The ``quantize`` option's values: GGUF types whose batched matrix products llama.cpp speeds up on
 #: CPU (their ``llama_ftype`` is in :data:`engines.generation.requantize.QUANTIZE_TYPES`).
@@ -34,6 +40,45 @@ def _cache_dir(copy: str) -> Any:
     )
 
 
+class ReasoningOptions(BaseModel):
+    """The ``reasoning`` block of a generation model: think markers and thinking budgets.
+
+    Budgets are in generated tokens spent inside the think block (see
+    :mod:`engines.generation.reasoning`); when one is spent the engine closes the block itself.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    enabled: bool | None = None
+    """The model reasons (its output is split into thinking and answer); unset: when start is set or the
+    chat template names a known marker pair (the think tags, [THINK] and [/THINK], ...)."""
+    start: NonEmptyStr | None = None
+    """Marker that opens the think block; unset: the one the chat template names, else the think tag."""
+    end: NonEmptyStr | None = None
+    """Marker that closes the think block; unset: the one the chat template names, else the closing think
+    tag."""
+    template_opens: bool | None = None
+    """The chat template opens the think block itself; unset: detected (its generation prompt ends with
+    start)."""
+    budget: NonNegativeInt | None = None
+    """Thinking budget (tokens) of a request that names none; 0: thinking off; unset: unbounded within
+    max_tokens."""
+    low_budget: NonNegativeInt = 512
+    """Thinking budget (tokens) of reasoning effort low."""
+    medium_budget: NonNegativeInt = 2048
+    """Thinking budget (tokens) of reasoning effort medium."""
+    high_budget: NonNegativeInt = 8192
+    """Thinking budget (tokens) of reasoning effort high."""
+
+    @field_validator("budget", "low_budget", "medium_budget", "high_budget", mode="before")
+    @classmethod
+    def _no_bool(cls, value: Any) -> Any:
+        # pydantic's lax mode reads true as 1; in a catalog that is always a mistake.
+        if isinstance(value, bool):
+            raise ValueError("true/false is not allowed here")
+        return value
+
+
 class GenerationOptions(QueuedEngineOptions):
     """Options every continuously batched generation backend reads (the scheduler's limits)."""
 
@@ -42,6 +87,12 @@ class GenerationOptions(QueuedEngineOptions):
     max_waiting: NonNegativeInt = 64
     """Requests that may wait for a slot (being prepared or queued) beyond the max_sequences running; more
     are refused with RESOURCE_EXHAUSTED."""
+    chat_template: str | None = None
+    """Jinja2 chat template (text) used instead of the model's own (the GGUF's tokenizer.chat_template, or
+    the tokenizer's)."""
+    reasoning: ReasoningOptions | None = None
+    """Reasoning model settings: think markers (start, end), template_opens, budget and the effort budgets
+    (low_budget, medium_budget, high_budget), in tokens; unset: detected from the chat template."""
 
 
 class LlamaCppOptions(GenerationOptions):
@@ -67,8 +118,6 @@ class LlamaCppOptions(GenerationOptions):
     """llama.cpp threads for decoding and prefill; unset: every core the process may use."""
     n_gpu_layers: Annotated[int, Field(ge=-1)] | None = None
     """Layers offloaded to the GPU (-1: all); unset: all on a CUDA device, else 0."""
-    chat_template: str | None = None
-    """Jinja2 chat template (text) used instead of the GGUF's tokenizer.chat_template."""
     quantize: QuantizeType | None = None
     """Serve the GGUF requantized to this type (case-insensitive), made once and cached; unset: the file as
     it is."""

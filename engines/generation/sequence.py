@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 from typing import Any, Protocol
 
+from engines.generation.reasoning import SequenceReasoning
 from engines.generation.stop_matcher import StopMatcher
 from engines.types import (
     FinishReason,
@@ -41,6 +42,7 @@ class GenerationSequence:
 
     Attributes:
         engine_state: the engine's per-sequence data (KV slot, sampler, position…).
+        reasoning: a reasoning model's output split and thinking budget (None: the model does not reason).
         cached_prompt_tokens: prompt tokens the engine took from its prompt cache.
 
     """
@@ -59,6 +61,7 @@ class GenerationSequence:
         self.completion_tokens: list[int] = []
         self.finish_reason: FinishReason | None = None
         self.engine_state: Any = None
+        self.reasoning: SequenceReasoning | None = None  # a reasoning model's split and budget
         self.cached_prompt_tokens = 0
         self._vocabulary = vocabulary
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -76,46 +79,71 @@ class GenerationSequence:
 
     @property
     def usage(self) -> GenerationUsage:
-        """Prompt and completion token counts so far."""
+        """Prompt, completion and thinking token counts so far."""
         return GenerationUsage(
-            len(self.prompt_tokens), len(self.completion_tokens), self.cached_prompt_tokens
+            len(self.prompt_tokens),
+            len(self.completion_tokens),
+            self.cached_prompt_tokens,
+            self.reasoning.thinking_tokens if self.reasoning is not None else 0,
         )
 
     def accept(self, token: int, logprobs: TokenLogprobs | None = None) -> GenerationDelta:
-        """Take the next generated token; return the text that became safe to emit.
+        """Take the next generated token; return the text (and thinking) that became safe to emit.
 
-        The final delta has ``finish_reason`` and ``usage`` set.
+        A reasoning model's thinking goes to ``reasoning``, never to ``text``; stop sequences
+        apply to the answer. The final delta has ``finish_reason`` and ``usage`` set.
         """
         if self.finish_reason is not None:
             return GenerationDelta(finish_reason=self.finish_reason, usage=self.usage)
         if self._vocabulary.is_end_of_generation(token):
-            return self._finish(FinishReason.STOP, [], self._decoder.decode(b"", final=True), [])
+            return self._finish(FinishReason.STOP, [], "", "", [])
+        position = len(self.completion_tokens)
         self.completion_tokens.append(token)
         scored = [logprobs] if logprobs is not None else []
-        text, stopped = self._stops.push(self._decoder.decode(self._vocabulary.token_bytes(token)))
-        if stopped:
-            return self._finish(FinishReason.STOP, [token], text, scored, flush=False)
+        thinking, answer = self._split(self._decoder.decode(self._vocabulary.token_bytes(token)), position)
         if len(self.completion_tokens) >= self.max_new_tokens:
-            return self._finish(
-                FinishReason.LENGTH, [token], text + self._decoder.decode(b"", final=True), scored
+            return self._finish(FinishReason.LENGTH, [token], thinking, answer, scored)
+        text, stopped = self._stops.push(answer)
+        if stopped:
+            self.finish_reason = FinishReason.STOP
+            return GenerationDelta(
+                text=text,
+                reasoning=thinking,
+                token_ids=[token],
+                finish_reason=self.finish_reason,
+                usage=self.usage,
+                logprobs=scored,
             )
-        return GenerationDelta(text=text, token_ids=[token], logprobs=scored)
+        return GenerationDelta(text=text, reasoning=thinking, token_ids=[token], logprobs=scored)
+
+    def _split(self, text: str, position: int) -> tuple[str, str]:
+        """(thinking, answer) of completion token ``position``'s text; all answer without reasoning."""
+        if self.reasoning is None:
+            return "", text
+        return self.reasoning.split(text, position)
 
     def _finish(
         self,
         reason: FinishReason,
         tokens: list[int],
-        text: str,
+        thinking: str,
+        answer: str,
         logprobs: list[TokenLogprobs],
-        *,
-        flush: bool = True,
     ) -> GenerationDelta:
-        if flush:
-            tail, stopped = self._stops.push(text)
-            text = tail if stopped else tail + self._stops.flush()
+        """The last delta: ``answer`` (not yet stop-matched) and everything held back, flushed."""
+        tail = self._decoder.decode(b"", final=True)
+        held_thinking, held = self.reasoning.flush(tail) if self.reasoning is not None else ("", tail)
+        text, stopped = self._stops.push(answer + held)
+        if not stopped:
+            text += self._stops.flush()
         self.finish_reason = reason
         return GenerationDelta(
-            text=text, token_ids=tokens, finish_reason=reason, usage=self.usage, logprobs=logprobs
+            text=text,
+            reasoning=thinking + held_thinking,
+            token_ids=tokens,
+            finish_reason=reason,
+            usage=self.usage,
+            logprobs=logprobs,
         )
 
     def cancel(self) -> None:

@@ -233,9 +233,14 @@ def output_postprocessor(request: GenerationRequest) -> Callable[[GenerationDelt
     return ToolCallExtractor(forced=request.tool_choice in (ToolChoiceMode.REQUIRED, ToolChoiceMode.FUNCTION))
 
 
-def message_dict(message: ChatMessage) -> dict[str, Any]:
-    """OpenAI-style message dict, the shape chat templates expect."""
+def message_dict(message: ChatMessage, *, reasoning: bool = False) -> dict[str, Any]:
+    """OpenAI-style message dict, the shape chat templates expect.
+
+    ``reasoning``: include an assistant turn's ``reasoning_content`` (templates that render it, Qwen3's).
+    """
     out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if reasoning and message.reasoning_content:
+        out["reasoning_content"] = message.reasoning_content
     if message.name:
         out["name"] = message.name
     if message.tool_call_id:

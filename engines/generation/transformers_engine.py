@@ -212,10 +212,11 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
         self._eos_ids = [int(i) for i in [*eos_ids, tokenizer.eos_token_id] if i is not None]
         self._end_ids = frozenset(self._eos_ids)
         self._pieces = token_piece_table(tokenizer, self.vocab_size)
-        self._set_chat_template(tokenizer.chat_template)
+        self._set_chat_template(self.options.chat_template or tokenizer.chat_template)
         self._grammar_tokenizer: GrammarTokenizer | None = None
         self._batch: BatchKVCache | None = None
         self._rows: list[GenerationSequence] = []
+        self._setup_reasoning()
 
     def unload(self) -> None:
         """Drop model, tokenizer and cache; the manager then frees device memory."""
@@ -251,10 +252,19 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
     # -- requests -------------------------------------------------------------------------------
 
     def _render_chat(
-        self, messages: list[dict[str, Any]], tools: list | None, add_generation_prompt: bool = True
+        self,
+        messages: list[dict[str, Any]],
+        tools: list | None,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
     ) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            chat_template=self._chat_template,
+            **template_kwargs,
         )
 
     def _tokenize(self, text: str, *, templated: bool, add_special: bool | None = None) -> list[int]:
@@ -307,6 +317,11 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
             logprobs=params.logprobs,
             top_logprobs=params.top_logprobs,
         )
+
+    def _thinking_sampler(self, request: GenerationRequest) -> Any:
+        from engines.generation.torch_sampling import SequenceSampler
+
+        return SequenceSampler(request.params, self.vocab_size, self.device)
 
     # -- batching ---------------------------------------------------------------------------------
 
@@ -405,8 +420,7 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
         results: list[StepResult] = []
         for sequence, row in zip(sequences, logits, strict=True):
             state: _SequenceState = sequence.engine_state
-            token = state.sampler.sample(row)
-            state.sampler.accept(token)
+            token = self._choose_token(sequence, lambda sampler, row=row: _sample_and_accept(sampler, row))
             state.next_input = token
             scored = None
             if state.logprobs:
@@ -432,3 +446,10 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
             self._batch = None
         elif self._batch is not None:
             self._batch.keep(keep)
+
+
+def _sample_and_accept(sampler: Any, row: torch.Tensor) -> int:
+    """Sample a token from ``row`` with ``sampler`` and record it there (penalties, constraint)."""
+    token = sampler.sample(row)
+    sampler.accept(token)
+    return token

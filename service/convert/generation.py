@@ -11,6 +11,7 @@ from engines.types import (
     FinishReason,
     GenerationRequest,
     GenerationUsage,
+    ReasoningEffort,
     ResponseFormat,
     ResponseFormatKind,
     SamplingParams,
@@ -47,6 +48,12 @@ SAMPLING_RANGES: dict[str, tuple[float, float, bool]] = {
 }
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's function-name rule
 
+# UNSPECIFIED: no effort asked (the catalog's default budget), kept apart from NONE (thinking off).
+REASONING_EFFORTS: dict[int, ReasoningEffort | None] = {
+    **enum_table(generation_pb2.ReasoningEffort, "REASONING_EFFORT_", ReasoningEffort),
+    generation_pb2.REASONING_EFFORT_UNSPECIFIED: None,
+}
+
 TOOL_CHOICES = enum_table(
     generation_pb2.ToolChoiceMode, "TOOL_CHOICE_MODE_", ToolChoiceMode, ToolChoiceMode.AUTO
 )
@@ -65,8 +72,14 @@ def chat_messages(request) -> list[ChatMessage]:
         role = ROLE_NAMES.get(message.role)
         require(role is not None, f"messages[{i}].role", "must be set to a chat role")
         content = message.content  # read once (see generation_request)
+        reasoning = message.reasoning_content
         require(
-            bool(content) or (role == "assistant" and len(message.tool_calls) > 0),
+            not reasoning or role == "assistant",
+            f"messages[{i}].reasoning_content",
+            "is only for assistant turns",
+        )
+        require(
+            bool(content) or (role == "assistant" and (len(message.tool_calls) > 0 or bool(reasoning))),
             f"messages[{i}].content",
             "must not be empty",
         )
@@ -84,6 +97,7 @@ def chat_messages(request) -> list[ChatMessage]:
                     }
                     for c in message.tool_calls
                 ],
+                reasoning_content=reasoning,
             )
         )
     return messages
@@ -117,6 +131,33 @@ def _sampling(
         check_range(bias.bias, "parameters.logit_bias", -100.0, 100.0)
         params.logit_bias[bias.token_id] = bias.bias
     return params
+
+
+def _reasoning(
+    p: generation_pb2.GenerationParameters, max_tokens_limit: int
+) -> tuple[int | None, ReasoningEffort | None]:
+    """The request's thinking budget (tokens, at most ``max_tokens``) and effort level.
+
+    A budget above ``max_tokens`` is refused rather than cut: the thinking counts in max_tokens
+    (as OpenAI's reasoning tokens count in max_completion_tokens), so such a budget could never
+    leave room for the answer.
+    """
+    budget = None
+    if p.HasField("reasoning_budget"):
+        cap = p.max_tokens if p.HasField("max_tokens") else max_tokens_limit
+        what = "parameters.max_tokens" if p.HasField("max_tokens") else "the server's max_tokens limit"
+        field = "parameters.reasoning_budget"
+        require(p.reasoning_budget >= 0, field, f"must be >= 0, got {p.reasoning_budget}")
+        require(
+            p.reasoning_budget <= cap,
+            "parameters.reasoning_budget",
+            f"must be at most {what} ({cap}), got {p.reasoning_budget}",
+        )
+        budget = p.reasoning_budget
+    require(
+        p.reasoning_effort in REASONING_EFFORTS, "parameters.reasoning_effort", "unknown reasoning effort"
+    )
+    return budget, REASONING_EFFORTS[p.reasoning_effort]
 
 
 def _response_format(p: generation_pb2.GenerationParameters) -> ResponseFormat:
@@ -191,6 +232,7 @@ def generation_request(
     params = _sampling(request.parameters, max_tokens_limit, max_choices)
     tools, tool_choice, function = _tools(request.parameters)
     require(not tools or has_messages, "parameters.tools", "tools need chat messages, not a raw prompt")
+    budget, effort = _reasoning(request.parameters, max_tokens_limit)
     return GenerationRequest(
         request_id=request_id,
         prompt=None if has_messages else prompt,
@@ -200,6 +242,8 @@ def generation_request(
         tools=tools,
         tool_choice=tool_choice,
         tool_choice_function=function,
+        reasoning_budget=budget,
+        reasoning_effort=effort,
     )
 
 
@@ -209,7 +253,7 @@ def choice_count(request: generation_pb2.GenerateRequest | generation_pb2.Genera
 
 
 def usage_message(
-    prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+    prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0, reasoning_tokens: int = 0
 ) -> common_pb2.Usage:
     """Usage proto with the total filled in."""
     return common_pb2.Usage(
@@ -217,6 +261,7 @@ def usage_message(
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
         cached_prompt_tokens=cached_prompt_tokens,
+        reasoning_tokens=reasoning_tokens,
     )
 
 
@@ -233,7 +278,9 @@ def _logprobs_message(scored: TokenLogprobs) -> generation_pb2.TokenLogprobs:
 def _usage_and_timings(target, usage: GenerationUsage, timings: Timings) -> None:
     """Fill ``target.usage`` and ``target.timings`` (a stream's last message or a unary response)."""
     target.usage.CopyFrom(
-        usage_message(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens)
+        usage_message(
+            usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens, usage.reasoning_tokens
+        )
     )
     target.timings.CopyFrom(
         common_pb2.Timings(
@@ -252,6 +299,7 @@ def stream_response(model: str, event: ChoiceDelta) -> generation_pb2.GenerateSt
         model=model,
         index=event.index,
         text=delta.text,
+        reasoning_content=delta.reasoning,
         token_ids=delta.token_ids,
         logprobs=[_logprobs_message(s) for s in delta.logprobs],
         tool_calls=[
@@ -275,6 +323,7 @@ def generate_response(model: str, completion: Completion) -> generation_pb2.Gene
         message = response.choices.add(
             index=choice.index,
             text=choice.text,
+            reasoning_content=choice.reasoning_content,
             logprobs=[_logprobs_message(s) for s in choice.logprobs],
             tool_calls=[
                 generation_pb2.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json)

@@ -61,6 +61,7 @@ class Choice:
 
     index: int
     text: str = ""
+    reasoning_content: str = ""  # a reasoning model's thinking (never part of text)
     logprobs: list[TokenLogprobs] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: FinishReason | None = None
@@ -199,6 +200,7 @@ class GenerationTask:
                         usage.cached_prompt_tokens, delta.usage.cached_prompt_tokens
                     )
                     usage.completion_tokens += delta.usage.completion_tokens
+                    usage.reasoning_tokens += delta.usage.reasoning_tokens
                     open_choices -= 1
                     if open_choices == 0:
                         finished = time.perf_counter()
@@ -219,6 +221,7 @@ class GenerationTask:
         """Whole choices at once: :meth:`stream` merged per choice (same arguments and errors)."""
         choices: dict[int, Choice] = {}
         texts: dict[int, list[str]] = {}
+        thoughts: dict[int, list[str]] = {}
         calls: dict[tuple[int, int], ToolCall] = {}
         completion_id, usage, timings = "", GenerationUsage(), Timings()
         async with contextlib.aclosing(self.stream(model, keep_alive, request, n)) as events:
@@ -227,6 +230,7 @@ class GenerationTask:
                 choice = choices.setdefault(event.index, Choice(index=event.index))
                 delta = event.delta
                 texts.setdefault(event.index, []).append(delta.text)
+                thoughts.setdefault(event.index, []).append(delta.reasoning)
                 choice.logprobs.extend(delta.logprobs)
                 for piece in delta.tool_calls:
                     call = calls.get((event.index, piece.index))
@@ -242,4 +246,5 @@ class GenerationTask:
                     usage, timings = event.usage, event.timings
         for index, choice in choices.items():
             choice.text = "".join(texts[index])
+            choice.reasoning_content = "".join(thoughts[index])
         return Completion(completion_id, [choices[i] for i in sorted(choices)], usage, timings)
