@@ -23,7 +23,8 @@ from gateway.translate.generation import (
     token_bytes,
 )
 
-_ROLES: dict[str, int] = {
+#: OpenAI role names to the contract's roles (the Responses API uses them too).
+ROLES: dict[str, int] = {
     "system": generation_pb2.CHAT_ROLE_SYSTEM,
     "developer": generation_pb2.CHAT_ROLE_DEVELOPER,
     "user": generation_pb2.CHAT_ROLE_USER,
@@ -31,13 +32,15 @@ _ROLES: dict[str, int] = {
     "tool": generation_pb2.CHAT_ROLE_TOOL,
 }
 
-_RESPONSE_FORMATS: dict[str, int] = {
+#: OpenAI format types (chat's ``response_format``, Responses' ``text.format``) to the contract's.
+RESPONSE_FORMATS: dict[str, int] = {
     "text": generation_pb2.RESPONSE_FORMAT_TYPE_TEXT,
     "json_object": generation_pb2.RESPONSE_FORMAT_TYPE_JSON_OBJECT,
     "json_schema": generation_pb2.RESPONSE_FORMAT_TYPE_JSON_SCHEMA,
 }
 
-_TOOL_CHOICE_MODES: dict[str, int] = {
+#: OpenAI's ``tool_choice`` strings to the contract's modes (chat and Responses).
+TOOL_CHOICE_MODES: dict[str, int] = {
     "auto": generation_pb2.TOOL_CHOICE_MODE_AUTO,
     "none": generation_pb2.TOOL_CHOICE_MODE_NONE,
     "required": generation_pb2.TOOL_CHOICE_MODE_REQUIRED,
@@ -55,7 +58,7 @@ def chat_message_to_proto(message: ChatMessageParam) -> generation_pb2.ChatMessa
     into ``content``.
     """
     return generation_pb2.ChatMessage(
-        role=_ROLES[message.role],
+        role=ROLES[message.role],
         content=message.text,
         reasoning_content=message.reasoning_content or "",
         name=message.name or "",
@@ -80,7 +83,7 @@ def chat_parameters(request: ChatCompletionRequest) -> generation_pb2.Generation
     set_reasoning(params, effort=request.reasoning_effort, budget=request.thinking_budget)
     if request.response_format is not None:
         fmt = request.response_format
-        params.response_format.type = _RESPONSE_FORMATS[fmt.type]
+        params.response_format.type = RESPONSE_FORMATS[fmt.type]
         if fmt.json_schema is not None:
             params.response_format.json_schema = compact_json(fmt.json_schema.json_schema)
             params.response_format.schema_name = fmt.json_schema.name or ""
@@ -96,7 +99,7 @@ def chat_parameters(request: ChatCompletionRequest) -> generation_pb2.Generation
         )
     choice = request.tool_choice
     if isinstance(choice, str):
-        params.tool_choice.mode = _TOOL_CHOICE_MODES[choice]
+        params.tool_choice.mode = TOOL_CHOICE_MODES[choice]
     elif choice is not None:
         params.tool_choice.mode = generation_pb2.TOOL_CHOICE_MODE_FUNCTION
         params.tool_choice.function_name = choice.function.name
