@@ -83,6 +83,7 @@ _OPENAI_INPUT_BY_ROUTE: dict[str, str] = {
     "/v1/chat/completions": "messages",
     "/v1/completions": "prompt",
     "/v1/embeddings": "input",
+    "/v1/responses": "input",
 }
 
 _ERROR_TYPE_BY_HTTP_STATUS: dict[int, str] = {
