@@ -33,6 +33,7 @@ from gateway.routes import (
     ner,
     ocr,
     rerank,
+    responses,
     tokenize,
 )
 from gateway.routing import ROUTING_MODES, ModelAffinityRouter
@@ -180,6 +181,7 @@ def create_app(
         classify,
         ner,
         tokenize,
+        responses,
     ):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
     # The Anthropic Messages API: its router lists Anthropic's error shape, not OpenAI's.
