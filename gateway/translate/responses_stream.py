@@ -39,6 +39,9 @@ from gateway.translate.responses import (
     usage_json,
 )
 
+# OpenAI's ``response.error.code`` values the gateway's failures fall under (by HTTP status).
+_FAILED_CODES: dict[int, str] = {429: "rate_limit_exceeded"}
+
 SaveResponse = Callable[[dict[str, Any]], Awaitable[None]]
 """Stores a finished response object (``PutStoredResponse``); raises ``grpc.aio.AioRpcError``."""
 
@@ -94,13 +97,23 @@ class ResponseStreamTranslator:
         }
 
     def error_payloads(self, status_code: int, body: dict[str, Any]) -> list[dict[str, Any]]:
-        """An ``error`` event (``code``, ``message``, ``param``), then ``response.failed``."""
+        """An ``error`` event (the gateway's ``code``, ``message``, ``param``), then ``response.failed``.
+
+        The failed response's ``error.code`` is one of OpenAI's codes for it (the SDK's
+        ``ResponseError`` names a fixed set): ``rate_limit_exceeded`` for a 429, ``invalid_prompt``
+        for another 4xx, else ``server_error``; ``type`` carries the gateway's own code.
+        """
         error = body["error"]
         events = self._start()
         events.append(
             self._event("error", code=error.get("code"), message=error["message"], param=error.get("param"))
         )
-        failed = {"code": error.get("code") or "server_error", "message": error["message"]}
+        failed = {
+            "code": _FAILED_CODES.get(status_code, "invalid_prompt" if status_code < 500 else "server_error"),
+            "message": error["message"],
+            "param": error.get("param"),
+            "type": error.get("code"),
+        }
         events.append(self._event("response.failed", response=self._response("failed", error=failed)))
         return events
 
