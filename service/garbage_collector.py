@@ -7,18 +7,21 @@ grows by a quarter again and again, and each growth sets off another full collec
 whole of it. Measured here (2 cores), loading the embedded transformers model: 28 pauses over
 50 ms, the longest 0.6 s, while every other caller waited.
 
-So while any load runs, automatic collection is off (:func:`collector_paused`). When the last
-load ends, everything the loads allocated is still in generation 0: a young collection over it
-frees the cycles they left, if it is short (:data:`MAX_YOUNG_COLLECTION_OBJECTS`: a later load of
-a backend, ~6,000 objects, ~1 ms); after a backend's first load, which imported it (~360,000
-objects, 0.12-0.25 s a collection here), the few thousand cyclic objects that the import left
-are kept instead. Then :func:`gc.freeze` moves what survived (the imported modules, the model)
-out of the generations, as start-up does (``service.cli``), so later full collections never walk
-it. A frozen object that becomes garbage is still freed when its last reference goes, which is
-how engines end (their workers hold them weakly): :func:`reclaim_if_cyclic` checks that, and
-collects the whole heap for an engine that a reference cycle still holds. Python's docs describe
-the freeze (https://docs.python.org/3/library/gc.html#gc.freeze); vLLM freezes its start-up heap
-the same way.
+So while any load runs, full collections are off (:func:`full_collections_paused`): the oldest
+generation's threshold is out of reach, while young collections go on as usual, a few
+milliseconds each, freeing the cycles that die young (an import leaves some: ``torch.fx.wrap``
+keeps its own frame, and through its callers the load's frames, the engine and, under
+sentence-transformers' constructor, the model). When the last load ends, :func:`gc.freeze` moves
+what survived (the imported modules, the model) out of the generations, as start-up does
+(``service.cli``), so later full collections never walk it. Measured on the embedded models, the
+other ways cost a pause at every backend's first load: one young collection over all it left
+took 0.18 s (MiniLM) to 0.69 s (transformers, 650,000 objects), and a full one 0.8-1.5 s.
+
+A frozen object that becomes garbage is still freed when its last reference goes, which is how
+engines end (their workers hold them weakly): :func:`reclaim_if_cyclic` checks that after an
+unload, and collects the whole heap for an engine that a cycle still holds. Python's docs
+describe the freeze (https://docs.python.org/3/library/gc.html#gc.freeze); vLLM freezes its
+start-up heap the same way.
 
 Every function here runs on the event loop thread (the load and unload paths of
 :class:`service.model_manager.ModelManager`), so the count needs no lock.
@@ -34,38 +37,34 @@ from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
-#: Largest generation 0 (objects, as :func:`gc.get_count` counts them) that a load's end collects:
-#: ~20-35 ms of walking on the 2-core test machine, under the loop lag any request may cause.
-MAX_YOUNG_COLLECTION_OBJECTS = 50_000
+#: The oldest generation's threshold while loads run: never reached (CPython compares its count of
+#: younger collections with it, a C int).
+UNREACHABLE_THRESHOLD = 2**31 - 1
 
 _loads_running = 0
-_enabled_before = False
+_thresholds: tuple[int, ...] = ()
 
 
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Automatic collection off for the ``with`` block; nests (loads of different models overlap).
+def full_collections_paused() -> Iterator[None]:
+    """No full collection during the ``with`` block; nests (loads of different models overlap).
 
-    The block is bounded by the load it wraps (and garbage made meanwhile waits at most that
-    long). When the last block ends: a generation-0 collection if it is short (at most
-    :data:`MAX_YOUNG_COLLECTION_OBJECTS`), then :func:`gc.freeze`, then automatic collection back
-    on if it was on before the first block.
+    The block is bounded by the load it wraps (and garbage that only a full collection finds waits
+    at most that long). When the last block ends: :func:`gc.freeze`, then the thresholds as they
+    were before the first block.
     """
-    global _loads_running, _enabled_before
+    global _loads_running, _thresholds
     if _loads_running == 0:
-        _enabled_before = gc.isenabled()
-        gc.disable()
+        _thresholds = gc.get_threshold()
+        gc.set_threshold(_thresholds[0], _thresholds[1], UNREACHABLE_THRESHOLD)
     _loads_running += 1
     try:
         yield
     finally:
         _loads_running -= 1
         if _loads_running == 0:
-            if gc.get_count()[0] <= MAX_YOUNG_COLLECTION_OBJECTS:
-                gc.collect(0)
             gc.freeze()
-            if _enabled_before:
-                gc.enable()
+            gc.set_threshold(*_thresholds)
 
 
 def reclaim_if_cyclic(engine: weakref.ref, name: str) -> bool:

@@ -46,7 +46,7 @@ from engines.registry import engine_class
 from engines.stats import EngineStats
 from engines.types import MemoryUsage, Task
 from service import metrics
-from service.garbage_collector import collector_paused, reclaim_if_cyclic
+from service.garbage_collector import full_collections_paused, reclaim_if_cyclic
 from service.keep_alive import format_keep_alive, parse_keep_alive
 from service.model_names import validate_model_name
 from service.settings import Settings
@@ -77,6 +77,16 @@ PREFLIGHT_REASONS = frozenset(
 
 # Weights of other frameworks and runtimes that the default hub backends never read.
 _HUB_IGNORE_PATTERNS = ("*.h5", "*.msgpack", "*.ot", "*.onnx", "onnx/*", "openvino/*", "*.tflite", "*.gguf")
+
+
+def _release_engine(engine: weakref.ref, name: str, device: str) -> None:
+    """After an unload (blocking, on the engine's lane), give the engine's memory back.
+
+    First end the engine if a cycle still holds it (:func:`reclaim_if_cyclic`; before the cache
+    is emptied, since the cycle may hold its tensors), then return the device's cached blocks.
+    """
+    reclaim_if_cyclic(engine, name)
+    release_device_memory(device)
 
 
 def _hub_snapshot(repo_id: str) -> str:
@@ -432,7 +442,7 @@ class ModelManager:
         """
         spec = spec or managed.spec
         # A load's allocations would set off full collections that stop the event loop too.
-        with collector_paused():
+        with full_collections_paused():
             await self._load_engine(managed, spec)
 
     async def _load_engine(self, managed: ManagedModel, spec: ModelSpec) -> None:
@@ -696,8 +706,8 @@ class ModelManager:
         managed.engine = None
         unloaded = weakref.ref(engine)
         del engine
-        await executor.run(release_device_memory, managed.device)
-        reclaim_if_cyclic(unloaded, managed.spec.name)
+        # On the lane: its one worker has dropped the unload job (which held the engine) by then.
+        await executor.run(_release_engine, unloaded, managed.spec.name, managed.device)
         self._executors.retire(executor)
         managed.memory = MemoryUsage()
         managed.loaded_at = 0.0
