@@ -31,11 +31,17 @@ from tests.fuzz.strategies import FUZZ_SETTINGS
 # model answers in a few seconds at most, so 20 s only trips on a hang.
 MAX_RESPONSE_S = 20.0
 STATS: Counter[str] = Counter()
-#: Operations the document must hold (the generation APIs clients use), so none drops out of the
-#: fuzz unnoticed.
+#: Operations the document must hold (the generation APIs clients use: OpenAI Chat, Completions
+#: and Responses, Anthropic Messages), so none drops out of the fuzz unnoticed.
 REQUIRED_OPERATIONS = {
     "POST /v1/chat/completions",
     "POST /v1/completions",
+    "POST /v1/responses",
+    "GET /v1/responses/{response_id}",
+    "DELETE /v1/responses/{response_id}",
+    "GET /v1/responses/{response_id}/input_items",
+    "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
 }
 
 
