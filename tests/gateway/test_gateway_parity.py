@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 import time
 
+import grpc
 import httpx
 import pytest
 
 from gateway import ids
-from tests.gateway.gateway_fakes import FakeServer, parse_sse
+from tests.gateway.gateway_fakes import FakeServer, RpcFailure, parse_sse
 
 SERVER_HEX = "0123456789abcdef0123456789abcdef"
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
@@ -82,3 +83,60 @@ async def test_every_chunk_carries_one_id_created_and_fingerprint(
     assert {chunk["system_fingerprint"] for chunk in chunks} == {ids.system_fingerprint("fake-llm")}
     assert len({(chunk["id"], chunk["created"]) for chunk in chunks}) == 1
     assert isinstance(chunks[0]["created"], int)
+
+
+# --- across the four generation APIs (fake server) ------------------------------------------------
+
+MESSAGES_BODY = {"model": "fake-llm", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
+#: Each API's route, a valid body, and how its answer names itself: id pattern and time field.
+APIS = {
+    "chat": ("/v1/chat/completions", {"model": "fake-llm", **CHAT}, r"chatcmpl-[0-9a-f]+", "created"),
+    "completions": ("/v1/completions", {"model": "fake-llm", **COMPLETION}, r"cmpl-[0-9a-f]+", "created"),
+    "responses": ("/v1/responses", {"model": "fake-llm", "input": "Hi"}, r"resp_[0-9a-f]{48}", "created_at"),
+    "messages": ("/v1/messages", MESSAGES_BODY, r"msg_[0-9a-f]{48}", None),  # Anthropic sends no time
+}
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_each_api_names_its_answer_as_that_api_does(
+    client: httpx.AsyncClient, fake: FakeServer, api: str
+):
+    url, body, id_pattern, time_field = APIS[api]
+    response = await client.post(url, json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert re.fullmatch(id_pattern, answer["id"]), answer["id"]
+    if time_field is not None:
+        assert isinstance(answer[time_field], int) and abs(answer[time_field] - time.time()) < 60
+
+
+def openai_error(body: dict) -> bool:
+    error = body.get("error")
+    return set(body) == {"error"} and set(error) == {"message", "type", "param", "code"}
+
+
+def anthropic_error(body: dict) -> bool:
+    return body.get("type") == "error" and {"type", "message"} <= set(body["error"])
+
+
+@pytest.mark.parametrize(
+    ("api", "shape"),
+    [
+        ("chat", openai_error),
+        ("completions", openai_error),
+        ("responses", openai_error),
+        ("messages", anthropic_error),
+    ],
+)
+async def test_each_api_has_one_error_shape(
+    client: httpx.AsyncClient, fake: FakeServer, api: str, shape
+) -> None:
+    url, body, _, _ = APIS[api]
+    bad = await client.post(url, json={**body, "model": 7})
+    assert bad.status_code == 400 and shape(bad.json()), bad.text
+    fake.inference.fail = RpcFailure(
+        grpc.StatusCode.NOT_FOUND, "model 'nope' is not in the catalog", "MODEL_NOT_FOUND"
+    )
+    missing = await client.post(url, json={**body, "model": "nope"})
+    assert missing.status_code == 404 and shape(missing.json()), missing.text
+    assert fake.inference.received, "the request reached the server"
