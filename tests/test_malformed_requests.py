@@ -11,14 +11,14 @@ from __future__ import annotations
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
-from universal_runtime.v1 import anomaly_pb2, inference_service_pb2, model_service_pb2
+from universal_runtime.v1 import anomaly_pb2, inference_service_pb2, model_service_pb2, response_store_pb2
 
 from service.in_process_calls import UnaryMethod
 from tests.conftest import error_info
 
 METHODS = [
     (service.full_name, method)
-    for module in (inference_service_pb2, model_service_pb2, health_pb2)
+    for module in (inference_service_pb2, model_service_pb2, response_store_pb2, health_pb2)
     for service in module.DESCRIPTOR.services_by_name.values()
     for method in service.methods
 ]

@@ -29,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from universal_runtime.v1 import anomaly_pb2 as a
 from universal_runtime.v1 import documents_pb2 as d
-from universal_runtime.v1 import inference_service_pb2, model_service_pb2, ocr_pb2
+from universal_runtime.v1 import inference_service_pb2, model_service_pb2, ocr_pb2, response_store_pb2
 
 from tests.conftest import CHAT_MODEL, DOCUMENT_EMBED_MODEL, EMBED_MODEL, RERANK_MODEL
 from tests.fuzz.checks import assert_grpc_answer, assert_http_answer, launched_case
@@ -336,6 +336,7 @@ def test_a_long_anomaly_schema_is_bounded_work(launched, count: int, over_grpc: 
 SERVICES = [
     inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"],
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"],
+    response_store_pb2.DESCRIPTOR.services_by_name["ResponseStoreService"],
 ]
 METHODS = [method for service in SERVICES for method in service.methods]
 

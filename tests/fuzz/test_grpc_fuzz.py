@@ -19,7 +19,7 @@ import grpc
 import pytest
 from hypothesis import strategies as st
 from PIL import Image
-from universal_runtime.v1 import inference_service_pb2, model_service_pb2, ocr_pb2
+from universal_runtime.v1 import inference_service_pb2, model_service_pb2, ocr_pb2, response_store_pb2
 
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.fuzz.calls import assert_healthy, fuzz_rpc, invoke
@@ -30,6 +30,7 @@ PREFIX = "fuzz-"
 SERVICES = [
     inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"],
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"],
+    response_store_pb2.DESCRIPTOR.services_by_name["ResponseStoreService"],
 ]
 METHODS = [method for service in SERVICES for method in service.methods]
 
@@ -53,6 +54,11 @@ OVERRIDES = {
     "max_tokens": st.integers(min_value=-2, max_value=8),
     # Mostly durations the server accepts, so the rest of the request is checked too.
     "keep_alive": st.sampled_from(["", "5m", "-1", "1s", "soon", "-5s", "1e9h"]),
+    # Stored responses: ids of the right form (so puts and reads reach the store) or any text, and
+    # JSON of the right kinds or any bytes.
+    "id": st.one_of(st.sampled_from(["resp_fuzz1", "resp_fuzz2"]), st.text(max_size=12).map("resp_".__add__)),
+    "response_json": st.one_of(st.sampled_from([b"{}", b'{"a": 1}', b"[]"]), st.binary(max_size=32)),
+    "input_items_json": st.one_of(st.sampled_from([b"[]", b"[{}]", b"{}"]), st.binary(max_size=32)),
 }
 
 

@@ -24,8 +24,16 @@ from universal_runtime.v1 import anomaly_pb2 as a
 from universal_runtime.v1 import documents_pb2 as d
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
-from universal_runtime.v1 import inference_service_pb2, inference_service_pb2_grpc, model_service_pb2, ocr_pb2
+from universal_runtime.v1 import (
+    inference_service_pb2,
+    inference_service_pb2_grpc,
+    model_service_pb2,
+    ocr_pb2,
+    response_store_pb2,
+    response_store_pb2_grpc,
+)
 from universal_runtime.v1 import model_service_pb2 as m
+from universal_runtime.v1 import response_store_pb2 as r
 from universal_runtime.v1 import tokenization_pb2 as t
 
 from service.server import start_server
@@ -62,6 +70,12 @@ def _rows(count: int) -> list[a.FeatureRow]:
         a.FeatureRow(values=[a.FeatureValue(number_value=i % 7), a.FeatureValue(number_value=i % 3 * 0.5)])
         for i in range(count)
     ]
+
+
+def _stored(response_id: str) -> r.StoredResponse:
+    return r.StoredResponse(
+        id=response_id, response_json=b'{"object": "response"}', input_items_json=b'[{"type": "message"}]'
+    )
 
 
 _CHAT_MESSAGES = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="Say hi.")]
@@ -134,11 +148,15 @@ SEEDS = {
     "GetModel": [m.GetModelRequest(name=EMBED)],
     "LoadModel": [m.LoadModelRequest(name=EMBED, keep_alive="5m")],
     "UnloadModel": [m.UnloadModelRequest(name="rapidocr")],
+    "PutStoredResponse": [r.PutStoredResponseRequest(response=_stored("resp_fuzzseedput"))],
+    "GetStoredResponse": [r.GetStoredResponseRequest(id="resp_fuzzseedget")],
+    "DeleteStoredResponse": [r.DeleteStoredResponseRequest(id="resp_fuzzseeddelete")],
 }
 
 SERVICES = [
     inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"],
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"],
+    response_store_pb2.DESCRIPTOR.services_by_name["ResponseStoreService"],
 ]
 METHODS = [method for service in SERVICES for method in service.methods]
 
@@ -172,6 +190,10 @@ async def seeded(own_channel):
         setattr(request, name_field, name)
         method = inference.FitAnomalyDetector if name_field == "detector" else inference.FitClassifier
         await method(request, timeout=60)
+    # What the stored-response seeds read and delete exists too.
+    responses = response_store_pb2_grpc.ResponseStoreServiceStub(own_channel)
+    for response_id in ("resp_fuzzseedget", "resp_fuzzseeddelete"):
+        await responses.PutStoredResponse(r.PutStoredResponseRequest(response=_stored(response_id)))
     for method in METHODS:
         code, details = await invoke(own_channel, method, SEEDS[method.name])
         assert code is grpc.StatusCode.OK, f"the {method.name} seed is refused: {code.name} {details}"
