@@ -33,11 +33,12 @@ class ResponseStoreServiceStub:
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
     right kind); the gateway owns the Responses API's shapes.
 
-    Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses are kept (a put over it
-    evicts the responses that expire first, that is the oldest); one response's JSON plus its input
-    items' JSON may be at most `UR_RESPONSES_MAX_BYTES` (else INVALID_ARGUMENT, reason
-    RESPONSE_TOO_LARGE); a response is kept `UR_RESPONSES_TTL_S` seconds after it was put (then
-    NOT_FOUND, reason RESPONSE_EXPIRED, until it is swept, then RESPONSE_NOT_FOUND).
+    Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses and
+    `UR_RESPONSES_MAX_TOTAL_BYTES` bytes are kept (a put over either evicts the responses that expire
+    first, that is the oldest); one response's JSON plus its input items' JSON may be at most
+    `UR_RESPONSES_MAX_BYTES` (else INVALID_ARGUMENT, reason RESPONSE_TOO_LARGE); a response is kept
+    `UR_RESPONSES_TTL_S` seconds after it was put (then NOT_FOUND, reason RESPONSE_EXPIRED, once;
+    the read deletes it, and puts sweep expired ones: after that RESPONSE_NOT_FOUND).
 
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_RESPONSE_ID (an id not of the
     form `resp_` + 1 to 120 ASCII letters and digits), INVALID_RESPONSE_JSON, RESPONSE_TOO_LARGE;
@@ -76,11 +77,12 @@ class ResponseStoreServiceServicer:
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
     right kind); the gateway owns the Responses API's shapes.
 
-    Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses are kept (a put over it
-    evicts the responses that expire first, that is the oldest); one response's JSON plus its input
-    items' JSON may be at most `UR_RESPONSES_MAX_BYTES` (else INVALID_ARGUMENT, reason
-    RESPONSE_TOO_LARGE); a response is kept `UR_RESPONSES_TTL_S` seconds after it was put (then
-    NOT_FOUND, reason RESPONSE_EXPIRED, until it is swept, then RESPONSE_NOT_FOUND).
+    Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses and
+    `UR_RESPONSES_MAX_TOTAL_BYTES` bytes are kept (a put over either evicts the responses that expire
+    first, that is the oldest); one response's JSON plus its input items' JSON may be at most
+    `UR_RESPONSES_MAX_BYTES` (else INVALID_ARGUMENT, reason RESPONSE_TOO_LARGE); a response is kept
+    `UR_RESPONSES_TTL_S` seconds after it was put (then NOT_FOUND, reason RESPONSE_EXPIRED, once;
+    the read deletes it, and puts sweep expired ones: after that RESPONSE_NOT_FOUND).
 
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_RESPONSE_ID (an id not of the
     form `resp_` + 1 to 120 ASCII letters and digits), INVALID_RESPONSE_JSON, RESPONSE_TOO_LARGE;
@@ -143,11 +145,12 @@ class ResponseStoreService:
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
     right kind); the gateway owns the Responses API's shapes.
 
-    Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses are kept (a put over it
-    evicts the responses that expire first, that is the oldest); one response's JSON plus its input
-    items' JSON may be at most `UR_RESPONSES_MAX_BYTES` (else INVALID_ARGUMENT, reason
-    RESPONSE_TOO_LARGE); a response is kept `UR_RESPONSES_TTL_S` seconds after it was put (then
-    NOT_FOUND, reason RESPONSE_EXPIRED, until it is swept, then RESPONSE_NOT_FOUND).
+    Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses and
+    `UR_RESPONSES_MAX_TOTAL_BYTES` bytes are kept (a put over either evicts the responses that expire
+    first, that is the oldest); one response's JSON plus its input items' JSON may be at most
+    `UR_RESPONSES_MAX_BYTES` (else INVALID_ARGUMENT, reason RESPONSE_TOO_LARGE); a response is kept
+    `UR_RESPONSES_TTL_S` seconds after it was put (then NOT_FOUND, reason RESPONSE_EXPIRED, once;
+    the read deletes it, and puts sweep expired ones: after that RESPONSE_NOT_FOUND).
 
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_RESPONSE_ID (an id not of the
     form `resp_` + 1 to 120 ASCII letters and digits), INVALID_RESPONSE_JSON, RESPONSE_TOO_LARGE;
