@@ -9,7 +9,10 @@ what a crash leaves) are checked on :class:`engines.response_store.ResponseStore
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import socket
+import time
 import uuid
 
 import grpc
@@ -18,7 +21,7 @@ from pydantic import SecretStr
 from universal_runtime.v1 import response_store_pb2 as pb
 from universal_runtime.v1 import response_store_pb2_grpc
 
-from engines.errors import InvalidArgumentError
+from engines.errors import InvalidArgumentError, ResourceExhaustedError, RuntimeServiceError
 from engines.response_store import (
     MAX_DELETES_PER_PUT,
     ResponseLimits,
@@ -26,7 +29,7 @@ from engines.response_store import (
     ResponseStore,
     StoredResponse,
 )
-from engines.state_store import open_state_store
+from engines.state_store import LocalStateStore, open_state_store
 from service.server import start_server
 from tests.conftest import error_info
 from tests.moto_s3 import moto_s3
@@ -424,3 +427,57 @@ def test_the_total_bytes_bound_caps_one_response_too(tmp_path, clock):
     with pytest.raises(InvalidArgumentError) as caught:
         store.put(engine_response(new_id(), size=600))
     assert caught.value.reason == "RESPONSE_TOO_LARGE" and caught.value.metadata["max_bytes"] == "500"
+
+
+# -- faults of the store itself ----------------------------------------------------------------
+
+
+async def test_a_store_that_is_down_is_unavailable_quickly_with_the_reason(settings):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        options = {
+            "endpoint_url": f"http://127.0.0.1:{closed.getsockname()[1]}",
+            "key": "k",
+            "secret": "s3cr3t",
+        }
+        stubs, close = await start_stubs(
+            settings, state_url="s3://state/down", state_storage_options=options, state_timeout_s=2.0
+        )
+        try:
+            response_id = new_id()
+            for call in (
+                put(stubs[0], stored(response_id)),
+                get(stubs[0], response_id),
+                delete(stubs[0], response_id),
+            ):
+                started = time.monotonic()
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await call
+                assert time.monotonic() - started < 8
+                assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
+                assert error_info(caught.value).reason == "STATE_STORE_UNAVAILABLE"
+                assert "s3cr3t" not in caught.value.details()
+        finally:
+            await close()
+
+
+def test_a_full_disk_is_storage_full(tmp_path, clock, monkeypatch):
+    def no_space(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    store = make_store(tmp_path, clock)
+    monkeypatch.setattr(LocalStateStore, "_create", no_space)
+    with pytest.raises(ResourceExhaustedError) as caught:
+        store.put(engine_response(new_id()))
+    assert caught.value.reason == "STORAGE_FULL"
+
+
+def test_a_corrupt_stored_response_is_internal_without_its_bytes(tmp_path, clock, caplog):
+    store = make_store(tmp_path, clock)
+    response_id = new_id()
+    store.put(engine_response(response_id))
+    (tmp_path / "data" / response_id).write_bytes(b"secret-ish garbage")
+    with pytest.raises(RuntimeServiceError) as caught:
+        store.get(response_id)
+    assert caught.value.status == "INTERNAL" and "garbage" not in caught.value.message
+    assert "stored response unreadable" in caplog.text
