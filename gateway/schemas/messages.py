@@ -253,6 +253,31 @@ class Metadata(AnthropicModel):
     user_id: Annotated[str, StringConstraints(max_length=MAX_USER_ID_CHARS)] | None = None
 
 
+class JsonOutputFormat(AnthropicModel):
+    """``output_config.format``: ``{"type": "json_schema", "schema": {...}}``, the answer's JSON Schema.
+
+    The JSON key is ``schema``; the attribute is ``json_schema`` (``schema`` is a pydantic name).
+    """
+
+    type: Literal["json_schema"]
+    json_schema: JsonObject = Field(alias="schema")
+
+
+class OutputConfig(AnthropicModel):
+    """``output_config``: the effort a reasoning model puts in, and the answer's JSON format.
+
+    Attributes:
+        effort: ``low``, ``medium`` or ``high`` map to the catalog's effort budgets; ``xhigh`` and
+            ``max`` (Anthropic's levels above high) to the high budget. An explicit
+            ``thinking.budget_tokens`` wins.
+        format: The JSON Schema the answer must follow (applied to the answer, not the thinking).
+
+    """
+
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: JsonOutputFormat | None = None
+
+
 class MessagesPrompt(AnthropicModel):
     """What both routes read: the model, the system prompt, the conversation and the tools.
 
@@ -330,6 +355,7 @@ class MessagesRequest(MessagesPrompt):
         top_k: Sample from the k most likely tokens only.
         stop_sequences: Strings that end the answer.
         metadata: ``user_id`` (accepted, not used).
+        output_config: Effort and JSON output format (:class:`OutputConfig`).
         stream: Answer with Anthropic's server-sent events.
 
     """
@@ -342,6 +368,7 @@ class MessagesRequest(MessagesPrompt):
         list[Annotated[str, StringConstraints(min_length=1, max_length=MAX_STOP_CHARS)]] | None
     ) = Field(default=None, max_length=MAX_STOP_SEQUENCES)
     metadata: Metadata | None = None
+    output_config: OutputConfig | None = None
     stream: bool = False
 
     @model_validator(mode="after")

@@ -52,6 +52,16 @@ _STOP_REASONS: dict[int, str] = {
     generation_pb2.FINISH_REASON_CANCELLED: "end_turn",
 }
 
+#: ``output_config.effort`` to the contract's levels; Anthropic's levels above ``high`` get the
+#: catalog's high budget, the largest it names.
+_EFFORTS: dict[str, int] = {
+    "low": generation_pb2.REASONING_EFFORT_LOW,
+    "medium": generation_pb2.REASONING_EFFORT_MEDIUM,
+    "high": generation_pb2.REASONING_EFFORT_HIGH,
+    "xhigh": generation_pb2.REASONING_EFFORT_HIGH,
+    "max": generation_pb2.REASONING_EFFORT_HIGH,
+}
+
 #: The ``signature`` of the thinking blocks this server returns. Anthropic signs thinking so it
 #: can check it when a client gives it back; nothing here is signed or checked, and the SDK's
 #: type needs a string.
@@ -145,22 +155,41 @@ def _tools(body: MessagesPrompt, params: generation_pb2.GenerationParameters) ->
         params.tool_choice.mode = generation_pb2.TOOL_CHOICE_MODE_AUTO
 
 
-def parameters(body: MessagesRequest) -> generation_pb2.GenerationParameters:
-    """``GenerationParameters`` of a Messages body; unset sampling options keep the server's defaults.
+def _prompt_parameters(body: MessagesPrompt) -> generation_pb2.GenerationParameters:
+    """The parameters that shape the prompt itself: the tools and the thinking budget.
 
-    ``thinking`` sets ``reasoning_budget``: ``enabled`` its ``budget_tokens``, ``disabled`` 0,
-    ``adaptive`` (or none) leaves it unset (the catalog's budget).
+    A reasoning model's template may write a closed think block when thinking is off.
     """
-    params = generation_pb2.GenerationParameters(max_tokens=body.max_tokens, stop=body.stop_sequences or ())
-    for name in ("temperature", "top_p", "top_k"):
-        value = getattr(body, name)
-        if value is not None:
-            setattr(params, name, value)
+    params = generation_pb2.GenerationParameters()
     if isinstance(body.thinking, ThinkingEnabled):
         params.reasoning_budget = body.thinking.budget_tokens
     elif isinstance(body.thinking, ThinkingDisabled):
         params.reasoning_budget = 0
     _tools(body, params)
+    return params
+
+
+def parameters(body: MessagesRequest) -> generation_pb2.GenerationParameters:
+    """``GenerationParameters`` of a Messages body; unset sampling options keep the server's defaults.
+
+    ``thinking`` sets ``reasoning_budget``: ``enabled`` its ``budget_tokens``, ``disabled`` 0,
+    ``adaptive`` (or none) leaves it unset (the catalog's budget). ``output_config.effort`` sets
+    ``reasoning_effort`` (the server lets an explicit budget win), ``output_config.format`` a JSON
+    Schema ``response_format``.
+    """
+    params = _prompt_parameters(body)
+    params.max_tokens = body.max_tokens
+    params.stop.extend(body.stop_sequences or ())
+    for name in ("temperature", "top_p", "top_k"):
+        value = getattr(body, name)
+        if value is not None:
+            setattr(params, name, value)
+    config = body.output_config
+    if config is not None and config.effort is not None:
+        params.reasoning_effort = _EFFORTS[config.effort]
+    if config is not None and config.format is not None:
+        params.response_format.type = generation_pb2.RESPONSE_FORMAT_TYPE_JSON_SCHEMA
+        params.response_format.json_schema = compact_json(config.format.json_schema)
     return params
 
 
@@ -183,15 +212,39 @@ def generate_stream_request(body: MessagesRequest) -> generation_pb2.GenerateStr
     return generation_pb2.GenerateStreamRequest(**_request_fields(body))
 
 
+def prompt_depends_on_parameters(body: MessagesPrompt) -> bool:
+    """Whether the rendered prompt depends on more than the messages: tools or a thinking setting.
+
+    Tools are written into the prompt (by the template or as a system text), and a thinking
+    budget of 0 makes a reasoning model's template write a closed think block; ``Tokenize``
+    renders messages alone, so such a prompt is counted by ``Generate`` (:func:`count_request`).
+    """
+    return bool(body.tools) or isinstance(body.thinking, ThinkingEnabled | ThinkingDisabled)
+
+
 def tokenize_request(body: MessagesPrompt) -> tokenization_pb2.TokenizeRequest:
-    """The ``TokenizeRequest`` that counts a body's prompt as ``Generate`` would tokenize it.
+    """The ``TokenizeRequest`` that counts a prompt of messages alone as ``Generate`` tokenizes it.
 
     The messages are rendered by the model's chat template with the assistant turn's opening, and
     special tokens are added as ``Generate`` adds them (the field's default), so the count equals
-    the answer's ``input_tokens`` plus ``cache_read_input_tokens`` for the same body without tools.
+    the answer's ``input_tokens`` plus ``cache_read_input_tokens`` for the same body.
     """
     return tokenization_pb2.TokenizeRequest(
         model=body.model, messages=chat_messages(body), keep_alive=body.keep_alive_value
+    )
+
+
+def count_request(body: MessagesPrompt) -> generation_pb2.GenerateRequest:
+    """A one-token, greedy ``GenerateRequest`` whose ``usage.prompt_tokens`` counts the body's prompt.
+
+    For a prompt that depends on tools or thinking (:func:`prompt_depends_on_parameters`): the
+    server renders it exactly as for ``/v1/messages``, at the cost of one token's generation.
+    """
+    params = _prompt_parameters(body)
+    params.max_tokens = 1
+    params.temperature = 0.0
+    return generation_pb2.GenerateRequest(
+        model=body.model, messages=chat_messages(body), parameters=params, keep_alive=body.keep_alive_value
     )
 
 

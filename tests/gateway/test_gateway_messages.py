@@ -182,6 +182,39 @@ async def test_is_error_tool_result_and_empty_content(client, fake: FakeServer) 
     assert (sent[2].role, sent[2].content) == (generation_pb2.CHAT_ROLE_TOOL, "Error: boom")
 
 
+@pytest.mark.parametrize(
+    ("effort", "level"),
+    [
+        ("low", generation_pb2.REASONING_EFFORT_LOW),
+        ("medium", generation_pb2.REASONING_EFFORT_MEDIUM),
+        ("high", generation_pb2.REASONING_EFFORT_HIGH),
+        ("max", generation_pb2.REASONING_EFFORT_HIGH),
+    ],
+)
+async def test_output_config_effort_and_format(client, fake: FakeServer, effort, level) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    config = {"effort": effort, "format": {"type": "json_schema", "schema": schema}}
+    response = await client.post(URL, json=body(output_config=config))
+    assert response.status_code == 200, response.text
+    params = fake.inference.received[0].request.parameters
+    assert params.reasoning_effort == level and not params.HasField("reasoning_budget")
+    assert params.response_format.type == generation_pb2.RESPONSE_FORMAT_TYPE_JSON_SCHEMA
+    assert json.loads(params.response_format.json_schema) == schema
+
+
+async def test_count_tokens_with_tools_counts_by_a_one_token_generate(client, fake: FakeServer) -> None:
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    request = {"model": "fake-llm", "messages": [{"role": "user", "content": "Hi"}], "tools": tools}
+    response = await client.post(f"{URL}/count_tokens", json=request)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"input_tokens": 5}  # the fake's prompt_tokens, cached ones included
+    [call] = fake.inference.received
+    assert call.method == "Generate"
+    params = call.request.parameters
+    assert (params.max_tokens, params.temperature) == (1, 0.0)
+    assert [tool.name for tool in params.tools] == ["f"]
+
+
 def _answer_with_thinking_and_tools() -> generation_pb2.GenerateResponse:
     return generation_pb2.GenerateResponse(
         id="gen-9",
@@ -434,6 +467,12 @@ BAD_BODIES = [
         body(messages=[{"role": "user", "content": "x"}] * 4097), "messages", id="too-many-messages"
     ),
     pytest.param(body(metadata={"user_id": "u" * 257}), "user_id", id="user-id-too-long"),
+    pytest.param(body(output_config={"effort": "ultra"}), "output_config.effort", id="unknown-effort"),
+    pytest.param(
+        body(output_config={"format": {"type": "json_object"}}),
+        "output_config.format",
+        id="format-not-json-schema",
+    ),
 ]
 
 
