@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.clients.conftest import require
-from tests.conftest import CHAT_MODEL
+from tests.conftest import CHAT_MODEL, THINK_EFFORT_BUDGETS, THINK_MODEL
 
 require("anthropic")
 
@@ -167,3 +167,94 @@ async def test_errors_are_the_sdk_exceptions(client):
     assert "tool_use_id" in bad.value.message
     with pytest.raises(anthropic.NotFoundError):
         await client.messages.count_tokens(model="no-such-model", messages=QUESTION)
+
+
+async def test_count_tokens_with_tools_equals_usage(client):
+    messages = [{"role": "user", "content": "Is it raining in Lima?"}]
+    counted = await client.messages.count_tokens(model=CHAT_MODEL, tools=[WEATHER_TOOL], messages=messages)
+    without_tools = await client.messages.count_tokens(model=CHAT_MODEL, messages=messages)
+    message = await client.messages.create(
+        model=CHAT_MODEL, max_tokens=4, **GREEDY, tools=[WEATHER_TOOL], messages=messages
+    )
+    used = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens == used > without_tools.input_tokens  # the tool's description counts
+
+
+# The think model (tests.conftest.THINK_MODEL): the default GGUF with a template that opens a
+# think block, so its thinking is real generated text the engine splits out.
+# A budget the model spends before it would end its thought, so the engine closes the block and
+# the model answers (a thought ended early may be followed by an empty answer).
+THINK_QUESTION = QUESTION
+THINKING_BUDGET = 6
+
+
+async def test_thinking_block_within_the_budget(client):
+    message = await client.messages.create(
+        model=THINK_MODEL,
+        max_tokens=32,
+        **GREEDY,
+        thinking={"type": "enabled", "budget_tokens": THINKING_BUDGET},
+        messages=THINK_QUESTION,
+    )
+    kinds = [block.type for block in message.content]
+    assert kinds[0] == "thinking" and "text" in kinds, kinds
+    thinking = message.content[0]
+    assert (
+        thinking.thinking.strip()
+        and "<think>" not in thinking.thinking
+        and "</think>" not in thinking.thinking
+    )
+    assert isinstance(thinking.signature, str)
+    spent = message.usage.output_tokens_details.thinking_tokens
+    assert 1 <= spent <= THINKING_BUDGET
+    assert message.usage.output_tokens > spent  # the model went on to answer
+    # The thinking given back (as the SDK's to_param does) is accepted in the next turn.
+    follow_up = await client.messages.create(
+        model=THINK_MODEL,
+        max_tokens=32,
+        **GREEDY,
+        thinking={"type": "enabled", "budget_tokens": THINKING_BUDGET},
+        messages=[*THINK_QUESTION, message.to_param(), {"role": "user", "content": "And of Italy?"}],
+    )
+    assert follow_up.content
+
+
+async def test_thinking_disabled_and_effort(client):
+    off = await client.messages.create(
+        model=THINK_MODEL, max_tokens=16, **GREEDY, thinking={"type": "disabled"}, messages=THINK_QUESTION
+    )
+    assert [block.type for block in off.content] == ["text"]
+    assert off.usage.output_tokens_details is None
+    low = await client.messages.create(
+        model=THINK_MODEL, max_tokens=32, **GREEDY, output_config={"effort": "low"}, messages=THINK_QUESTION
+    )
+    assert low.content[0].type == "thinking"
+    assert 1 <= low.usage.output_tokens_details.thinking_tokens <= THINK_EFFORT_BUDGETS["low_budget"]
+
+
+async def test_streamed_thinking_equals_unary(client):
+    kwargs = {
+        "model": THINK_MODEL,
+        "max_tokens": 32,
+        **GREEDY,
+        "thinking": {"type": "enabled", "budget_tokens": THINKING_BUDGET},
+        "messages": THINK_QUESTION,
+    }
+    unary = await client.messages.create(**kwargs)
+    async with client.messages.stream(**kwargs) as stream:
+        deltas = [event.delta.type async for event in stream if event.type == "content_block_delta"]
+        final = await stream.get_final_message()
+    assert deltas[0] == "thinking_delta" and "thinking_delta" not in deltas[deltas.index("text_delta") :]
+    assert [block.model_dump() for block in final.content] == [block.model_dump() for block in unary.content]
+    assert (
+        final.usage.output_tokens_details.thinking_tokens == unary.usage.output_tokens_details.thinking_tokens
+    )
+
+
+async def test_count_tokens_with_thinking_off_equals_usage(client):
+    # Thinking off makes the template write a closed, empty think block: the count includes it.
+    kwargs = {"model": THINK_MODEL, "thinking": {"type": "disabled"}, "messages": THINK_QUESTION}
+    counted = await client.messages.count_tokens(**kwargs)
+    message = await client.messages.create(max_tokens=2, **GREEDY, **kwargs)
+    used = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens == used
