@@ -12,14 +12,19 @@ from gateway.middleware import REQUEST_ID_HEADER
 
 #: Methods the routes use: an OpenAI client sends GET, POST and DELETE.
 CORS_METHODS = ("GET", "POST", "DELETE")
-#: Request headers an OpenAI client sends: the browser build of the official SDK (openai-node)
-#: adds its ``x-stainless-*`` and ``openai-*`` headers, which a preflight would otherwise refuse.
+#: Request headers an OpenAI or Anthropic client sends: the browser builds of the official SDKs
+#: (openai-node, anthropic's TypeScript SDK) add their ``x-stainless-*``, ``openai-*`` and
+#: ``anthropic-*`` headers (and the key as ``x-api-key``), which a preflight would otherwise refuse.
 CORS_HEADERS = (
     "authorization",
     "content-type",
     REQUEST_ID_HEADER,
     "openai-organization",
     "openai-project",
+    "x-api-key",
+    "anthropic-version",
+    "anthropic-beta",
+    "anthropic-dangerous-direct-browser-access",
     "x-stainless-arch",
     "x-stainless-lang",
     "x-stainless-os",
