@@ -510,3 +510,18 @@ async def test_api_key_by_x_api_key_or_bearer(fake: FakeServer, header: str) -> 
             headers={header: value},
         )
         assert chat.status_code == 200, chat.text
+
+
+async def test_browser_preflight_allows_anthropic_headers(fake: FakeServer) -> None:
+    origin = "https://app.example.com"
+    preflight = {
+        "origin": origin,
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "anthropic-version, x-api-key, anthropic-dangerous-direct-browser-access",
+    }
+    async with asgi_client(create_app(fake.target, api_key="k", cors_origins=[origin])) as http:
+        answer = await http.options(URL, headers=preflight)
+    assert answer.status_code == 200, answer.text
+    allowed = answer.headers["access-control-allow-headers"].lower()
+    for header in ("anthropic-version", "x-api-key", "anthropic-dangerous-direct-browser-access"):
+        assert header in allowed
