@@ -182,6 +182,7 @@ class GenerationDelta:
     usage: GenerationUsage | None = None  # set on the final delta
     logprobs: list[TokenLogprobs] = field(default_factory=list)
     tool_calls: list[ToolCallDelta] = field(default_factory=list)
+    stop_sequence: str = ""  # on the final delta: the stop sequence that ended it, if one did
 
 
 @dataclass(slots=True)

@@ -108,6 +108,17 @@ async def test_stop_sequence_is_never_emitted(inference):
     assert stop not in streamed
     assert streamed == text[: text.index(stop)]
     assert messages[-1].finish_reason == g.FINISH_REASON_STOP
+    # The last message names the stop sequence that ended the choice; no other message does.
+    assert messages[-1].stop_sequence == stop
+    assert not any(m.stop_sequence for m in messages[:-1]) and base.choices[0].stop_sequence == ""
+    unary = await inference.Generate(
+        g.GenerateRequest(
+            model=CHAT_MODEL,
+            messages=QUESTION,
+            parameters=g.GenerationParameters(max_tokens=32, temperature=0, stop=["ZZZ-never-said", stop]),
+        )
+    )
+    assert (unary.choices[0].text, unary.choices[0].stop_sequence) == (streamed, stop)
 
 
 async def test_raw_prompt_completion(inference):

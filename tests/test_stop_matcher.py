@@ -34,3 +34,17 @@ def test_earliest_of_several_stops_wins():
 
 def test_held_text_is_flushed_at_the_end():
     assert run(["STOP"], ["abc S", "T"]) == ("abc ST", False)
+
+
+def test_matched_names_the_stop_that_ended_the_text():
+    matcher = StopMatcher(["b", "cd"])
+    assert matcher.matched is None
+    assert matcher.push("a") == ("a", False) and matcher.matched is None
+    assert matcher.push("cdb") == ("", True)
+    assert matcher.matched == "cd"  # the earliest in the text, not the first in the list
+
+
+def test_matched_prefers_the_shortest_stop_at_the_same_place():
+    matcher = StopMatcher(["END", "EN"])
+    assert matcher.push("xxENDyy") == ("xx", True)
+    assert matcher.matched == "EN"

@@ -113,6 +113,7 @@ class GenerationSequence:
                 finish_reason=self.finish_reason,
                 usage=self.usage,
                 logprobs=scored,
+                stop_sequence=self._stops.matched or "",
             )
         return GenerationDelta(text=text, reasoning=thinking, token_ids=[token], logprobs=scored)
 
@@ -144,6 +145,7 @@ class GenerationSequence:
             finish_reason=reason,
             usage=self.usage,
             logprobs=logprobs,
+            stop_sequence=self._stops.matched or "",
         )
 
     def cancel(self) -> None:

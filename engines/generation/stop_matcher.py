@@ -15,14 +15,18 @@ class StopMatcher:
     def __init__(self, stops: list[str]) -> None:
         self._stops = [s for s in stops if s]
         self._held = ""
+        #: The stop sequence that matched, once one has (``None`` before).
+        self.matched: str | None = None
 
     def push(self, text: str) -> tuple[str, bool]:
         """Add ``text``; return (text safe to emit, whether a stop sequence matched)."""
         if not self._stops:
             return text, False
         buffer = self._held + text
-        first = min((i for i in (buffer.find(s) for s in self._stops) if i >= 0), default=-1)
-        if first >= 0:
+        found = [(i, len(stop), stop) for stop in self._stops if (i := buffer.find(stop)) >= 0]
+        if found:
+            # The earliest; of stops starting there, the shortest (it completed first).
+            first, _, self.matched = min(found)
             self._held = ""
             return buffer[:first], True
         keep = self._longest_partial_suffix(buffer)

@@ -300,6 +300,7 @@ def stream_response(model: str, event: ChoiceDelta) -> generation_pb2.GenerateSt
         index=event.index,
         text=delta.text,
         reasoning_content=delta.reasoning,
+        stop_sequence=delta.stop_sequence,
         token_ids=delta.token_ids,
         logprobs=[_logprobs_message(s) for s in delta.logprobs],
         tool_calls=[
@@ -324,6 +325,7 @@ def generate_response(model: str, completion: Completion) -> generation_pb2.Gene
             index=choice.index,
             text=choice.text,
             reasoning_content=choice.reasoning_content,
+            stop_sequence=choice.stop_sequence,
             logprobs=[_logprobs_message(s) for s in choice.logprobs],
             tool_calls=[
                 generation_pb2.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json)

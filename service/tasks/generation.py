@@ -65,6 +65,7 @@ class Choice:
     logprobs: list[TokenLogprobs] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: FinishReason | None = None
+    stop_sequence: str = ""  # the stop sequence that ended the choice, if one did
 
 
 @dataclass(slots=True)
@@ -242,6 +243,7 @@ class GenerationTask:
                     call.arguments_json += piece.arguments_delta
                 if delta.finish_reason is not None:
                     choice.finish_reason = delta.finish_reason
+                    choice.stop_sequence = delta.stop_sequence
                 if event.usage is not None and event.timings is not None:
                     usage, timings = event.usage, event.timings
         for index, choice in choices.items():
