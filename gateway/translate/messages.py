@@ -42,9 +42,9 @@ from gateway.translate.generation import compact_json
 
 logger = logging.getLogger(__name__)
 
-#: ``stop_reason`` per gRPC finish reason. A stop sequence and an end-of-sequence token are both
-#: FINISH_REASON_STOP on the contract, which does not say which one ended the answer, so both are
-#: ``end_turn``; a cancelled answer (the client is gone) is complete as far as it went.
+#: ``stop_reason`` per gRPC finish reason; a choice ended by one of the body's stop sequences
+#: (``stop_sequence`` set on the contract) is ``stop_sequence`` instead. A cancelled answer (the
+#: client is gone) is complete as far as it went.
 _STOP_REASONS: dict[int, str] = {
     generation_pb2.FINISH_REASON_STOP: "end_turn",
     generation_pb2.FINISH_REASON_LENGTH: "max_tokens",
@@ -248,8 +248,13 @@ def count_request(body: MessagesPrompt) -> generation_pb2.GenerateRequest:
     )
 
 
-def stop_reason(finish_reason: int) -> str | None:
-    """Anthropic's ``stop_reason`` for a gRPC finish reason (``None`` while unfinished)."""
+def stop_reason(finish_reason: int, stop_sequence: str = "") -> str | None:
+    """Anthropic's ``stop_reason`` for a gRPC finish reason (``None`` while unfinished).
+
+    ``stop_sequence`` when the contract names the stop sequence that ended the choice.
+    """
+    if stop_sequence and finish_reason:
+        return "stop_sequence"
     return _STOP_REASONS.get(finish_reason)
 
 
@@ -300,7 +305,8 @@ def message_from_proto(
     """Convert a ``GenerateResponse`` to Anthropic's ``Message`` object.
 
     Shape: ``{"id": "msg_…", "type": "message", "role": "assistant", "model", "content": [thinking?,
-    text?, tool_use*], "stop_reason", "stop_sequence": null, "usage"}``. An empty text is left out.
+    text?, tool_use*], "stop_reason", "stop_sequence", "usage"}``. An empty text is left out;
+    ``stop_sequence`` is the stop sequence that ended the answer, else null.
 
     Args:
         response: The server's answer (one choice: the Messages API has no ``n``).
@@ -322,8 +328,8 @@ def message_from_proto(
         "role": "assistant",
         "model": response.model or requested_model,
         "content": content,
-        "stop_reason": stop_reason(choice.finish_reason) or "end_turn",
-        "stop_sequence": None,
+        "stop_reason": stop_reason(choice.finish_reason, choice.stop_sequence) or "end_turn",
+        "stop_sequence": choice.stop_sequence or None,
         "usage": usage(response.usage),
     }
 
@@ -353,6 +359,7 @@ class MessageStreamTranslator:
         self._open: tuple[str, int] | None = None  # kind of the open block and its tool call index
         self._index = -1  # index of the last block started
         self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
         self._usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0}
 
     def _start(self, kind: str, tool_index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
@@ -419,7 +426,8 @@ class MessageStreamTranslator:
         for call in message.tool_calls:
             events.extend(self._tool_events(call))
         if message.finish_reason:
-            self._stop_reason = stop_reason(message.finish_reason)
+            self._stop_reason = stop_reason(message.finish_reason, message.stop_sequence)
+            self._stop_sequence = message.stop_sequence or None
         if message.HasField("usage"):
             self._usage = usage(message.usage)
         return events
@@ -433,7 +441,10 @@ class MessageStreamTranslator:
         events.append(
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": self._stop_reason or "end_turn", "stop_sequence": None},
+                "delta": {
+                    "stop_reason": self._stop_reason or "end_turn",
+                    "stop_sequence": self._stop_sequence,
+                },
                 "usage": self._usage,
             }
         )

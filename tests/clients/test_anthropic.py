@@ -65,6 +65,21 @@ async def test_max_tokens_stop_reason(client):
     assert message.usage.output_tokens == 3
 
 
+async def test_stop_sequence(client):
+    # Greedy text first, then stop on a word of it.
+    free = await client.messages.create(model=CHAT_MODEL, max_tokens=16, **GREEDY, messages=QUESTION)
+    text = free.content[0].text
+    stop = text.split()[2]
+    assert free.stop_sequence is None
+    kwargs = {"model": CHAT_MODEL, "max_tokens": 16, **GREEDY, "messages": QUESTION, "stop_sequences": [stop]}
+    stopped = await client.messages.create(**kwargs)
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", stop)
+    assert stopped.content[0].text == text[: text.index(stop)]
+    async with client.messages.stream(**kwargs) as stream:
+        final = await stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)
+
+
 async def test_stream_equals_create(client):
     kwargs = {"model": CHAT_MODEL, "max_tokens": 16, **GREEDY, "messages": QUESTION}
     unary = await client.messages.create(**kwargs)

@@ -260,6 +260,15 @@ async def test_disable_parallel_tool_use_keeps_the_first_call(client, fake: Fake
     assert [use["input"] for use in uses] == [{"city": "Oslo"}]
 
 
+async def test_stop_sequence_stop_reason(client: httpx.AsyncClient, fake: FakeServer) -> None:
+    fake.inference.generate_response.choices[0].stop_sequence = "END"
+    answer = (await client.post(URL, json=body(stop_sequences=["END"]))).json()
+    assert (answer["stop_reason"], answer["stop_sequence"]) == ("stop_sequence", "END")
+    fake.inference.stream_messages[-1].stop_sequence = "END"
+    events = sse_events((await client.post(URL, json=body(stream=True, stop_sequences=["END"]))).text)
+    assert events[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+
+
 async def test_max_tokens_stop_reason(client: httpx.AsyncClient, fake: FakeServer) -> None:
     fake.inference.generate_response.choices[0].finish_reason = generation_pb2.FINISH_REASON_LENGTH
     response = await client.post(URL, json=body())
