@@ -409,9 +409,11 @@ _ERROR_STATUSES: dict[int, str] = {
     401: "authentication_error: missing or wrong API key (`x-api-key` or `Authorization: Bearer`).",
     404: "not_found_error: unknown model.",
     413: "request_too_large: an input over the model's or the gateway's limit.",
+    422: "Not sent: validation errors answer 400 (as Anthropic does); listed for the error schema.",
     429: "rate_limit_error: a limit of the caller was reached.",
     500: "api_error: internal error (details only in the server log, under the request id).",
     503: "api_error: the server is starting, shutting down, or unreachable.",
+    504: "api_error: the request's deadline passed before it finished.",
     529: "overloaded_error: the model's queue is full; retry after the `Retry-After` seconds.",
 }
 
