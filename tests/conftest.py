@@ -61,18 +61,21 @@ HF_THINK_MODEL = "smollm2-135m-think-hf"
 THINK_EFFORT_BUDGETS = {"low_budget": 6, "medium_budget": 12, "high_budget": 24}
 #: SmolLM2's ChatML template made a reasoning model's, Qwen3-style: the generation prompt opens a
 #: think block (``enable_thinking=false`` writes it closed and empty), and an earlier assistant
-#: turn's reasoning_content is rendered inside a block before its content.
+#: turn's reasoning_content is rendered inside a block before its content. The block opens without
+#: the newline Qwen3 writes after it: SmolLM2 then starts its thinking with a word (after a newline
+#: it writes another, which a given-back turn cannot reproduce token for token: two newlines are
+#: one token when the prompt is tokenized).
 THINK_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' }}"
     "{% if message['role'] == 'assistant' and message.get('reasoning_content') %}"
-    "{{ '<think>\\n' + message['reasoning_content'].strip('\\n') + '\\n</think>\\n\\n' }}"
+    "{{ '<think>' + message['reasoning_content'].strip('\\n') + '\\n</think>\\n\\n' }}"
     "{% endif %}"
     "{{ message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
     "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-    "{% else %}{{ '<think>\\n' }}{% endif %}"
+    "{% else %}{{ '<think>' }}{% endif %}"
     "{% endif %}"
 )
 
