@@ -53,6 +53,8 @@ _HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
     # not serve the task, a pinned model): a client error, not a server one.
     grpc.StatusCode.FAILED_PRECONDITION: 400,
     grpc.StatusCode.NOT_FOUND: 404,
+    # A name already taken (a stored response's id): a conflict with the resource's state.
+    grpc.StatusCode.ALREADY_EXISTS: 409,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
     grpc.StatusCode.UNAUTHENTICATED: 401,
     grpc.StatusCode.PERMISSION_DENIED: 403,
@@ -91,6 +93,7 @@ _ERROR_TYPE_BY_HTTP_STATUS: dict[int, str] = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    409: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
 }

@@ -137,6 +137,11 @@ def test_garbage_status_details_ignored() -> None:
     assert body["error"]["code"] == "not_found"
 
 
+def test_already_exists_is_a_409_conflict_not_a_500() -> None:
+    # The response store answers ALREADY_EXISTS (RESPONSE_ID_EXISTS) for an id that is taken.
+    assert http_status_for_grpc(S.ALREADY_EXISTS, reason="RESPONSE_ID_EXISTS") == 409
+
+
 def test_plain_resource_exhausted_is_429() -> None:
     assert http_status_for_grpc(S.RESOURCE_EXHAUSTED, details="queue full") == 429
 
