@@ -35,6 +35,8 @@ MAX_ID_CHARS = 256
 MAX_USER_ID_CHARS = 256
 
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)]
+#: Text that must say something: Anthropic refuses empty text blocks, and the server an empty turn.
+NonEmptyText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)]
 BlockId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 
@@ -74,7 +76,7 @@ class TextBlock(AnthropicModel):
     """``{"type": "text", "text": str}`` (``citations`` and ``cache_control`` are ignored)."""
 
     type: Literal["text"]
-    text: Text
+    text: NonEmptyText
 
 
 class ToolUseBlock(AnthropicModel):
@@ -155,7 +157,7 @@ class UserMessage(_Turn):
 
     blocks = ("text", "tool_result")
     role: Literal["user"]
-    content: Text | list[UserBlock] = Field(max_length=MAX_BLOCKS)
+    content: NonEmptyText | list[UserBlock] = Field(min_length=1, max_length=MAX_BLOCKS)
 
 
 class AssistantMessage(_Turn):
@@ -163,7 +165,7 @@ class AssistantMessage(_Turn):
 
     blocks = ("text", "tool_use", "thinking", "redacted_thinking")
     role: Literal["assistant"]
-    content: Text | list[AssistantBlock] = Field(max_length=MAX_BLOCKS)
+    content: NonEmptyText | list[AssistantBlock] = Field(min_length=1, max_length=MAX_BLOCKS)
 
 
 MessageParam = _tagged("role", UserMessage, AssistantMessage)
@@ -303,7 +305,11 @@ class MessagesPrompt(AnthropicModel):
 
     @model_validator(mode="after")
     def _tool_results_answer_calls(self) -> MessagesPrompt:
-        """Every ``tool_result`` names a ``tool_use`` of an earlier assistant message."""
+        """Every ``tool_result`` names a ``tool_use`` of an earlier assistant message and says something.
+
+        An empty result is refused here, naming the block: the server refuses an empty turn, and
+        its error would name the turn's place among the translated messages, not the body's.
+        """
         called: set[str] = set()
         for i, message in enumerate(self.messages):
             if isinstance(message.content, str):
@@ -318,6 +324,31 @@ class MessagesPrompt(AnthropicModel):
                         "earlier assistant message",
                         {"i": i, "j": j, "id": block.tool_use_id[:64]},
                     )
+                elif isinstance(block, ToolResultBlock) and not block.text:
+                    raise PydanticCustomError(
+                        "empty_tool_result",
+                        "messages[{i}].content[{j}].content: an empty tool_result is not supported by this "
+                        "server (its models need the result as text): send what the tool returned, or "
+                        "say that it returned nothing",
+                        {"i": i, "j": j},
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _assistant_turns_say_something(self) -> MessagesPrompt:
+        """An assistant turn given as blocks has a text or a tool_use (thinking alone is no turn)."""
+        for i, message in enumerate(self.messages):
+            blocks = [] if isinstance(message.content, str) else message.content
+            if (
+                message.role == "assistant"
+                and blocks
+                and all(b.type not in ("text", "tool_use") for b in blocks)
+            ):
+                raise PydanticCustomError(
+                    "empty_turn",
+                    "messages[{i}].content: an assistant turn needs a text or tool_use block",
+                    {"i": i},
+                )
         return self
 
     @model_validator(mode="after")
@@ -370,6 +401,22 @@ class MessagesRequest(MessagesPrompt):
     metadata: Metadata | None = None
     output_config: OutputConfig | None = None
     stream: bool = False
+
+    @model_validator(mode="after")
+    def _ends_with_a_user_turn(self) -> MessagesRequest:
+        """A last assistant turn (Anthropic's prefill) is refused, as Anthropic does on models without it.
+
+        The server renders every turn closed and opens a new assistant turn, so the answer would
+        not continue the prefilled text.
+        """
+        if self.messages[-1].role == "assistant":
+            raise PydanticCustomError(
+                "prefill_not_supported",
+                "messages[{i}]: the conversation ends with an assistant turn (prefill), which this server "
+                "does not continue: end with a user turn",
+                {"i": len(self.messages) - 1},
+            )
+        return self
 
     @model_validator(mode="after")
     def _budget_below_max_tokens(self) -> MessagesRequest:

@@ -478,6 +478,44 @@ BAD_BODIES = [
     pytest.param(body(metadata={"user_id": "u" * 257}), "user_id", id="user-id-too-long"),
     pytest.param(body(output_config={"effort": "ultra"}), "output_config.effort", id="unknown-effort"),
     pytest.param(
+        body(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "The answer is"}]),
+        "prefill",
+        id="prefill",
+    ),
+    pytest.param(
+        body(
+            messages=[
+                {"role": "user", "content": "Go"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+                },
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+            ]
+        ),
+        "messages[2].content[0].content: an empty tool_result",
+        id="empty-tool-result",
+    ),
+    pytest.param(
+        body(
+            messages=[
+                {"role": "user", "content": "Go"},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": ""}]},
+                {"role": "user", "content": "Well?"},
+            ]
+        ),
+        "messages[1].content: an assistant turn needs",
+        id="thinking-only-turn",
+    ),
+    pytest.param(
+        body(messages=[{"role": "user", "content": [{"type": "text", "text": ""}]}]),
+        "text",
+        id="empty-text-block",
+    ),
+    pytest.param(
+        body(messages=[{"role": "user", "content": ""}]), "messages[0].content", id="empty-user-turn"
+    ),
+    pytest.param(
         body(output_config={"format": {"type": "json_object"}}),
         "output_config.format",
         id="format-not-json-schema",
