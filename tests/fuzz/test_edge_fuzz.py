@@ -174,6 +174,14 @@ ROUTE_BODIES: dict[str, dict] = {
         "stop": ["\n"],
     },
     "/v1/completions": {"model": CHAT_MODEL, "prompt": "Hello", "max_tokens": 2},
+    "/v1/messages": {
+        "model": CHAT_MODEL,
+        "max_tokens": 2,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Say hi."}],
+        "stop_sequences": ["\n"],
+    },
+    "/v1/messages/count_tokens": {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Say hi."}]},
     "/v1/embeddings": {"model": EMBED_MODEL, "input": ["a cat", "a dog"]},
     "/v1/classify": {
         "model": DOCUMENT_EMBED_MODEL,
