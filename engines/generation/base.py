@@ -21,7 +21,12 @@ from engines.base import Engine
 from engines.batching.tokens import character_limit
 from engines.errors import InputTooLongError, InvalidArgumentError
 from engines.generation.options import GenerationOptions
-from engines.generation.reasoning import ModelReasoning, SequenceReasoning, resolve_reasoning
+from engines.generation.reasoning import (
+    ModelReasoning,
+    SequenceReasoning,
+    in_open_block,
+    resolve_reasoning,
+)
 from engines.generation.scheduler import ContinuousBatchScheduler, StepModel, StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import (
@@ -192,7 +197,9 @@ class GenerationEngine(Engine[GenerationOptionsT]):
 
         With a reasoning model whose request turns thinking off (budget 0), the template gets
         ``enable_thinking=False`` where it reads it, and the prompt then closes a think block it
-        opened or prefills an empty one (:meth:`ModelReasoning.thinking_off_prompt`).
+        opened or prefills an empty one (:meth:`ModelReasoning.thinking_off_prompt`); with thinking
+        on and an output constraint, the prompt ends inside an opened block
+        (:meth:`ModelReasoning.opened_prompt`).
 
         Raises:
             InputTooLongError, InvalidArgumentError: as :meth:`tokenize_prompt`; a negative
@@ -206,7 +213,15 @@ class GenerationEngine(Engine[GenerationOptionsT]):
             text = request.prompt or ""
         else:
             text = self._render_messages(request, add_generation_prompt, off)
-        return reasoning.thinking_off_prompt(text) if reasoning is not None and off else text
+        if reasoning is None or not add_generation_prompt:
+            return text
+        if request.messages is None:  # a raw prompt is the client's own: only a block it left open is closed
+            closes = off and in_open_block(text, reasoning.start, reasoning.end)
+            return reasoning.thinking_off_prompt(text) if closes else text
+        if off:
+            return reasoning.thinking_off_prompt(text)
+        # Constrained output: the grammar starts after the block, so the block is opened here.
+        return reasoning.opened_prompt(text) if output_constraint(request) is not None else text
 
     def _render_messages(self, request: GenerationRequest, add_generation_prompt: bool, off: bool) -> str:
         if self._chat_template is None:

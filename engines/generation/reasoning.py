@@ -316,6 +316,14 @@ class ModelReasoning:
             return text
         return f"{text}{self.start}\n{self.closing_text}"
 
+    def opened_prompt(self, text: str) -> str:
+        """``text`` ending inside a think block: the start marker (and a newline) appended unless open.
+
+        For constrained output (a JSON grammar applies to the answer only): a model whose template
+        leaves the block to it (Qwen3) could not write the start marker under the grammar.
+        """
+        return text if in_open_block(text, self.start, self.end) else f"{text}{self.start}\n"
+
     def first_phase(self, text: str, off: bool) -> Phase:
         """Where the output of a prompt ``text`` begins (after :meth:`thinking_off_prompt` when off)."""
         if off:

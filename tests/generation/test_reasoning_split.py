@@ -22,7 +22,16 @@ from engines.generation.reasoning import (
 )
 from engines.generation.sequence import GenerationSequence
 from engines.options import parse_options
-from engines.types import FinishReason, GenerationRequest, ReasoningEffort, SamplingParams
+from engines.types import (
+    ChatMessage,
+    FinishReason,
+    GenerationRequest,
+    ReasoningEffort,
+    ResponseFormat,
+    ResponseFormatKind,
+    SamplingParams,
+)
+from tests.generation.test_engine_template import FakeEngine
 
 START, END = "<think>", "</think>"
 
@@ -256,3 +265,62 @@ def test_thinking_off_closes_an_open_block_or_prefills_an_empty_one():
     assert reasoning.first_phase("A\n<think>\n", off=True) is Phase.ANSWER
     assert in_open_block("<think>a</think><think>", START, END)
     assert not in_open_block("<think>a</think>", START, END)
+
+
+def test_constrained_output_opens_the_block_a_template_leaves_to_the_model():
+    reasoning = model()
+    assert reasoning.opened_prompt("A\n") == "A\n<think>\n"
+    assert reasoning.opened_prompt("A\n<think>") == "A\n<think>"
+
+
+# -- the prompt a reasoning engine builds (a fake engine: characters are tokens) -----------------
+
+
+class ThinkEngine(FakeEngine):
+    """Renders "role:content" turns; the generation prompt is "A:" (the template never opens a block)."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(template=template)
+        self.context_length = 512
+        self.rendered: list[list[dict]] = []
+        self._setup_reasoning()
+
+    def _render_chat(self, messages, tools, add_generation_prompt=True, **template_kwargs) -> str:
+        self.rendered.append(messages)
+        flag = "[no-think]" if template_kwargs.get("enable_thinking") is False else ""
+        turns = "".join(f"{m['role']}:{m['content']}|" for m in messages)
+        return turns + ("A:" + flag if add_generation_prompt else "")
+
+
+def chat(**kwargs) -> GenerationRequest:
+    return GenerationRequest(request_id="r", messages=[ChatMessage(role="user", content="q")], **kwargs)
+
+
+def test_the_engine_opens_closes_or_leaves_the_prompt_as_the_request_asks():
+    engine = ThinkEngine("<think>{{ x }}</think>")
+    assert engine.reasoning is not None and not engine.reasoning.template_opens
+    assert engine.prompt_text(chat()) == "user:q|A:"
+    json_answer = chat(response_format=ResponseFormat(ResponseFormatKind.JSON_OBJECT))
+    assert engine.prompt_text(json_answer) == "user:q|A:<think>\n"
+    assert engine.prompt_text(chat(reasoning_budget=0)) == "user:q|A:<think>\n\n</think>\n\n"
+    # A raw prompt is the client's own: only a block it left open is closed.
+    raw_off = GenerationRequest(request_id="r", prompt="Q <think>", reasoning_budget=0)
+    assert engine.prompt_text(raw_off) == "Q <think>\n</think>\n\n"
+    raw_plain = GenerationRequest(request_id="r", prompt="Q", reasoning_budget=0)
+    assert engine.prompt_text(raw_plain) == "Q"
+
+
+def test_a_template_that_reads_enable_thinking_gets_it_and_earlier_thinking_only_where_it_renders_it():
+    turns = [
+        ChatMessage(role="user", content="q"),
+        ChatMessage(role="assistant", content="a", reasoning_content="because"),
+        ChatMessage(role="user", content="q2"),
+    ]
+    qwen3 = ThinkEngine(QWEN3_LIKE)
+    qwen3.prompt_text(GenerationRequest(request_id="r", messages=turns))
+    assert qwen3.rendered[-1][1]["reasoning_content"] == "because"
+    off = GenerationRequest(request_id="r", messages=turns, reasoning_effort=ReasoningEffort.NONE)
+    assert qwen3.prompt_text(off).endswith("A:[no-think]<think>\n\n</think>\n\n")
+    r1 = ThinkEngine("<think>{{ content.split('</think>')[-1] }}")
+    r1.prompt_text(GenerationRequest(request_id="r", messages=turns))
+    assert "reasoning_content" not in r1.rendered[-1][1]
