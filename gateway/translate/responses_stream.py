@@ -269,10 +269,11 @@ class ResponseStreamTranslator:
         A failed save is reported as an ``error`` event and ``response.failed`` (the answer was
         streamed, but it cannot be chained or fetched).
         """
-        events = self._start()
-        if not self._output and self._open is None:
-            events += self._open_item("message")  # an empty answer still has its message
-        events += self._close()
+        events = self._start() + self._close()
+        if not any(item["type"] in ("message", "function_call") for item in self._output):
+            # An answer without text or calls (the model only thought, or said nothing) still has
+            # its message, as the non-streamed answer does.
+            events += self._open_item("message") + self._close()
         status = "incomplete" if self._cut else "completed"
         final = self._response(status)
         if self._save is not None:

@@ -11,7 +11,7 @@ import json
 import openai
 import pytest
 
-from tests.conftest import CHAT_MODEL
+from tests.conftest import CHAT_MODEL, THINK_EFFORT_BUDGETS, THINK_MODEL
 
 WEATHER = {
     "type": "function",
@@ -193,3 +193,84 @@ async def test_chain_over_the_context_is_refused(sdk):
         )
     assert overflow.value.code == "context_length_exceeded"
     assert "maximum context length" in overflow.value.message
+
+
+# The think model (tests.conftest.THINK_MODEL): the default GGUF with a template that opens a think
+# block, so its thinking is real generated text the engine splits out; reasoning.effort picks the
+# catalog's budgets (THINK_EFFORT_BUDGETS).
+THINK_QUESTION = "What is the capital of France?"
+
+
+async def test_reasoning_item_within_the_effort_budget(sdk):
+    response = await sdk.responses.create(
+        model=THINK_MODEL,
+        input=THINK_QUESTION,
+        reasoning={"effort": "low"},
+        max_output_tokens=32,
+        temperature=0,
+    )
+    kinds = [item.type for item in response.output]
+    assert kinds[0] == "reasoning" and "message" in kinds, kinds
+    reasoning = response.output[0]
+    assert reasoning.id.startswith("rs_") and reasoning.summary == []
+    [part] = reasoning.content
+    assert part.type == "reasoning_text" and part.text.strip()
+    assert "<think>" not in part.text and "</think>" not in part.text
+    assert "<think>" not in response.output_text and "</think>" not in response.output_text
+    spent = response.usage.output_tokens_details.reasoning_tokens
+    assert 1 <= spent <= THINK_EFFORT_BUDGETS["low_budget"]
+    assert response.reasoning.effort == "low"
+
+    # Continued over previous_response_id: the thinking goes back as the earlier turn's reasoning.
+    second = await sdk.responses.create(
+        model=THINK_MODEL,
+        previous_response_id=response.id,
+        input="And of Italy?",
+        reasoning={"effort": "low"},
+        max_output_tokens=32,
+        temperature=0,
+    )
+    assert second.output[0].type == "reasoning" and second.usage.input_tokens > response.usage.input_tokens
+    items = await sdk.responses.input_items.list(second.id, order="asc")
+    assert [item.type for item in items.data] == ["message", "reasoning", "message", "message"]
+
+
+async def test_effort_none_turns_thinking_off(sdk):
+    response = await sdk.responses.create(
+        model=THINK_MODEL,
+        input=THINK_QUESTION,
+        reasoning={"effort": "none"},
+        max_output_tokens=16,
+        temperature=0,
+    )
+    assert [item.type for item in response.output] == ["message"]
+    assert response.usage.output_tokens_details.reasoning_tokens == 0
+    assert response.output_text.strip()
+
+
+async def test_streamed_reasoning_equals_unary(sdk):
+    request = {
+        "model": THINK_MODEL,
+        "input": THINK_QUESTION,
+        "reasoning": {"effort": "medium"},
+        "max_output_tokens": 32,
+        "temperature": 0,
+        "store": False,
+    }
+    unary = await sdk.responses.create(**request)
+    events = [event async for event in await sdk.responses.create(**request, stream=True)]
+    kinds = [event.type for event in events]
+    thought = kinds.index("response.reasoning_text.done")
+    assert "response.reasoning_text.delta" in kinds[:thought]
+    assert "response.reasoning_text.delta" not in kinds[thought:]
+    assert "response.output_text.delta" not in kinds[:thought]
+    thinking = "".join(event.delta for event in events if event.type == "response.reasoning_text.delta")
+    done = next(event for event in events if event.type == "response.reasoning_text.done")
+    assert done.text == thinking == unary.output[0].content[0].text
+    final = events[-1].response
+    assert [item.type for item in final.output] == [item.type for item in unary.output]
+    assert final.output_text == unary.output_text
+    assert (
+        final.usage.output_tokens_details.reasoning_tokens
+        == unary.usage.output_tokens_details.reasoning_tokens
+    )

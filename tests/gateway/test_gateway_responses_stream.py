@@ -191,3 +191,24 @@ async def test_failed_store_ends_the_stream_failed(client: httpx.AsyncClient, fa
     events = await stream(client)
     assert [event["type"] for event in events][-2:] == ["error", "response.failed"]
     assert events[-2]["code"] == "response_too_large"
+
+
+async def test_thinking_only_answer_still_has_its_message(
+    client: httpx.AsyncClient, fake: FakeServer
+) -> None:
+    fake.inference.stream_messages = [
+        message(reasoning_content="Just thinking."),
+        message(finish_reason=generation_pb2.FINISH_REASON_STOP, usage=common_pb2.Usage(completion_tokens=3)),
+    ]
+    events = await stream(client, store=False)
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
+    assert final["output"][1]["content"][0]["text"] == ""
+    assert [event["type"] for event in events][-6:] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
