@@ -211,6 +211,32 @@ def _openai_param(field: str | None) -> str | None:
     return field
 
 
+# The contract's fields (as chat names them) under the Responses API's own names, longest first.
+_RESPONSES_PARAMS: tuple[tuple[str, str], ...] = (
+    ("response_format.json_schema", "text.format.schema"),
+    ("response_format", "text.format"),
+    ("tool_choice.function_name", "tool_choice.name"),
+    ("max_tokens", "max_output_tokens"),
+    ("reasoning_effort", "reasoning.effort"),
+)
+
+
+def _responses_param(param: str | None) -> str | None:
+    """Rename a chat-shaped ``param`` to the Responses API's field (``response_format`` -> ``text.format``).
+
+    A message's place (``messages[3]``) becomes ``input``: instructions and a chain come before
+    the request's own items, so the index is not the body's.
+    """
+    if param is None:
+        return None
+    if param == "messages" or param.startswith(("messages[", "messages.")):
+        return "input"
+    for contract, body in _RESPONSES_PARAMS:
+        if param == contract or param.startswith((f"{contract}.", f"{contract}[")):
+            return body + param[len(contract) :]
+    return param
+
+
 def retry_after_headers(err: grpc.RpcError) -> dict[str, str]:
     """HTTP headers telling the client when to retry a failed call: ``{"Retry-After": "1"}``.
 
@@ -290,6 +316,8 @@ def rpc_error_to_http(err: grpc.RpcError, *, route: str | None = None) -> tuple[
     else:
         error_code = code.name.lower()
     param = _openai_param(info.metadata.get("field")) if info is not None else None
+    if route == "/v1/responses":
+        param = _responses_param(param)
     overflow = context_length_message(info, route)
     if overflow is not None:
         details, error_code = overflow, CONTEXT_LENGTH_EXCEEDED_CODE
