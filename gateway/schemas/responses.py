@@ -324,7 +324,7 @@ class ResponseRequest(OpenAIRequestModel):
 
     Attributes:
         model: Catalog name of the model.
-        input: A string (one user message) or a list of items (see :data:`InputItem`), at most
+        input: A string (one user message) or a list of items (see :data:`InputItem`), 1 to
             :data:`MAX_INPUT_ITEMS`.
         instructions: A system message put first (not carried to a later response that names
             this one as ``previous_response_id``, as in OpenAI's API).
@@ -348,7 +348,7 @@ class ResponseRequest(OpenAIRequestModel):
     """
 
     model: str
-    input: str | Annotated[list[InputItem], Field(max_length=MAX_INPUT_ITEMS)]
+    input: str | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_INPUT_ITEMS)]
     instructions: str | None = None
     max_output_tokens: Annotated[Int32, Field(ge=1)] | None = None
     temperature: float | None = None

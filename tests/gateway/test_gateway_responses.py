@@ -260,6 +260,7 @@ async def test_cut_at_max_output_tokens_is_incomplete(client: httpx.AsyncClient,
         ),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "Input should be"),
         ({"input": 5}, "input", ""),
+        ({"input": []}, "input", "at least 1"),
         (
             {"input": [{"type": "function_call_output", "call_id": "call_9", "output": "x"}]},
             "input[0].call_id",
