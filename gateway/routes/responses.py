@@ -10,6 +10,7 @@ bytes, age) are the server's ``UR_RESPONSES_*`` settings.
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 import grpc
@@ -22,6 +23,7 @@ from gateway.calls import Rpc, RpcContext
 from gateway.errors import GatewayError
 from gateway.json_body import JsonBodyRoute, off_loop_for_body
 from gateway.responses import JsonResponse
+from gateway.schemas.base import unknown_fields_text
 from gateway.schemas.responses import MAX_ID_CHARS, ResponseRequest
 from gateway.translate import responses as translate
 from gateway.translate.responses_store import (
@@ -33,6 +35,8 @@ from gateway.translate.responses_store import (
     stored_response,
 )
 from gateway.translate.responses_stream import ResponseStreamTranslator
+
+logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["responses"], route_class=JsonBodyRoute)
 
@@ -109,6 +113,8 @@ async def create_response(body: ResponseRequest, rpc: Rpc) -> Response:
             a response over the store's byte bound 400 ``response_too_large`` (see :mod:`gateway.errors`).
 
     """
+    if body.include:
+        logger.warning("responses: include not served: %s", unknown_fields_text(body.include))
     rpc = rpc.for_model(body.model)
     chain = await _previous(rpc, body)
     message = await off_loop_for_body(rpc.request, _translate, body, chain)

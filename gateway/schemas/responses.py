@@ -342,6 +342,10 @@ class ResponseRequest(OpenAIRequestModel):
         store: Keep the response so that it can be fetched and chained (default true, as OpenAI).
         previous_response_id: Continue the conversation of a stored response.
         truncation: Only ``disabled``: a conversation over the context is refused, never cut.
+        include: Extra output OpenAI can add (``reasoning.encrypted_content``, logprobs, hosted
+            tools' results). The Agents SDK sends it, often empty; what it names is not produced
+            (reasoning comes back whole as ``reasoning_text``, which needs no encrypted copy),
+            and the route logs a non-empty list as not served.
         stream: Answer with typed server-sent events.
         keep_alive: How long the model stays loaded after this request (extension, as chat's).
 
@@ -363,6 +367,9 @@ class ResponseRequest(OpenAIRequestModel):
     store: bool = True
     previous_response_id: ItemId | None = None
     truncation: Literal["disabled"] | None = None
+    include: (
+        Annotated[list[Annotated[str, Field(max_length=MAX_NAME_CHARS)]], Field(max_length=MAX_TOOLS)] | None
+    ) = None
     stream: bool = False
     keep_alive: str | int | None = None
 

@@ -61,6 +61,7 @@ _SAMPLING = BodyFields(
         "store",
         "previous_response_id",
         "truncation",
+        "include",
         "stream",
     ),
 )

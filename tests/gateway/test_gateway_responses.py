@@ -6,6 +6,7 @@ validated strictly, so a field the SDK needs and we leave out fails here.
 
 from __future__ import annotations
 
+import logging
 import re
 
 import grpc
@@ -312,3 +313,16 @@ async def test_context_overflow_is_openai_context_length_exceeded(
     assert error["message"].startswith(
         "This model's maximum context length is 2048 tokens. However, your input resulted in 3000 tokens."
     )
+
+
+async def test_include_is_accepted_and_what_it_names_is_logged(
+    client: httpx.AsyncClient, fake: FakeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gateway.routes.responses"):
+        assert (await client.post(URL, json=body(include=[], store=False))).status_code == 200
+        assert caplog.records == []  # the Agents SDK's empty list asks for nothing
+        wanted = ["reasoning.encrypted_content"]
+        assert (await client.post(URL, json=body(include=wanted, store=False))).status_code == 200
+    assert [r.getMessage() for r in caplog.records] == [
+        "responses: include not served: reasoning.encrypted_content"
+    ]
