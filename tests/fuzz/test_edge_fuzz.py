@@ -182,6 +182,13 @@ ROUTE_BODIES: dict[str, dict] = {
         "stop_sequences": ["\n"],
     },
     "/v1/messages/count_tokens": {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Say hi."}]},
+    "/v1/responses": {
+        "model": CHAT_MODEL,
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Say hi."}]}],
+        "max_output_tokens": 2,
+        "store": False,
+    },
     "/v1/embeddings": {"model": EMBED_MODEL, "input": ["a cat", "a dog"]},
     "/v1/classify": {
         "model": DOCUMENT_EMBED_MODEL,
