@@ -259,6 +259,10 @@ class TokenizeRequest:
         add_generation_prompt: with messages, end with the assistant turn's opening.
         return_token_strings: fill :attr:`TokenizeResult.token_strings`.
         return_offsets: fill :attr:`TokenizeResult.offsets`.
+        tools, tool_choice, tool_choice_function, reasoning_budget, reasoning_effort: as
+            :class:`GenerationRequest`'s, which shape the prompt a generation model renders (tools
+            written into it; thinking off closes a think block; a forced tool call with thinking
+            on opens one). Models that do not render a chat prompt ignore them.
 
     """
 
@@ -268,6 +272,11 @@ class TokenizeRequest:
     add_generation_prompt: bool = True
     return_token_strings: bool = False
     return_offsets: bool = False
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: ToolChoiceMode = ToolChoiceMode.AUTO
+    tool_choice_function: str | None = None
+    reasoning_budget: int | None = None
+    reasoning_effort: ReasoningEffort | None = None
 
 
 @dataclass(slots=True)

@@ -271,8 +271,18 @@ class GenerationEngine(Engine[GenerationOptionsT]):
 
     def _tokenize_job(self, request: TokenizeRequest) -> TokenizeResult:
         templated = request.messages is not None
+        # The same GenerationRequest fields that shape the prompt :meth:`prepare` feeds.
         text = self.prompt_text(
-            GenerationRequest(request_id="", prompt=request.prompt, messages=request.messages),
+            GenerationRequest(
+                request_id="",
+                prompt=request.prompt,
+                messages=request.messages,
+                tools=request.tools,
+                tool_choice=request.tool_choice,
+                tool_choice_function=request.tool_choice_function,
+                reasoning_budget=request.reasoning_budget,
+                reasoning_effort=request.reasoning_effort,
+            ),
             add_generation_prompt=request.add_generation_prompt,
         )
         ids = self._tokenize(text, templated=templated, add_special=request.add_special_tokens)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from universal_runtime.v1 import common_pb2, generation_pb2
+from universal_runtime.v1 import common_pb2, generation_pb2, tokenization_pb2
 
 from engines.types import (
     ChatMessage,
@@ -46,6 +47,9 @@ SAMPLING_RANGES: dict[str, tuple[float, float, bool]] = {
     "presence_penalty": (-2.0, 2.0, False),
     "frequency_penalty": (-2.0, 2.0, False),
 }
+# Messages that carry the fields shaping a rendered prompt besides the messages, under the same names.
+PromptSource = generation_pb2.GenerationParameters | tokenization_pb2.TokenizeRequest
+
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's function-name rule
 
 # UNSPECIFIED: no effort asked (the catalog's default budget), kept apart from NONE (thinking off).
@@ -134,30 +138,26 @@ def _sampling(
 
 
 def _reasoning(
-    p: generation_pb2.GenerationParameters, max_tokens_limit: int
+    source: PromptSource, prefix: str, cap: int, cap_name: str
 ) -> tuple[int | None, ReasoningEffort | None]:
-    """The request's thinking budget (tokens, at most ``max_tokens``) and effort level.
+    """The request's thinking budget (tokens, 0 to ``cap``) and effort level.
 
-    A budget above ``max_tokens`` is refused rather than cut: the thinking counts in max_tokens
-    (as OpenAI's reasoning tokens count in max_completion_tokens), so such a budget could never
-    leave room for the answer.
+    A budget above the cap is refused rather than cut (see :func:`generation_request`).
     """
     budget = None
-    if p.HasField("reasoning_budget"):
-        cap = p.max_tokens if p.HasField("max_tokens") else max_tokens_limit
-        what = "parameters.max_tokens" if p.HasField("max_tokens") else "the server's max_tokens limit"
-        field = "parameters.reasoning_budget"
-        require(p.reasoning_budget >= 0, field, f"must be >= 0, got {p.reasoning_budget}")
+    if source.HasField("reasoning_budget"):
+        field = f"{prefix}reasoning_budget"
+        require(source.reasoning_budget >= 0, field, f"must be >= 0, got {source.reasoning_budget}")
         require(
-            p.reasoning_budget <= cap,
-            "parameters.reasoning_budget",
-            f"must be at most {what} ({cap}), got {p.reasoning_budget}",
+            source.reasoning_budget <= cap,
+            field,
+            f"must be at most {cap_name} ({cap}), got {source.reasoning_budget}",
         )
-        budget = p.reasoning_budget
+        budget = source.reasoning_budget
     require(
-        p.reasoning_effort in REASONING_EFFORTS, "parameters.reasoning_effort", "unknown reasoning effort"
+        source.reasoning_effort in REASONING_EFFORTS, f"{prefix}reasoning_effort", "unknown reasoning effort"
     )
-    return budget, REASONING_EFFORTS[p.reasoning_effort]
+    return budget, REASONING_EFFORTS[source.reasoning_effort]
 
 
 def _response_format(p: generation_pb2.GenerationParameters) -> ResponseFormat:
@@ -177,10 +177,10 @@ def _response_format(p: generation_pb2.GenerationParameters) -> ResponseFormat:
     return ResponseFormat()
 
 
-def _tools(p: generation_pb2.GenerationParameters) -> tuple[list[ToolSpec], ToolChoiceMode, str | None]:
+def _tools(source: PromptSource, prefix: str) -> tuple[list[ToolSpec], ToolChoiceMode, str | None]:
     tools: list[ToolSpec] = []
-    for i, tool in enumerate(p.tools):
-        field = f"parameters.tools[{i}]"
+    for i, tool in enumerate(source.tools):
+        field = f"{prefix}tools[{i}]"
         require(
             bool(TOOL_NAME.fullmatch(tool.name)), f"{field}.name", "must be 1-64 characters of [A-Za-z0-9_-]"
         )
@@ -194,20 +194,53 @@ def _tools(p: generation_pb2.GenerationParameters) -> tuple[list[ToolSpec], Tool
                 f"{field}.parameters_json_schema",
             )
         tools.append(ToolSpec(tool.name, tool.description, parameters))  # type: ignore[arg-type]
-    mode = TOOL_CHOICES.get(p.tool_choice.mode)
-    require(mode is not None, "parameters.tool_choice.mode", "unknown tool choice mode")
+    mode = TOOL_CHOICES.get(source.tool_choice.mode)
+    require(mode is not None, f"{prefix}tool_choice.mode", "unknown tool choice mode")
     assert mode is not None
     if mode in (ToolChoiceMode.REQUIRED, ToolChoiceMode.FUNCTION):
-        require(bool(tools), "parameters.tool_choice", f"tool_choice {mode.value} needs tools")
+        require(bool(tools), f"{prefix}tool_choice", f"tool_choice {mode.value} needs tools")
     function = None
     if mode is ToolChoiceMode.FUNCTION:
-        function = p.tool_choice.function_name
+        function = source.tool_choice.function_name
         require(
             function in {t.name for t in tools},
-            "parameters.tool_choice.function_name",
+            f"{prefix}tool_choice.function_name",
             f"{function!r} is not one of the tools",
         )
     return tools, mode, function
+
+
+def prompt_settings(
+    source: PromptSource, *, has_messages: bool, prefix: str, budget_cap: int, cap_name: str
+) -> dict[str, Any]:
+    """Validate and convert the fields besides the messages that shape a rendered prompt.
+
+    ``source`` is a ``GenerationParameters`` (Generate, ``prefix`` ``"parameters."``) or a
+    ``TokenizeRequest`` (``prefix`` ``""``): both carry ``tools``, ``tool_choice``,
+    ``reasoning_budget`` and ``reasoning_effort`` under those names, so Tokenize renders and
+    refuses exactly what Generate does. Bounds: a thinking budget of 0 to ``budget_cap``
+    (``cap_name`` names it in the error); tools as :func:`_tools` checks them.
+
+    Returns:
+        The keyword arguments ``tools``, ``tool_choice``, ``tool_choice_function``,
+        ``reasoning_budget`` and ``reasoning_effort`` of a ``GenerationRequest`` (and of the
+        engine's ``TokenizeRequest``, which has the same fields).
+
+    Raises:
+        InvalidArgumentError: a bad tool or tool choice, tools with a raw prompt, a budget out of
+            range, an unknown effort (metadata ``field`` names it, with ``prefix``).
+
+    """
+    tools, tool_choice, function = _tools(source, prefix)
+    require(not tools or has_messages, f"{prefix}tools", "tools need chat messages, not a raw prompt")
+    budget, effort = _reasoning(source, prefix, budget_cap, cap_name)
+    return {
+        "tools": tools,
+        "tool_choice": tool_choice,
+        "tool_choice_function": function,
+        "reasoning_budget": budget,
+        "reasoning_effort": effort,
+    }
 
 
 def generation_request(
@@ -229,21 +262,22 @@ def generation_request(
     prompt = request.prompt
     has_prompt, has_messages = bool(prompt), len(request.messages) > 0
     require(has_prompt != has_messages, "messages", "exactly one of prompt and messages must be set")
-    params = _sampling(request.parameters, max_tokens_limit, max_choices)
-    tools, tool_choice, function = _tools(request.parameters)
-    require(not tools or has_messages, "parameters.tools", "tools need chat messages, not a raw prompt")
-    budget, effort = _reasoning(request.parameters, max_tokens_limit)
+    p = request.parameters
+    params = _sampling(p, max_tokens_limit, max_choices)
+    # The thinking counts in max_tokens (as OpenAI's reasoning tokens count in
+    # max_completion_tokens), so a budget over it could never leave room for the answer.
+    budget_cap = p.max_tokens if p.HasField("max_tokens") else max_tokens_limit
+    cap_name = "parameters.max_tokens" if p.HasField("max_tokens") else "the server's max_tokens limit"
+    settings = prompt_settings(
+        p, has_messages=has_messages, prefix="parameters.", budget_cap=budget_cap, cap_name=cap_name
+    )
     return GenerationRequest(
         request_id=request_id,
         prompt=None if has_messages else prompt,
         messages=chat_messages(request) if has_messages else None,
         params=params,
-        response_format=_response_format(request.parameters),
-        tools=tools,
-        tool_choice=tool_choice,
-        tool_choice_function=function,
-        reasoning_budget=budget,
-        reasoning_effort=effort,
+        response_format=_response_format(p),
+        **settings,
     )
 
 

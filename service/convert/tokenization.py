@@ -5,16 +5,22 @@ from __future__ import annotations
 from universal_runtime.v1 import tokenization_pb2
 
 from engines.types import DetokenizeRequest, TokenizeRequest, TokenizeResult
-from service.convert.generation import chat_messages
+from service.convert.generation import chat_messages, prompt_settings
 from service.convert.validation import require
 
 
-def tokenize_request(request: tokenization_pb2.TokenizeRequest) -> TokenizeRequest:
+def tokenize_request(request: tokenization_pb2.TokenizeRequest, *, max_tokens_limit: int) -> TokenizeRequest:
     """Validate and convert a TokenizeRequest.
+
+    Tools, tool choice and reasoning settings are converted by Generate's own conversion
+    (:func:`~service.convert.generation.prompt_settings`), so they render the same prompt and are
+    refused with the same errors (field names without ``parameters.``); a reasoning budget is
+    bounded by ``max_tokens_limit``, as a Generate without ``max_tokens`` bounds it.
 
     Raises:
         InvalidArgumentError: no model; neither or both of prompt and messages; a message with
-            no role or no content.
+            no role or no content; a bad tool, tool choice, reasoning budget or effort, or tools
+            with a raw prompt.
 
     """
     require(bool(request.model), "model", "must be set")
@@ -30,6 +36,13 @@ def tokenize_request(request: tokenization_pb2.TokenizeRequest) -> TokenizeReque
         ),
         return_token_strings=request.return_token_strings,
         return_offsets=request.return_offsets,
+        **prompt_settings(
+            request,
+            has_messages=has_messages,
+            prefix="",
+            budget_cap=max_tokens_limit,
+            cap_name="the server's max_tokens limit",
+        ),
     )
 
 

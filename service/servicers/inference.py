@@ -163,7 +163,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         """Token ids of a prompt, or of chat messages rendered with the model's chat template."""
         return await self._model_call(
             request,
-            tokenization.tokenize_request(request),
+            tokenization.tokenize_request(request, max_tokens_limit=self.settings.max_tokens_limit),
             self.tokenization.tokenize,
             tokenization.tokenize_response,
         )

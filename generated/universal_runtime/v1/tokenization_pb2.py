@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from universal_runtime.v1 import generation_pb2 as universal__runtime_dot_v1_dot_generation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'universal_runtime/v1/tokenization.proto\x12\x14universal_runtime.v1\x1a%universal_runtime/v1/generation.proto\"\xa5\x02\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x33\n\x08messages\x18\x03 \x03(\x0b\x32!.universal_runtime.v1.ChatMessage\x12\x1f\n\x12\x61\x64\x64_special_tokens\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x1c\n\x14return_token_strings\x18\x06 \x01(\x08\x12\x16\n\x0ereturn_offsets\x18\x07 \x01(\x08\x12\x12\n\nkeep_alive\x18\x08 \x01(\tB\x15\n\x13_add_special_tokensB\x18\n\x16_add_generation_prompt\")\n\x0bTokenOffset\x12\r\n\x05start\x18\x01 \x01(\x05\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x05\"\xc3\x01\n\x10TokenizeResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x04 \x01(\x05\x12\x15\n\rtoken_strings\x18\x05 \x03(\t\x12\x32\n\x07offsets\x18\x06 \x03(\x0b\x32!.universal_runtime.v1.TokenOffset\x12\x17\n\x0frendered_prompt\x18\x07 \x01(\t\"f\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x1b\n\x13skip_special_tokens\x18\x03 \x01(\x08\x12\x12\n\nkeep_alive\x18\x04 \x01(\t\"1\n\x12\x44\x65tokenizeResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'universal_runtime/v1/tokenization.proto\x12\x14universal_runtime.v1\x1a%universal_runtime/v1/generation.proto\"\x86\x04\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x33\n\x08messages\x18\x03 \x03(\x0b\x32!.universal_runtime.v1.ChatMessage\x12\x1f\n\x12\x61\x64\x64_special_tokens\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x1c\n\x14return_token_strings\x18\x06 \x01(\x08\x12\x16\n\x0ereturn_offsets\x18\x07 \x01(\x08\x12\x12\n\nkeep_alive\x18\x08 \x01(\t\x12\x33\n\x05tools\x18\t \x03(\x0b\x32$.universal_runtime.v1.ToolDefinition\x12\x35\n\x0btool_choice\x18\n \x01(\x0b\x32 .universal_runtime.v1.ToolChoice\x12\x1d\n\x10reasoning_budget\x18\x0b \x01(\x05H\x02\x88\x01\x01\x12?\n\x10reasoning_effort\x18\x0c \x01(\x0e\x32%.universal_runtime.v1.ReasoningEffortB\x15\n\x13_add_special_tokensB\x18\n\x16_add_generation_promptB\x13\n\x11_reasoning_budget\")\n\x0bTokenOffset\x12\r\n\x05start\x18\x01 \x01(\x05\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x05\"\xc3\x01\n\x10TokenizeResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x04 \x01(\x05\x12\x15\n\rtoken_strings\x18\x05 \x03(\t\x12\x32\n\x07offsets\x18\x06 \x03(\x0b\x32!.universal_runtime.v1.TokenOffset\x12\x17\n\x0frendered_prompt\x18\x07 \x01(\t\"f\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x1b\n\x13skip_special_tokens\x18\x03 \x01(\x08\x12\x12\n\nkeep_alive\x18\x04 \x01(\t\"1\n\x12\x44\x65tokenizeResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,13 +33,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'universal_runtime.v1.tokeni
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TOKENIZEREQUEST']._serialized_start=105
-  _globals['_TOKENIZEREQUEST']._serialized_end=398
-  _globals['_TOKENOFFSET']._serialized_start=400
-  _globals['_TOKENOFFSET']._serialized_end=441
-  _globals['_TOKENIZERESPONSE']._serialized_start=444
-  _globals['_TOKENIZERESPONSE']._serialized_end=639
-  _globals['_DETOKENIZEREQUEST']._serialized_start=641
-  _globals['_DETOKENIZEREQUEST']._serialized_end=743
-  _globals['_DETOKENIZERESPONSE']._serialized_start=745
-  _globals['_DETOKENIZERESPONSE']._serialized_end=794
+  _globals['_TOKENIZEREQUEST']._serialized_end=623
+  _globals['_TOKENOFFSET']._serialized_start=625
+  _globals['_TOKENOFFSET']._serialized_end=666
+  _globals['_TOKENIZERESPONSE']._serialized_start=669
+  _globals['_TOKENIZERESPONSE']._serialized_end=864
+  _globals['_DETOKENIZEREQUEST']._serialized_start=866
+  _globals['_DETOKENIZEREQUEST']._serialized_end=968
+  _globals['_DETOKENIZERESPONSE']._serialized_start=970
+  _globals['_DETOKENIZERESPONSE']._serialized_end=1019
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TokenizeRequest(_message.Message):
-    __slots__ = ("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "return_token_strings", "return_offsets", "keep_alive")
+    __slots__ = ("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "return_token_strings", "return_offsets", "keep_alive", "tools", "tool_choice", "reasoning_budget", "reasoning_effort")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,10 @@ class TokenizeRequest(_message.Message):
     RETURN_TOKEN_STRINGS_FIELD_NUMBER: _ClassVar[int]
     RETURN_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    REASONING_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    REASONING_EFFORT_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     messages: _containers.RepeatedCompositeFieldContainer[_generation_pb2.ChatMessage]
@@ -25,7 +29,11 @@ class TokenizeRequest(_message.Message):
     return_token_strings: bool
     return_offsets: bool
     keep_alive: str
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_generation_pb2.ChatMessage, _Mapping]]] = ..., add_special_tokens: _Optional[bool] = ..., add_generation_prompt: _Optional[bool] = ..., return_token_strings: _Optional[bool] = ..., return_offsets: _Optional[bool] = ..., keep_alive: _Optional[str] = ...) -> None: ...
+    tools: _containers.RepeatedCompositeFieldContainer[_generation_pb2.ToolDefinition]
+    tool_choice: _generation_pb2.ToolChoice
+    reasoning_budget: int
+    reasoning_effort: _generation_pb2.ReasoningEffort
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_generation_pb2.ChatMessage, _Mapping]]] = ..., add_special_tokens: _Optional[bool] = ..., add_generation_prompt: _Optional[bool] = ..., return_token_strings: _Optional[bool] = ..., return_offsets: _Optional[bool] = ..., keep_alive: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_generation_pb2.ToolDefinition, _Mapping]]] = ..., tool_choice: _Optional[_Union[_generation_pb2.ToolChoice, _Mapping]] = ..., reasoning_budget: _Optional[int] = ..., reasoning_effort: _Optional[_Union[_generation_pb2.ReasoningEffort, str]] = ...) -> None: ...
 
 class TokenOffset(_message.Message):
     __slots__ = ("start", "end")
