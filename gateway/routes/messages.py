@@ -58,21 +58,18 @@ async def create_message(body: MessagesRequest, rpc: Rpc) -> Response:
 async def count_tokens(body: CountTokensRequest, rpc: Rpc) -> dict[str, int]:
     """Count the tokens of a prompt: ``{"input_tokens": N}``, as the model's chat template renders it.
 
-    N is what ``/v1/messages`` feeds the model for the same system prompt, messages, tools and
-    thinking setting (``input_tokens + cache_read_input_tokens`` of its answer). Messages alone
-    are counted by ``Tokenize``; with tools or a thinking setting, which change the rendered
-    prompt, by a one-token greedy ``Generate`` (it takes a place in the model's queue).
+    N is what ``/v1/messages`` feeds the model for the same system prompt, messages, tools, tool
+    choice and thinking setting (``input_tokens + cache_read_input_tokens`` of its answer),
+    counted by ``Tokenize`` with those fields: nothing is generated and no place in the model's
+    queue is taken.
 
     Raises:
         grpc.aio.AioRpcError: 404 ``not_found_error`` for an unknown model, 400 for a model
-            without a chat template; others as :mod:`gateway.anthropic_errors` maps them.
+            without a chat template, 400 for a tool or thinking budget the server refuses (as
+            ``/v1/messages`` refuses it); others as :mod:`gateway.anthropic_errors` maps them.
 
     """
     rpc = rpc.for_model(body.model)
-    if messages.prompt_depends_on_parameters(body):
-        request = await off_loop_for_body(rpc.request, messages.count_request, body)
-        response = await rpc.unary(rpc.clients.inference.Generate, request)
-        return {"input_tokens": response.usage.prompt_tokens}
     request = await off_loop_for_body(rpc.request, messages.tokenize_request, body)
     response = await rpc.unary(rpc.clients.inference.Tokenize, request)
     return {"input_tokens": response.count}

@@ -134,7 +134,9 @@ def chat_messages(body: MessagesPrompt) -> list[generation_pb2.ChatMessage]:
     return messages
 
 
-def _tools(body: MessagesPrompt, params: generation_pb2.GenerationParameters) -> None:
+def _tools(
+    body: MessagesPrompt, params: generation_pb2.GenerationParameters | tokenization_pb2.TokenizeRequest
+) -> None:
     for tool in body.tools or ():
         params.tools.append(
             generation_pb2.ToolDefinition(
@@ -155,18 +157,20 @@ def _tools(body: MessagesPrompt, params: generation_pb2.GenerationParameters) ->
         params.tool_choice.mode = generation_pb2.TOOL_CHOICE_MODE_AUTO
 
 
-def _prompt_parameters(body: MessagesPrompt) -> generation_pb2.GenerationParameters:
-    """The parameters that shape the prompt itself: the tools and the thinking budget.
+def _shape_prompt(
+    body: MessagesPrompt, target: generation_pb2.GenerationParameters | tokenization_pb2.TokenizeRequest
+) -> None:
+    """Set on ``target`` the fields that shape the prompt itself: the tools and the thinking budget.
 
-    A reasoning model's template may write a closed think block when thinking is off.
+    ``GenerationParameters`` and ``TokenizeRequest`` name them alike, so ``/v1/messages`` and
+    ``count_tokens`` render the same prompt. A reasoning model's template may write a closed think
+    block when thinking is off.
     """
-    params = generation_pb2.GenerationParameters()
     if isinstance(body.thinking, ThinkingEnabled):
-        params.reasoning_budget = body.thinking.budget_tokens
+        target.reasoning_budget = body.thinking.budget_tokens
     elif isinstance(body.thinking, ThinkingDisabled):
-        params.reasoning_budget = 0
-    _tools(body, params)
-    return params
+        target.reasoning_budget = 0
+    _tools(body, target)
 
 
 def parameters(body: MessagesRequest) -> generation_pb2.GenerationParameters:
@@ -177,7 +181,8 @@ def parameters(body: MessagesRequest) -> generation_pb2.GenerationParameters:
     ``reasoning_effort`` (the server lets an explicit budget win), ``output_config.format`` a JSON
     Schema ``response_format``.
     """
-    params = _prompt_parameters(body)
+    params = generation_pb2.GenerationParameters()
+    _shape_prompt(body, params)
     params.max_tokens = body.max_tokens
     params.stop.extend(body.stop_sequences or ())
     for name in ("temperature", "top_p", "top_k"):
@@ -212,40 +217,20 @@ def generate_stream_request(body: MessagesRequest) -> generation_pb2.GenerateStr
     return generation_pb2.GenerateStreamRequest(**_request_fields(body))
 
 
-def prompt_depends_on_parameters(body: MessagesPrompt) -> bool:
-    """Whether the rendered prompt depends on more than the messages: tools or a thinking setting.
-
-    Tools are written into the prompt (by the template or as a system text), and a thinking
-    budget of 0 makes a reasoning model's template write a closed think block; ``Tokenize``
-    renders messages alone, so such a prompt is counted by ``Generate`` (:func:`count_request`).
-    """
-    return bool(body.tools) or isinstance(body.thinking, ThinkingEnabled | ThinkingDisabled)
-
-
 def tokenize_request(body: MessagesPrompt) -> tokenization_pb2.TokenizeRequest:
-    """The ``TokenizeRequest`` that counts a prompt of messages alone as ``Generate`` tokenizes it.
+    """The ``TokenizeRequest`` that counts a prompt as ``Generate`` renders and tokenizes it.
 
-    The messages are rendered by the model's chat template with the assistant turn's opening, and
-    special tokens are added as ``Generate`` adds them (the field's default), so the count equals
-    the answer's ``input_tokens`` plus ``cache_read_input_tokens`` for the same body.
+    The messages are rendered by the model's chat template with the assistant turn's opening, with
+    the tools, tool choice and thinking budget ``/v1/messages`` would send (they change the
+    prompt: tools are written into it, thinking off closes a think block), and special tokens are
+    added as ``Generate`` adds them (the field's default). So the count equals the answer's
+    ``input_tokens`` plus ``cache_read_input_tokens`` for the same body, without a generation.
     """
-    return tokenization_pb2.TokenizeRequest(
+    request = tokenization_pb2.TokenizeRequest(
         model=body.model, messages=chat_messages(body), keep_alive=body.keep_alive_value
     )
-
-
-def count_request(body: MessagesPrompt) -> generation_pb2.GenerateRequest:
-    """A one-token, greedy ``GenerateRequest`` whose ``usage.prompt_tokens`` counts the body's prompt.
-
-    For a prompt that depends on tools or thinking (:func:`prompt_depends_on_parameters`): the
-    server renders it exactly as for ``/v1/messages``, at the cost of one token's generation.
-    """
-    params = _prompt_parameters(body)
-    params.max_tokens = 1
-    params.temperature = 0.0
-    return generation_pb2.GenerateRequest(
-        model=body.model, messages=chat_messages(body), parameters=params, keep_alive=body.keep_alive_value
-    )
+    _shape_prompt(body, request)
+    return request
 
 
 def stop_reason(finish_reason: int, stop_sequence: str = "") -> str | None:

@@ -26,6 +26,7 @@ from universal_runtime.v1 import (
     ocr_pb2,
     response_store_pb2,
     response_store_pb2_grpc,
+    tokenization_pb2,
 )
 
 from gateway.https import Https, uvicorn_server
@@ -249,6 +250,12 @@ class FakeInferenceService(inference_service_pb2_grpc.InferenceServiceServicer):
         if self.hang:
             await self._hang()
         return self.generate_response
+
+    async def Tokenize(self, request, context):
+        await self._record("Tokenize", request, context)
+        return tokenization_pb2.TokenizeResponse(
+            model=request.model, token_ids=[1, 2, 3, 4, 5, 6, 7], count=7
+        )
 
     async def GenerateStream(self, request, context):
         await self._record("GenerateStream", request, context)

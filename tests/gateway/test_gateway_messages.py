@@ -202,17 +202,78 @@ async def test_output_config_effort_and_format(client, fake: FakeServer, effort,
     assert json.loads(params.response_format.json_schema) == schema
 
 
-async def test_count_tokens_with_tools_counts_by_a_one_token_generate(client, fake: FakeServer) -> None:
-    tools = [{"name": "f", "input_schema": {"type": "object"}}]
-    request = {"model": "fake-llm", "messages": [{"role": "user", "content": "Hi"}], "tools": tools}
+@pytest.mark.parametrize(
+    ("extra", "budget"),
+    [
+        ({}, None),
+        ({"thinking": {"type": "disabled"}}, 0),
+        ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, 2048),
+        ({"thinking": {"type": "adaptive"}}, None),
+    ],
+)
+async def test_count_tokens_is_one_tokenize_with_tools_and_thinking_and_no_generate(
+    client, fake: FakeServer, extra, budget
+) -> None:
+    tools = [
+        {"name": "f", "description": "Eff.", "input_schema": {"type": "object", "properties": {}}},
+        {"name": "g", "input_schema": {"type": "object"}},
+    ]
+    request = {
+        "model": "fake-llm",
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "tools": tools,
+        "tool_choice": {"type": "tool", "name": "g"},
+        **extra,
+    }
     response = await client.post(f"{URL}/count_tokens", json=request)
     assert response.status_code == 200, response.text
-    assert response.json() == {"input_tokens": 5}  # the fake's prompt_tokens, cached ones included
+    assert response.json() == {"input_tokens": 7}  # the fake Tokenize's count
+    [call] = fake.inference.received  # no Generate: a count takes no place in a generation queue
+    assert call.method == "Tokenize"
+    sent = call.request
+    assert [m.content for m in sent.messages] == ["Be brief.", "Hi"]
+    assert [(t.name, t.description, json.loads(t.parameters_json_schema)) for t in sent.tools] == [
+        ("f", "Eff.", {"type": "object", "properties": {}}),
+        ("g", "", {"type": "object"}),
+    ]
+    assert (sent.tool_choice.mode, sent.tool_choice.function_name) == (
+        generation_pb2.TOOL_CHOICE_MODE_FUNCTION,
+        "g",
+    )
+    assert (sent.reasoning_budget if sent.HasField("reasoning_budget") else None) == budget
+    # The same prompt fields as /v1/messages sends for the same body.
+    fake.inference.received.clear()
+    assert (await client.post(URL, json={**request, "max_tokens": 4096})).status_code == 200
+    params = fake.inference.received[0].request.parameters
+    assert list(params.tools) == list(sent.tools) and params.tool_choice == sent.tool_choice
+    assert params.HasField("reasoning_budget") == sent.HasField("reasoning_budget")
+    assert params.reasoning_budget == sent.reasoning_budget
+
+
+async def test_count_tokens_without_tools_sends_none(client, fake: FakeServer) -> None:
+    request = {"model": "fake-llm", "messages": [{"role": "user", "content": "Hi"}]}
+    assert (await client.post(f"{URL}/count_tokens", json=request)).json() == {"input_tokens": 7}
     [call] = fake.inference.received
-    assert call.method == "Generate"
-    params = call.request.parameters
-    assert (params.max_tokens, params.temperature) == (1, 0.0)
-    assert [tool.name for tool in params.tools] == ["f"]
+    assert call.method == "Tokenize" and not call.request.tools
+    assert call.request.tool_choice.mode == generation_pb2.TOOL_CHOICE_MODE_UNSPECIFIED
+    assert not call.request.HasField("reasoning_budget")
+
+
+async def test_count_tokens_refusal_of_tokenize_is_anthropic_400(client, fake: FakeServer) -> None:
+    fake.inference.fail = RpcFailure(
+        grpc.StatusCode.INVALID_ARGUMENT, "reasoning_budget: must be at most 4096", "INVALID_ARGUMENT"
+    )
+    request = {
+        "model": "fake-llm",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "thinking": {"type": "enabled", "budget_tokens": 100000},
+    }
+    response = await client.post(f"{URL}/count_tokens", json=request)
+    assert response.status_code == 400, response.text
+    assert response.json()["type"] == "error"
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert "reasoning_budget" in response.json()["error"]["message"]
 
 
 def _answer_with_thinking_and_tools() -> generation_pb2.GenerateResponse:
