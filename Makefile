@@ -21,7 +21,8 @@ export DO_NOT_TRACK ?= 1
 .PHONY: install system-deps protos protos-check proto-breaking lint format serve gateway node-deps test test-fast fuzz clean
 
 # Last, the converted copies the catalog's models load from (`universal-runtime prepare`): MiniLM's
-# OpenVINO export, ~35 s on 2 cores the first time; later runs find it in the cache (~2 s).
+# OpenVINO export (~35 s on 2 cores the first time) and SmolLM2's dequantized copy for transformers
+# (~15 s); later runs find them in the cache (~2 s).
 install: system-deps $(STAMP)
 	$(BIN)/universal-runtime prepare
 

