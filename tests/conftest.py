@@ -258,6 +258,18 @@ async def server(settings) -> RunningServer:
     await running.stop(grace=1.0)
 
 
+@pytest.fixture(scope="module")
+async def gateway_url(server) -> str:
+    """Base URL (no path) of a real gateway (uvicorn, a free port) in front of the session's server,
+    one per module that asks for it (client tests, the gateway's real-model tests)."""
+    from gateway.app import create_app
+    from tests.gateway.gateway_fakes import serve_with_uvicorn
+
+    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES)
+    async with serve_with_uvicorn(app) as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 async def channel(server):
     async with grpc.aio.insecure_channel(

@@ -14,9 +14,6 @@ from pathlib import Path
 import pytest
 
 from gateway import token_ids
-from gateway.app import create_app
-from tests.conftest import MAX_MESSAGE_BYTES
-from tests.gateway.gateway_fakes import serve_with_uvicorn
 
 
 def require(module: str) -> None:
@@ -27,14 +24,6 @@ def require(module: str) -> None:
         pytest.skip(
             f"{module} is not installed ({exc}); pip install -e '.[clients]'", allow_module_level=True
         )
-
-
-@pytest.fixture(scope="module")
-async def gateway_url(server) -> str:
-    """Base URL (no path) of a gateway in front of the session's server, for this module."""
-    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES)
-    async with serve_with_uvicorn(app) as url:
-        yield url
 
 
 def litellm_tiktoken_files() -> Path:

@@ -12,21 +12,12 @@ from __future__ import annotations
 import openai
 import pytest
 
-from gateway.app import create_app
-from tests.conftest import MAX_MESSAGE_BYTES, THINK_EFFORT_BUDGETS, THINK_MODEL
-from tests.gateway.gateway_fakes import serve_with_uvicorn
+from tests.conftest import THINK_EFFORT_BUDGETS, THINK_MODEL
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 MARKERS = ("<think>", "</think>")
 #: Enough for a low-effort thought (6 tokens) and a few answer tokens.
 MAX_TOKENS = 24
-
-
-@pytest.fixture(scope="module")
-async def gateway_url(server):
-    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES)
-    async with serve_with_uvicorn(app) as url:
-        yield url
 
 
 @pytest.fixture

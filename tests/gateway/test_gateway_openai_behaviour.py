@@ -38,13 +38,6 @@ LONG_TEXT = "This is a test " * 512
 QUESTION = [{"role": "user", "content": "Name a colour."}]
 
 
-@pytest.fixture(scope="module")
-async def gateway_url(server):
-    app = create_app(f"127.0.0.1:{server.port}", max_message_bytes=MAX_MESSAGE_BYTES)
-    async with serve_with_uvicorn(app) as url:
-        yield url
-
-
 @pytest.fixture
 async def http(gateway_url):
     async with httpx.AsyncClient(base_url=gateway_url, timeout=60) as client:
