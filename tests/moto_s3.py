@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,3 +61,20 @@ def moto_s3(bucket: str = "state") -> Iterator[tuple[Any, dict[str, Any]]]:
         yield server, options
     finally:
         server.stop()
+
+
+#: The secret of :func:`refused_s3_options`: no error a client sees may contain it.
+REFUSED_SECRET = "s3cr3t"
+
+
+@contextmanager
+def refused_s3_options() -> Iterator[dict[str, str]]:
+    """fsspec storage options of an S3 endpoint that refuses every connection (a port bound on
+    127.0.0.1 and never listened on, for the ``with`` block), with :data:`REFUSED_SECRET`."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        yield {
+            "endpoint_url": f"http://127.0.0.1:{closed.getsockname()[1]}",
+            "key": "k",
+            "secret": REFUSED_SECRET,
+        }

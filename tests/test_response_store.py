@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-import socket
 import time
 import uuid
 
@@ -32,7 +31,7 @@ from engines.response_store import (
 from engines.state_store import LocalStateStore, open_state_store
 from service.server import start_server
 from tests.conftest import error_info
-from tests.moto_s3 import moto_s3
+from tests.moto_s3 import REFUSED_SECRET, moto_s3, refused_s3_options
 
 
 def new_id() -> str:
@@ -433,13 +432,7 @@ def test_the_total_bytes_bound_caps_one_response_too(tmp_path, clock):
 
 
 async def test_a_store_that_is_down_is_unavailable_quickly_with_the_reason(settings):
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
-        options = {
-            "endpoint_url": f"http://127.0.0.1:{closed.getsockname()[1]}",
-            "key": "k",
-            "secret": "s3cr3t",
-        }
+    with refused_s3_options() as options:
         stubs, close = await start_stubs(
             settings, state_url="s3://state/down", state_storage_options=options, state_timeout_s=2.0
         )
@@ -456,7 +449,7 @@ async def test_a_store_that_is_down_is_unavailable_quickly_with_the_reason(setti
                 assert time.monotonic() - started < 8
                 assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
                 assert error_info(caught.value).reason == "STATE_STORE_UNAVAILABLE"
-                assert "s3cr3t" not in caught.value.details()
+                assert REFUSED_SECRET not in caught.value.details()
         finally:
             await close()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
 
@@ -16,7 +15,7 @@ from universal_runtime.v1 import inference_service_pb2_grpc
 from service.server import start_server
 from tests.anomaly.helpers import numeric_data, to_rows
 from tests.conftest import EMBED_MODEL, error_info
-from tests.moto_s3 import moto_s3
+from tests.moto_s3 import REFUSED_SECRET, moto_s3, refused_s3_options
 
 EXAMPLES = [
     ("I forgot my password and cannot log in", "account"),
@@ -112,13 +111,7 @@ async def test_classifier_fitted_on_one_replica_classifies_on_the_other_until_de
 
 
 async def test_a_store_that_is_down_is_unavailable_quickly_with_the_reason(settings):
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
-        options = {
-            "endpoint_url": f"http://127.0.0.1:{closed.getsockname()[1]}",
-            "key": "k",
-            "secret": "s3cr3t",
-        }
+    with refused_s3_options() as options:
         down = settings.model_copy(
             update={
                 "grpc_port": 0,
@@ -147,6 +140,6 @@ async def test_a_store_that_is_down_is_unavailable_quickly_with_the_reason(setti
                     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
                     assert error_info(caught.value).reason == "STATE_STORE_UNAVAILABLE"
                     assert "s3://state/down" in caught.value.details()
-                    assert "s3cr3t" not in caught.value.details()
+                    assert REFUSED_SECRET not in caught.value.details()
         finally:
             await server.stop(grace=0.5)
