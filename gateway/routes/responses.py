@@ -10,7 +10,9 @@ bytes, age) are the server's ``UR_RESPONSES_*`` settings.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import grpc
@@ -21,7 +23,7 @@ from universal_runtime.v1 import response_store_pb2
 
 from gateway.calls import Rpc, RpcContext
 from gateway.errors import GatewayError
-from gateway.json_body import JsonBodyRoute, off_loop_for_body
+from gateway.json_body import JsonBodyRoute, off_loop_if_large
 from gateway.responses import JsonResponse
 from gateway.schemas.base import unknown_fields_text
 from gateway.schemas.responses import MAX_ID_CHARS, ResponseRequest
@@ -50,8 +52,16 @@ async def _get(rpc: RpcContext, response_id: str) -> response_store_pb2.StoredRe
     return reply.response
 
 
-async def _previous(rpc: RpcContext, body: ResponseRequest) -> list[dict[str, Any]]:
-    """The chain's items (JSON) that ``previous_response_id`` continues; ``[]`` without one.
+def _stored_bytes(stored: response_store_pb2.StoredResponse) -> int:
+    """The JSON a stored response holds, in bytes (at most the store's ``UR_RESPONSES_MAX_BYTES``)."""
+    return len(stored.response_json) + len(stored.input_items_json)
+
+
+async def _previous(rpc: RpcContext, body: ResponseRequest) -> tuple[list[dict[str, Any]], int]:
+    """The chain's items (JSON) that ``previous_response_id`` continues, and their size in bytes.
+
+    ``([], 0)`` without one. The record is parsed in a worker thread when large (up to the
+    store's 4 MiB), as a large body is.
 
     Raises:
         GatewayError: 404 ``previous_response_not_found`` (or 400 for a malformed id), with
@@ -59,9 +69,9 @@ async def _previous(rpc: RpcContext, body: ResponseRequest) -> list[dict[str, An
 
     """
     if body.previous_response_id is None:
-        return []
+        return [], 0
     try:
-        return chain_json(await _get(rpc, body.previous_response_id))
+        stored = await _get(rpc, body.previous_response_id)
     except grpc.aio.AioRpcError as err:
         if err.code() == grpc.StatusCode.NOT_FOUND:
             raise GatewayError(
@@ -78,6 +88,8 @@ async def _previous(rpc: RpcContext, body: ResponseRequest) -> list[dict[str, An
                 param="previous_response_id",
             ) from None
         raise
+    size = _stored_bytes(stored)
+    return await off_loop_if_large(size, chain_json, stored), size
 
 
 def _translate(body: ResponseRequest, chain: list[dict[str, Any]]) -> Any:
@@ -116,12 +128,14 @@ async def create_response(body: ResponseRequest, rpc: Rpc) -> Response:
     if body.include:
         logger.warning("responses: include not served: %s", unknown_fields_text(body.include))
     rpc = rpc.for_model(body.model)
-    chain = await _previous(rpc, body)
-    message = await off_loop_for_body(rpc.request, _translate, body, chain)
+    chain, chain_bytes = await _previous(rpc, body)
+    # Work in proportion to the body and the chain it continues: in a thread when they are large.
+    size = len(await rpc.request.body()) + chain_bytes
+    message = await off_loop_if_large(size, _translate, body, chain)
     header = translate.ResponseHeader.new(body)
 
     async def save(response: dict[str, Any]) -> None:
-        record = await off_loop_for_body(rpc.request, stored_response, header, response, chain)
+        record = await off_loop_if_large(size, stored_response, header, response, chain)
         put = response_store_pb2.PutStoredResponseRequest(response=record)
         await rpc.unary(rpc.clients.responses.PutStoredResponse, put)
 
@@ -135,6 +149,11 @@ async def create_response(body: ResponseRequest, rpc: Rpc) -> Response:
     return JsonResponse(response)
 
 
+def _json_response(read: Callable[[Any], Any], stored: response_store_pb2.StoredResponse) -> JsonResponse:
+    """``read(stored)`` (a stored record's JSON parsed and shaped) as a rendered JSON response."""
+    return JsonResponse(read(stored))
+
+
 @router.get("/v1/responses/{response_id}", response_model=_ANY_OBJECT)
 async def get_response(response_id: ResponseId, rpc: Rpc) -> JsonResponse:
     """Return a stored response object (OpenAI ``responses.retrieve``).
@@ -144,7 +163,8 @@ async def get_response(response_id: ResponseId, rpc: Rpc) -> JsonResponse:
             unknown, deleted or expired id; INVALID_ARGUMENT (400) for a malformed one.
 
     """
-    return JsonResponse(response_object(await _get(rpc, response_id)))
+    stored = await _get(rpc, response_id)
+    return await off_loop_if_large(_stored_bytes(stored), _json_response, response_object, stored)
 
 
 @router.delete("/v1/responses/{response_id}", response_model=_ANY_OBJECT)
@@ -181,4 +201,5 @@ async def list_input_items(
 
     """
     stored = await _get(rpc, response_id)
-    return JsonResponse(input_items_page(stored, limit=limit, order=order, after=after))
+    page = functools.partial(input_items_page, limit=limit, order=order, after=after)
+    return await off_loop_if_large(_stored_bytes(stored), _json_response, page, stored)

@@ -152,3 +152,29 @@ async def test_full_store_is_507(client: httpx.AsyncClient, fake: FakeServer) ->
     response = await client.post(URL, json={"model": "fake-llm", "input": "Hi"})
     assert response.status_code == 507
     assert response.json()["error"]["code"] == "storage_full"
+
+
+async def test_a_small_request_over_a_large_chain_is_translated_off_the_event_loop(
+    client: httpx.AsyncClient, fake: FakeServer, monkeypatch
+) -> None:
+    """The work of continuing a chain grows with the chain (up to the store's 4 MiB), not with the
+    request: a 30-byte input over a large stored conversation is read and translated in a worker
+    thread, as a large body is (gateway.json_body.INLINE_BODY_BYTES)."""
+    import threading
+
+    from gateway.json_body import INLINE_BODY_BYTES
+    from gateway.routes import responses as route
+
+    first = await create(client, input="x" * (2 * INLINE_BODY_BYTES))
+    threads: list[bool] = []
+    translate = route._translate
+
+    def recording(*args):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return translate(*args)
+
+    monkeypatch.setattr(route, "_translate", recording)
+    await create(client, input="And then?", previous_response_id=first["id"])
+    small = await create(client, input="Hi again")
+    assert threads == [False, True], "chain translated on the loop (True) or a small one sent to a thread"
+    assert small["previous_response_id"] is None
