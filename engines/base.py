@@ -8,7 +8,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, cast
 
-from engines.device import cpu_threads, lower_thread_priority, resolve_device, set_torch_threads
+from engines.device import (
+    cpu_threads,
+    device_free_bytes,
+    lower_thread_priority,
+    resolve_device,
+    set_torch_threads,
+)
 from engines.executor import DeviceExecutor
 from engines.options import EngineOptions, OptionsT, TorchEngineOptions, parse_options
 from engines.sources import resolve_source
@@ -148,6 +154,14 @@ class Engine(abc.ABC, Generic[OptionsT]):
         The default is 0 (unknown, no check); file-backed engines return their weights' size.
         """
         return 0
+
+    def free_memory_bytes(self) -> int:
+        """Bytes free for this model on its device now (:func:`engines.device.device_free_bytes`).
+
+        Compared with :meth:`estimated_load_bytes` before a load. Engines whose runtime has its own
+        view of the device (llama.cpp's ggml) override it, so that asking starts no other runtime.
+        """
+        return device_free_bytes(self.device)
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:

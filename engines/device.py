@@ -167,6 +167,21 @@ def available_memory_bytes() -> int:
     return available if in_group is None else min(available, in_group)
 
 
+def device_free_bytes(device: str) -> int:
+    """Bytes free for a new model on ``device`` now, as torch sees it.
+
+    Host memory (:func:`available_memory_bytes`) for ``cpu`` and ``mps`` (Apple's GPUs share it);
+    the device's free memory for ``cuda[:N]`` (``torch.cuda.mem_get_info``, which starts torch's
+    CUDA context on that device if it has none yet).
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    return available_memory_bytes()
+
+
 def set_torch_threads(count: int) -> None:
     """Give torch's intra-op work on the calling thread ``count`` threads.
 

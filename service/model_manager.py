@@ -29,7 +29,7 @@ from typing import Any
 
 from engines.base import Engine, ModelSpec
 from engines.capabilities import CAPABILITY_TASKS, TASKLESS_CAPABILITIES, Capability
-from engines.device import available_memory_bytes, release_device_memory
+from engines.device import release_device_memory
 from engines.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -646,12 +646,7 @@ class ModelManager:
         needed = engine.estimated_load_bytes()
         if needed <= 0:
             return
-        if engine.device.startswith("cuda"):
-            import torch
-
-            free, _ = torch.cuda.mem_get_info(torch.device(engine.device))
-        else:
-            free = available_memory_bytes()  # a container's memory limit counts too
+        free = engine.free_memory_bytes()  # on the CPU, a container's memory limit counts too
         if needed + self._settings.memory_headroom_bytes > free:
             raise ResourceExhaustedError(
                 f"not enough free memory to load model {engine.spec.name!r}: needs about {needed} bytes, "

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 
 from engines.base import ModelSpec
-from engines.device import available_memory_bytes, cpu_threads, resolve_device
+from engines.device import available_memory_bytes, cpu_threads
 from engines.errors import InvalidArgumentError, ModelLoadError, kv_pool_exhausted
 from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.context_size import kv_bytes_per_token, plan_context
+from engines.generation.ggml_devices import cuda_device_count, cuda_index, cuda_memory
 from engines.generation.json_grammar import gbnf_grammar
 from engines.generation.logprobs import token_logprobs
 from engines.generation.options import LlamaCppOptions
@@ -128,20 +129,27 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
 
     @classmethod
     def select_device(cls, preference: str) -> str:
-        """CUDA only when llama.cpp was built with GPU offload and the machine has CUDA; otherwise CPU.
+        """CUDA only when llama.cpp was built with CUDA and sees the GPU; otherwise CPU.
 
-        A CPU build answers without probing the machine (no torch import).
+        llama.cpp's own device list answers (:mod:`engines.generation.ggml_devices`), never torch's:
+        asking torch would start its CUDA context in a process that may serve GGUF models only.
+        ``auto`` is ``cuda`` (GPU 0) when llama.cpp sees one; ``mps`` and other non-CUDA devices
+        run on the CPU.
 
         Raises:
-            ValueError: a GPU build asked for a device that is not available.
+            ValueError: ``cuda[:N]`` asked for a GPU that this llama.cpp build does not see.
 
         """
         import llama_cpp
 
         if preference == "cpu" or not llama_cpp.llama_supports_gpu_offload():
             return "cpu"
-        resolved = resolve_device(preference)
-        return resolved if resolved.startswith("cuda") else "cpu"
+        if preference in ("", "auto"):
+            return "cuda" if cuda_device_count() else "cpu"
+        if preference.startswith("cuda"):
+            cuda_index(preference)
+            return preference
+        return "cpu"
 
     @classmethod
     def check_spec(cls, spec: ModelSpec) -> None:
@@ -174,6 +182,30 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         resolved = resolve_source(self.spec.source)
         return path_size_bytes(resolved.path) if resolved.path else 0
 
+    def free_memory_bytes(self) -> int:
+        """Free bytes of this model's device as llama.cpp sees it.
+
+        The GPU's free memory on CUDA (:func:`~engines.generation.ggml_devices.cuda_memory`: no
+        torch), host memory on the CPU.
+
+        Raises:
+            ValueError: the CUDA device is not one llama.cpp sees.
+
+        """
+        if self.device.startswith("cuda"):
+            return cuda_memory(self.device).free_bytes
+        return available_memory_bytes()
+
+    def _free_for_kv_cache(self) -> int:
+        """Bytes the KV cache may take once the weights are loaded (before the context is made).
+
+        On a GPU the weights already sit in device memory, so its free memory is what is left; on
+        the CPU they are memory-mapped and become resident as they are read, so they are taken off.
+        """
+        if self.device.startswith("cuda"):
+            return self.free_memory_bytes()
+        return self.free_memory_bytes() - int(self.model.size())
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def load(self) -> None:
@@ -188,9 +220,15 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         self._pieces: dict[int, bytes] = {}
         model_params = llama_cpp.llama_model_default_params()
         layers = self.options.n_gpu_layers
+        on_gpu = self.device.startswith("cuda")
         if layers is None:  # unset: every layer on a CUDA device, none on the CPU
-            layers = -1 if self.device.startswith("cuda") else 0
+            layers = -1 if on_gpu else 0
         model_params.n_gpu_layers = layers
+        if on_gpu:
+            # The model stays on the device it was placed on (its lane's): llama.cpp's default would
+            # split the layers over every visible GPU, outside the server's memory accounting.
+            model_params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
+            model_params.main_gpu = cuda_index(self.device)
         self.model = LlamaModel(path_model=self._model_path(), params=model_params, verbose=False)
         metadata = self.model.metadata()
         pool = self.options.kv_pool_tokens
@@ -199,7 +237,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
             per_token_bytes=kv_bytes_per_token(metadata),
             # A pool's cells are shared: one sequence may take up to all of them.
             sequences=1 if pool else self.max_sequences,
-            available_bytes=max(0, available_memory_bytes() - self.model.size() - KV_HEADROOM_BYTES),
+            available_bytes=max(0, self._free_for_kv_cache() - KV_HEADROOM_BYTES),
             override=self.options.n_ctx or None,
             cap=self.options.max_context,
         )

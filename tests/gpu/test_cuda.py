@@ -211,3 +211,58 @@ async def test_embeddings_on_cuda_match_the_cpu(tmp_path):
     finally:
         await manager.close()
         executors.shutdown(wait=True)
+
+
+#: A process that serves one GGUF on CUDA: llama.cpp's own device list places it and checks memory.
+LLAMA_CPP_ALONE = """
+import asyncio, sys
+from engines.base import ModelSpec
+from engines.executor import ExecutorPool
+from engines.generation.ggml_devices import cuda_memory
+from engines.types import Task
+from service.model_manager import ModelManager
+from service.settings import Settings
+
+async def main(source, data):
+    spec = ModelSpec("gguf", "llama_cpp", (Task.GENERATE,), source, "cuda", {"n_ctx": 2048})
+    executors = ExecutorPool()
+    manager = ModelManager({"gguf": spec}, Settings(data_dir=data), executors)
+    before = cuda_memory("cuda").free_bytes
+    await manager.load("gguf")
+    loaded = cuda_memory("cuda").free_bytes
+    await manager.unload("gguf")
+    after = cuda_memory("cuda").free_bytes
+    await manager.close()
+    executors.shutdown(wait=True)
+    torch = sys.modules.get("torch")
+    started = bool(torch is not None and torch.cuda.is_initialized())
+    print(f"FIGURE llama_cpp alone free_bytes before={before} loaded={loaded} after={after}")
+    print(f"TORCH_CUDA_STARTED={started} HELD={before - loaded} LEFT={before - after}")
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_llama_cpp_alone_on_cuda_never_starts_torchs_cuda_and_gives_its_memory_back(tmp_path):
+    """Placement and the load check ask llama.cpp (ggml), so torch's CUDA context never starts."""
+    import subprocess
+    import sys
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    if not llama_cpp.llama_supports_gpu_offload():
+        pytest.skip("llama-cpp-python was built without GPU offload")
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", LLAMA_CPP_ALONE, str(_gguf()), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    print(result.stdout)
+    figures = dict(word.split("=", 1) for word in result.stdout.split() if "=" in word)
+    assert "TORCH_CUDA_STARTED=False" in result.stdout
+    assert int(figures["HELD"]) > 50_000_000, "the weights did not go to the GPU"
+    assert int(figures["LEFT"]) < 8 << 20, "device memory not given back after unload"
