@@ -73,7 +73,9 @@ def release_device_memory(device: str) -> None:
     torch = sys.modules.get("torch")
     if torch is None:  # never imported: no allocator has cached anything (and importing it costs ~200 MB)
         return
-    if device.startswith("cuda") and torch.cuda.is_available():
+    # Only where torch started CUDA: it then holds a cache; asking otherwise would start its context
+    # (in a process whose CUDA models are llama.cpp's, which frees its own memory on unload).
+    if device.startswith("cuda") and torch.cuda.is_initialized():
         # cuBLAS keeps a workspace per handle and stream (32 MiB each on Hopper), allocated from
         # torch's cache at a thread's first matrix product and never freed, so each retired lane
         # would keep one: seen on an H200, 32 MiB still allocated after every unload.
