@@ -1,7 +1,8 @@
 """deploy/k8s: the Kubernetes manifests render and validate.
 
 The manifests are rendered with `kubectl kustomize` and every document validated offline against
-the Kubernetes schemas (kubernetes-validate, strict: unknown fields fail).
+the Kubernetes schemas (kubernetes-validate, strict: unknown fields fail). The state store's
+wiring and the two replicas that share it are in tests/test_deploy_shared_state.py.
 """
 
 from __future__ import annotations
@@ -61,19 +62,38 @@ def gpu() -> list[dict]:
     return kustomize(K8S / "overlays" / "gpu")
 
 
+#: What a user's overlay over the external-state-store component sets: its bucket and credentials.
+EXTERNAL_STATE_URL = "s3://my-bucket/universal-runtime"
+EXTERNAL_KEY_ID = "AKIAEXAMPLEEXTERNAL"
+
+
 @pytest.fixture(scope="module")
-def queue_depth(tmp_path_factory) -> list[dict]:
-    """The base with the optional queue-depth HPA component, as a user's overlay would add it."""
+def external_store(tmp_path_factory) -> list[dict]:
+    """The base with components/external-state-store, as the user's overlay its comment shows."""
     overlay = tmp_path_factory.mktemp("overlay")
     # kustomize takes relative paths only.
     relative = os.path.relpath(K8S, overlay)
+    (overlay / "my-s3.env").write_text(
+        f"AWS_ACCESS_KEY_ID={EXTERNAL_KEY_ID}\nAWS_SECRET_ACCESS_KEY=not-a-secret\n"
+    )
+    state_url = {"name": "UR_STATE_URL", "value": EXTERNAL_STATE_URL}
+    patch = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "universal-runtime"},
+        "spec": {"template": {"spec": {"containers": [{"name": "universal-runtime", "env": [state_url]}]}}},
+    }
     (overlay / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [f"{relative}/base"],
-                "components": [f"{relative}/components/hpa-queue-depth"],
+                "components": [f"{relative}/components/external-state-store"],
+                "patches": [{"patch": yaml.safe_dump(patch)}],
+                "secretGenerator": [
+                    {"name": "universal-runtime-state", "behavior": "replace", "envs": ["my-s3.env"]}
+                ],
             }
         )
     )
@@ -92,13 +112,19 @@ def container(docs: list[dict]) -> dict:
 
 
 def env_of(docs: list[dict]) -> dict[str, str]:
+    """The runtime container's environment with literal values (those from a Secret left out)."""
     entries = container(docs)["env"]
     names = [entry["name"] for entry in entries]
     assert len(names) == len(set(names)), f"repeated env: {names}"
-    return {entry["name"]: entry["value"] for entry in entries}
+    return {entry["name"]: entry["value"] for entry in entries if "value" in entry}
 
 
-@pytest.mark.parametrize("rendering", ["base", "gpu", "queue_depth"])
+def pod_labels(docs: list[dict], kind: str) -> dict[str, str]:
+    """The pod template labels of the one workload of ``kind`` (Deployment, StatefulSet)."""
+    return one(docs, kind)["spec"]["template"]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("rendering", ["base", "gpu", "external_store"])
 def test_rendered_documents_validate_against_the_kubernetes_schemas(rendering, request, kubernetes_validate):
     docs = request.getfixturevalue(rendering)
     assert docs
@@ -115,7 +141,14 @@ def test_base_files_validate_without_kubectl(kubernetes_validate):
         for doc in yaml.safe_load_all((base_dir / resource).read_text()):
             kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
             kinds.add(doc["kind"])
-    assert kinds == {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
+    assert kinds == {
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+        "StatefulSet",
+        "NetworkPolicy",
+    }
 
 
 def test_strict_validation_rejects_an_unknown_field(kubernetes_validate):
@@ -128,17 +161,33 @@ def test_strict_validation_rejects_an_unknown_field(kubernetes_validate):
 
 def test_base_objects(base):
     assert sorted(d["kind"] for d in base) == sorted(
-        ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service", "Service"]
+        [
+            "ConfigMap",
+            "Deployment",
+            "HorizontalPodAutoscaler",
+            "PodDisruptionBudget",
+            "Service",
+            "Service",
+            # The shared state store (tests/test_deploy_shared_state.py).
+            "StatefulSet",
+            "Service",
+            "Secret",
+            "NetworkPolicy",
+        ]
     )
     deployment = one(base, "Deployment")
     assert deployment["spec"]["replicas"] == 2
-    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    workloads = {kind: pod_labels(base, kind) for kind in ("Deployment", "StatefulSet")}
+    for kind, labels in workloads.items():
+        assert one(base, kind)["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # Every Service and the PDB select the pods of exactly one workload: the store's Service never
+    # sends traffic to the runtime, nor the runtime's Services to the store.
     for doc in base:
-        selector = doc.get("spec", {}).get("selector")
         if doc["kind"] in ("Service", "PodDisruptionBudget"):
-            labels = selector.get("matchLabels", selector)
-            assert labels.items() <= pod_labels.items(), f"{doc['kind']} {doc['metadata']['name']}"
+            selector = doc["spec"]["selector"]
+            selector = selector.get("matchLabels", selector)
+            selected = [kind for kind, labels in workloads.items() if selector.items() <= labels.items()]
+            assert len(selected) == 1, f"{doc['kind']} {doc['metadata']['name']} selects {selected}"
     assert {port["containerPort"] for port in container(base)["ports"]} == PORTS
 
 
@@ -209,16 +258,26 @@ def test_the_catalog_config_map_is_the_default_catalog(base):
     assert served == default, "deploy/k8s/base/catalog.yaml must stay a copy of service/default_catalog.yaml"
 
 
-def test_services_headless_grpc_and_scraped_http(base):
+def test_services_headless_grpc_and_http(base):
     grpc_service = one(base, "Service", "universal-runtime-grpc")
     assert grpc_service["spec"]["clusterIP"] == "None"
     assert [p["port"] for p in grpc_service["spec"]["ports"]] == [50051]
     http = one(base, "Service", "universal-runtime")
     assert http["spec"].get("type", "ClusterIP") == "ClusterIP"
     assert {p["port"] for p in http["spec"]["ports"]} == {8000, 9090}
-    annotations = http["metadata"]["annotations"]
+
+
+def test_prometheus_scrapes_each_pod_on_its_metrics_port(base):
+    """The pods carry the scrape annotations (the kubernetes-pods job then labels the series with
+    namespace and pod, which the adapter's rule needs); the Service does not, or each pod would be
+    scraped twice."""
+    annotations = one(base, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    metrics_port = next(p["containerPort"] for p in container(base)["ports"] if p["name"] == "metrics")
     assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == "9090"
+    assert annotations["prometheus.io/port"] == str(metrics_port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    for service in (d for d in base if d["kind"] == "Service"):
+        assert not any(key.startswith("prometheus.io/") for key in service["metadata"].get("annotations", {}))
 
 
 def test_disruption_budget_and_autoscaler(base):
@@ -231,7 +290,6 @@ def test_disruption_budget_and_autoscaler(base):
         "name": "universal-runtime",
     }
     assert hpa["spec"]["minReplicas"] == one(base, "Deployment")["spec"]["replicas"]
-    assert [m["resource"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Resource"] == ["cpu"]
     assert env_of(base)["UR_DEVICE"] == "cpu"
 
 
@@ -248,11 +306,38 @@ def test_gpu_overlay_asks_for_a_gpu_and_runs_on_cuda(gpu):
     assert main["image"].endswith(":cuda")
 
 
-def test_queue_depth_component_scales_on_the_queue_gauges(queue_depth):
-    metrics = one(queue_depth, "HorizontalPodAutoscaler")["spec"]["metrics"]
-    pods = {m["pods"]["metric"]["name"] for m in metrics if m["type"] == "Pods"}
-    assert pods == {"ur_encoder_queue_depth", "ur_generation_sequences_waiting"}
-    assert any(m["type"] == "Resource" and m["resource"]["name"] == "cpu" for m in metrics)
-    # The gauges the adapter serves are the server's own.
-    source = (ROOT / "service" / "metrics.py").read_text()
-    assert all(f'"{name}"' in source for name in pods)
+ADAPTER_VALUES = K8S / "prometheus-adapter" / "values.yaml"
+
+
+@pytest.mark.parametrize("rendering", ["base", "gpu"])
+def test_the_autoscaler_scales_on_the_queue_gauge_with_cpu_as_a_floor(rendering, request):
+    metrics = one(request.getfixturevalue(rendering), "HorizontalPodAutoscaler")["spec"]["metrics"]
+    (queue,) = [m["pods"] for m in metrics if m["type"] == "Pods"]
+    assert queue["metric"] == {"name": "ur_requests_waiting"}
+    assert queue["target"]["type"] == "AverageValue"
+    assert 1 <= float(queue["target"]["averageValue"]) <= 16
+    (cpu,) = [m["resource"] for m in metrics if m["type"] == "Resource"]
+    assert cpu["name"] == "cpu"
+    # A floor: only a pod that is nearly saturated adds replicas on CPU (llama.cpp's spinning
+    # threads keep CPU use high under light load).
+    assert cpu["target"] == {"type": "Utilization", "averageUtilization": 90}
+    assert len(metrics) == 2
+
+
+def test_the_adapter_rule_serves_each_pods_metric_of_the_autoscaler_per_pod(base):
+    """deploy/k8s/prometheus-adapter/values.yaml has one rule per Pods metric of the HPA: the
+    server's series, mapped to namespace and pod, named as the HPA asks for it."""
+    rules = yaml.safe_load(ADAPTER_VALUES.read_text())["rules"]["custom"]
+    metrics = one(base, "HorizontalPodAutoscaler")["spec"]["metrics"]
+    for name in (m["pods"]["metric"]["name"] for m in metrics if m["type"] == "Pods"):
+        (rule,) = [r for r in rules if r["name"]["as"] == name]
+        assert rule["seriesQuery"].startswith(f"{name}{{")
+        assert rule["resources"]["overrides"] == {
+            "namespace": {"resource": "namespace"},
+            "pod": {"resource": "pod"},
+        }
+        # One value per pod whatever the number of scrape targets: the pod's total, not a sum of copies.
+        assert rule["metricsQuery"].startswith("max by (<<.GroupBy>>)")
+        assert "<<.Series>>{<<.LabelMatchers>>}" in rule["metricsQuery"]
+        # The gauge is the server's own (service/metrics.py; the replica test scrapes it from a pod).
+        assert f'"{name}"' in (ROOT / "service" / "metrics.py").read_text()
