@@ -7,6 +7,8 @@ wiring and the two replicas that share it are in tests/test_deploy_shared_state.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import subprocess
@@ -117,6 +119,28 @@ def env_of(docs: list[dict]) -> dict[str, str]:
     names = [entry["name"] for entry in entries]
     assert len(names) == len(set(names)), f"repeated env: {names}"
     return {entry["name"]: entry["value"] for entry in entries if "value" in entry}
+
+
+#: The runtime's environment that points it at the state store (deploy/k8s/base/state-store.yaml).
+STATE_ENV = ("UR_STATE_URL", "UR_STATE_STORAGE_OPTIONS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def secret_value(docs: list[dict], ref: dict) -> str:
+    """The value a ``secretKeyRef`` names in the rendered Secrets (fails when the key is missing)."""
+    data = one(docs, "Secret", ref["name"])["data"]
+    assert ref["key"] in data, f"Secret {ref['name']} has no key {ref['key']}"
+    return base64.b64decode(data[ref["key"]]).decode()
+
+
+def state_settings(docs: list[dict]) -> dict[str, str]:
+    """The runtime's state settings as its pods get them: literal values, and the Secret's for refs."""
+    settings = {}
+    for entry in container(docs)["env"]:
+        if entry["name"] in STATE_ENV:
+            ref = entry.get("valueFrom", {}).get("secretKeyRef")
+            settings[entry["name"]] = secret_value(docs, ref) if ref else entry["value"]
+    assert settings.keys() == set(STATE_ENV)
+    return settings
 
 
 def pod_labels(docs: list[dict], kind: str) -> dict[str, str]:
@@ -341,3 +365,15 @@ def test_the_adapter_rule_serves_each_pods_metric_of_the_autoscaler_per_pod(base
         assert "<<.Series>>{<<.LabelMatchers>>}" in rule["metricsQuery"]
         # The gauge is the server's own (service/metrics.py; the replica test scrapes it from a pod).
         assert f'"{name}"' in (ROOT / "service" / "metrics.py").read_text()
+
+
+def test_the_external_store_component_leaves_only_the_runtime_and_its_credentials(external_store):
+    """components/external-state-store: no in-cluster store; the overlay's bucket and credentials."""
+    kinds = {d["kind"] for d in external_store}
+    assert not kinds & {"StatefulSet", "NetworkPolicy"}
+    services = sorted(d["metadata"]["name"] for d in external_store if d["kind"] == "Service")
+    assert services == ["universal-runtime", "universal-runtime-grpc"]
+    settings = state_settings(external_store)
+    assert settings["UR_STATE_URL"] == EXTERNAL_STATE_URL
+    assert json.loads(settings["UR_STATE_STORAGE_OPTIONS"]) == {}  # AWS S3's own endpoint
+    assert settings["AWS_ACCESS_KEY_ID"] == EXTERNAL_KEY_ID

@@ -90,7 +90,8 @@ async def test_concurrent_fits_of_one_name_leave_a_readable_latest_version(repli
             assert len(response.scores) == len(rows)
 
 
-def _fit(name: str, **kwargs) -> e.FitClassifierRequest:
+def fit_request(name: str, **kwargs) -> e.FitClassifierRequest:
+    """A FitClassifierRequest of ``name`` on EXAMPLES (account or shipping), over EMBED_MODEL."""
     examples = [e.ClassifierExample(text=t, label=label) for t, label in EXAMPLES]
     return e.FitClassifierRequest(name=name, embedding_model=EMBED_MODEL, examples=examples, **kwargs)
 
@@ -98,11 +99,11 @@ def _fit(name: str, **kwargs) -> e.FitClassifierRequest:
 @pytest.mark.slow
 async def test_classifier_fitted_on_one_replica_classifies_on_the_other_until_deleted(replicas):
     a, b = replicas
-    await a.FitClassifier(_fit("shared-router"))
+    await a.FitClassifier(fit_request("shared-router"))
     response = await b.Classify(e.ClassifyRequest(model="shared-router", inputs=["my parcel is late"]))
     assert response.classifications[0].label == "shipping"
     # B refuses a second fit of the name without overwrite: it is taken in the shared store.
-    code, reason = await _code(b.FitClassifier(_fit("shared-router")))
+    code, reason = await _code(b.FitClassifier(fit_request("shared-router")))
     assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "CLASSIFIER_EXISTS")
 
     await b.DeleteClassifier(e.DeleteClassifierRequest(name="shared-router"))
