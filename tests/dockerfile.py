@@ -1,16 +1,17 @@
-"""Reading deploy/Dockerfile: its instructions per stage and the environment it sets."""
+"""Reading deploy/Dockerfile: its instructions per stage, its build arguments and the environment it sets."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
 DOCKERFILE = Path(__file__).resolve().parent.parent / "deploy" / "Dockerfile"
 
 
-def dockerfile_stages() -> list[list[tuple[str, str]]]:
-    """Instructions (keyword, arguments) per stage, continuation lines joined and comments dropped."""
-    instructions: list[tuple[str, str]] = []
+def instructions() -> list[tuple[str, str]]:
+    """Every instruction (keyword, arguments) in order, continuation lines joined and comments dropped."""
+    found: list[tuple[str, str]] = []
     pending = ""
     for raw in DOCKERFILE.read_text().splitlines():
         line = raw.strip()
@@ -20,10 +21,15 @@ def dockerfile_stages() -> list[list[tuple[str, str]]]:
             pending += line[:-1] + " "
             continue
         keyword, _, rest = (pending + line).partition(" ")
-        instructions.append((keyword.upper(), rest.strip()))
+        found.append((keyword.upper(), rest.strip()))
         pending = ""
+    return found
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """Instructions (keyword, arguments) per stage; the global ARGs before the first FROM are left out."""
     stages: list[list[tuple[str, str]]] = []
-    for keyword, rest in instructions:
+    for keyword, rest in instructions():
         if keyword == "FROM":
             stages.append([])
         if stages:
@@ -50,3 +56,33 @@ def stage_env(stage: list[tuple[str, str]]) -> dict[str, str]:
         if keyword == "ENV":
             env.update(pair.partition("=")[::2] for pair in shlex.split(rest))
     return env
+
+
+def global_args() -> dict[str, str | None]:
+    """The ARGs declared before the first FROM (the ones FROM may use): name to default, None if none."""
+    args: dict[str, str | None] = {}
+    for keyword, rest in instructions():
+        if keyword == "FROM":
+            break
+        if keyword == "ARG":
+            args.update(_arg(rest, args))
+    return args
+
+
+def stage_args(stage: list[tuple[str, str]]) -> dict[str, str | None]:
+    """The ARGs a stage declares: name to default (global ARGs' ``${NAME}`` expanded), None if none."""
+    args: dict[str, str | None] = {}
+    for keyword, rest in stage:
+        if keyword == "ARG":
+            args.update(_arg(rest, global_args()))
+    return args
+
+
+def expand(text: str, args: dict[str, str | None]) -> str:
+    """``text`` with ``${NAME}`` and ``$NAME`` of ``args`` replaced by their values (no value: empty)."""
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m.group(1) or m.group(2)) or "", text)
+
+
+def _arg(rest: str, known: dict[str, str | None]) -> dict[str, str | None]:
+    name, eq, default = rest.partition("=")
+    return {name.strip(): expand(default, known) if eq else None}

@@ -7,6 +7,7 @@ These tests read the Dockerfile; `make image-test` builds and runs it.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import os
 import re
 import shlex
@@ -22,7 +23,16 @@ import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from service.settings import Settings
-from tests.dockerfile import DOCKERFILE, all_instructions, dockerfile_env, dockerfile_stages, stage_env
+from tests.dockerfile import (
+    DOCKERFILE,
+    all_instructions,
+    dockerfile_env,
+    dockerfile_stages,
+    expand,
+    global_args,
+    stage_args,
+    stage_env,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -117,8 +127,12 @@ def test_the_image_installs_the_debian_packages_of_make_system_deps():
     installs = [rest for kw, rest in runtime if kw == "RUN" and "apt-get install" in rest]
     assert len(installs) == 1, "the runtime stage installs its Debian packages in one RUN"
     assert apt_packages(installs[0]) == wanted
+    # The builder installs the Makefile's list by running make; by hand only the cuda variant's nvcc.
     everywhere = [rest for rest in all_instructions("RUN") if "apt-get install" in rest]
-    assert everywhere == installs, "no other stage installs Debian packages by hand (the builder runs make)"
+    builder_installs = [rest for rest in everywhere if rest not in installs]
+    assert all("make install" in rest and 'if [ "$VARIANT" = cuda ]' in rest for rest in builder_installs)
+    for rest in builder_installs:
+        assert not apt_packages(rest.split("cuda_pkg", 1)[1]) & wanted
 
 
 def test_the_runtime_stage_runs_as_a_numeric_non_root_user_with_health_check_and_ports():
@@ -144,12 +158,161 @@ def test_the_runtime_stage_runs_as_a_numeric_non_root_user_with_health_check_and
     assert env["PATH"].startswith("/app/.venv/bin:")
 
 
+def from_images() -> list[str]:
+    """Each stage's base image with the build arguments' defaults."""
+    return [
+        expand(rest.split()[0], global_args())
+        for stage in dockerfile_stages()
+        for kw, rest in stage
+        if kw == "FROM"
+    ]
+
+
 def test_builder_and_runtime_share_python_and_debian_release():
     """The virtualenv is copied as is: its interpreter path and C libraries must match."""
-    images = [rest.split()[0] for stage in dockerfile_stages() for kw, rest in stage if kw == "FROM"]
+    images = from_images()
     assert len(images) == 2
-    assert all(image.startswith("python:${PYTHON_VERSION}-") for image in images)
+    # By default the public images, so a plain `docker build` is what it always was.
+    python = global_args()["PYTHON_VERSION"]
+    assert images == [f"python:{python}-bookworm", f"python:{python}-slim-bookworm"]
     assert len({image.rsplit("-", 1)[1] for image in images}) == 1, images
+
+
+def test_the_local_bases_are_the_default_images_debian_release_and_python():
+    """deploy/image/base.sh makes the bases `make image-test` builds from: the same Debian release
+    as the public images' and its python3 at one path in both (Debian 12 ships Python 3.11)."""
+    script = (DEPLOY / "image" / "base.sh").read_text()
+    suite = re.search(r"^SUITE=(\w+)$", script, re.M).group(1)
+    assert all(image.endswith(f"-{suite}") for image in from_images())
+    assert {"bookworm": "3.11"}[suite] == global_args()["PYTHON_VERSION"]
+    # Both images come from one debootstrap tree, the builder's with its packages added on top.
+    assert "python3" in re.search(r"^SLIM_PACKAGES=(\S+)$", script, re.M).group(1).split(",")
+    full = re.search(r'^FULL_PACKAGES="([^"]+)"$', script, re.M).group(1).split()
+    assert {"python3-venv", "python3-dev", "build-essential"} <= set(full)
+
+
+def test_every_build_argument_make_image_test_passes_is_declared():
+    """A build argument the Dockerfile does not declare is ignored with a warning: a typo would
+    silently build from the public base or without the local wheels."""
+    declared = set(global_args()) | {name for stage in dockerfile_stages() for name in stage_args(stage)}
+    dry_run = make_dry_run(
+        "image-test", "IMAGE_WHEELS=/opt/wheels", "PIP_CERT=/etc/ssl/certs/ca-certificates.crt"
+    )
+    passed = set(re.findall(r"--build-arg (\w+)=", dry_run))
+    smoke = (DEPLOY / "image" / "smoke.py").read_text()
+    passed |= set(re.findall(r'f?"(\w+)=\{args\.base_prefix\}', smoke))
+    assert {"BUILDER_IMAGE", "RUNTIME_IMAGE", "PIP_FIND_LINKS", "PIP_CERT", "PIP_EXTRA_INDEX_URL"} <= passed
+    assert passed <= declared, f"not declared in deploy/Dockerfile: {passed - declared}"
+
+
+def test_build_time_paths_are_unset_unless_given():
+    """An ARG without a default is not in a RUN's environment, so pip sees no empty find-links or cert."""
+    builder = stage_args(dockerfile_stages()[0])
+    assert builder["PIP_FIND_LINKS"] is None and builder["PIP_CERT"] is None
+
+
+# --- the build's install step, run with stand-ins for make, apt-get, curl and dpkg -----------------
+
+STANDINS = ("make", "apt-get", "curl", "dpkg")
+
+
+def run_install_step(tmp_path: Path, **build_args: str) -> tuple[int, dict[str, str], list[str]]:
+    """Runs the builder's `make install` RUN as /bin/sh would in the build, with the stage's ARG
+    defaults overridden by ``build_args`` and its ENV, every command it runs a stand-in that logs its
+    arguments. Returns the exit status, the environment `make` saw, and the logged commands."""
+    builder = dockerfile_stages()[0]
+    run = next(rest for kw, rest in builder if kw == "RUN" and "make install" in rest)
+    script = re.sub(r"^(--mount=\S+\s+)+", "", run)
+    bin_dir, log = tmp_path / "bin", tmp_path / "commands.log"
+    bin_dir.mkdir()
+    for name in STANDINS:
+        stand_in = bin_dir / name
+        dump = f'env > "{tmp_path}/make.env"; ' if name == "make" else ""
+        stand_in.write_text(f'#!/bin/sh\n{dump}echo "{name} $*" >> "{log}"\n')
+        stand_in.chmod(0o755)
+    venv_python = tmp_path / ".venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text("#!/bin/sh\nexit 0\n")
+    venv_python.chmod(0o755)
+    args = {name: value for name, value in stage_args(builder).items() if value is not None}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        **args,
+        **build_args,
+        **stage_env(builder),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    result = subprocess.run(["/bin/sh", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    made = tmp_path / "make.env"
+    seen = dict(line.partition("=")[::2] for line in made.read_text().splitlines()) if made.exists() else {}
+    commands = log.read_text().splitlines() if log.exists() else []
+    return result.returncode, seen, commands
+
+
+def test_the_cpu_image_by_default_builds_llama_cpp_without_cuda(tmp_path):
+    code, env, commands = run_install_step(tmp_path)
+    assert code == 0
+    assert commands == ["make install EXTRAS=models,otel,s3"], "nothing but `make install` (no CUDA packages)"
+    assert "CMAKE_ARGS" not in env and "CUDACXX" not in env
+    assert env["PIP_EXTRA_INDEX_URL"] == "https://download.pytorch.org/whl/cpu", "torch's CPU build"
+    assert env["PIP_CACHE_DIR"] == stage_env(dockerfile_stages()[0])["PIP_CACHE_DIR"]
+
+
+def test_the_cuda_variant_builds_llama_cpp_with_nvcc_of_torchs_cuda_release(tmp_path):
+    builder_args = stage_args(dockerfile_stages()[0])
+    code, env, commands = run_install_step(tmp_path, VARIANT="cuda")
+    assert code == 0
+    cuda = builder_args["CUDA_VERSION"]
+    package = cuda.replace(".", "-")
+    # NVIDIA's Debian 12 repository through its keyring package, then nvcc and the headers only: the
+    # runtime libraries come from torch's nvidia-* wheels.
+    assert (
+        commands[0]
+        == f"curl -fsSL -o /tmp/cuda-keyring.deb {builder_args['CUDA_REPO']}/cuda-keyring_1.1-1_all.deb"
+    )
+    assert "/debian12/" in builder_args["CUDA_REPO"], "the builder's Debian release (bookworm)"
+    install = next(line for line in commands if line.startswith("apt-get install"))
+    assert set(install.split()) >= {
+        f"cuda-nvcc-{package}",
+        f"cuda-cudart-dev-{package}",
+        f"libcublas-dev-{package}",
+    }
+    assert commands[-1] == "make install EXTRAS=models,otel,s3"
+    assert env["CUDACXX"] == f"/usr/local/cuda-{cuda}/bin/nvcc"
+    cmake = shlex.split(env["CMAKE_ARGS"])
+    assert "-DGGML_CUDA=on" in cmake
+    assert f"-DCMAKE_CUDA_ARCHITECTURES={builder_args['CUDA_ARCHITECTURES']}" in cmake
+    # CUDA 13 compiles for compute capability 7.5 and newer only.
+    assert min(int(arch.split("-")[0]) for arch in builder_args["CUDA_ARCHITECTURES"].split(";")) >= 75
+    assert "PIP_EXTRA_INDEX_URL" not in env, "torch from PyPI: its CUDA build"
+    # pip's cache of a wheel built from source ignores CMAKE_ARGS: the CUDA wheel keeps its own.
+    assert env["PIP_CACHE_DIR"] != stage_env(dockerfile_stages()[0])["PIP_CACHE_DIR"]
+
+
+def test_the_cuda_variant_takes_narrower_architectures(tmp_path):
+    code, env, _ = run_install_step(tmp_path, VARIANT="cuda", CUDA_ARCHITECTURES="90-real")
+    assert code == 0 and "-DCMAKE_CUDA_ARCHITECTURES=90-real" in shlex.split(env["CMAKE_ARGS"])
+
+
+def test_an_unknown_variant_fails_the_build(tmp_path):
+    code, env, commands = run_install_step(tmp_path, VARIANT="rocm")
+    assert code != 0 and not env and not commands
+
+
+def test_the_cuda_runtime_finds_the_wheels_cuda_libraries_and_the_cpu_image_adds_nothing():
+    runtime = dockerfile_stages()[-1]
+    assert stage_args(runtime)["VARIANT"] == stage_args(dockerfile_stages()[0])["VARIANT"] == "cpu"
+    run = next(rest for kw, rest in runtime if kw == "RUN" and "ldconfig" in rest)
+    assert run.startswith('if [ "$VARIANT" = cuda ]; then'), "the CPU image's loader paths are untouched"
+    glob = re.search(r"ls -d (\S+) >/etc/ld\.so\.conf\.d/", run).group(1)
+    venv = dockerfile_env()["PATH"].split(":")[0].removesuffix("/bin")
+    assert glob.startswith(venv + "/lib/python")
+    # Where torch's CUDA 13 wheels (nvidia-cublas, nvidia-cuda-runtime, ...) put their libraries.
+    assert fnmatch.fnmatch(f"{venv}/lib/python3.11/site-packages/nvidia/cu13/lib", glob)
+    # No CUDA runtime of another build beside the wheels': nothing from NVIDIA's repository here.
+    assert not any("cuda" in rest for kw, rest in runtime if kw == "FROM")
+    installs = [rest for kw, rest in runtime if kw == "RUN" and "apt-get install" in rest]
+    assert not any("cuda" in rest or "cublas" in rest for rest in installs)
 
 
 def test_every_copied_path_is_in_the_build_context():
