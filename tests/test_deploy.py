@@ -69,13 +69,27 @@ EXTERNAL_STATE_URL = "s3://my-bucket/universal-runtime"
 EXTERNAL_KEY_ID = "AKIAEXAMPLEEXTERNAL"
 
 
+def overlay(directory: Path, components: list[str], **fields) -> list[dict]:
+    """Render a user's overlay in ``directory``: the base, ``components`` of deploy/k8s/components
+    and further kustomization ``fields``."""
+    # kustomize takes relative paths only.
+    relative = os.path.relpath(K8S, directory)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [f"{relative}/base"],
+        "components": [f"{relative}/components/{name}" for name in components],
+        **fields,
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return kustomize(directory)
+
+
 @pytest.fixture(scope="module")
 def external_store(tmp_path_factory) -> list[dict]:
     """The base with components/external-state-store, as the user's overlay its comment shows."""
-    overlay = tmp_path_factory.mktemp("overlay")
-    # kustomize takes relative paths only.
-    relative = os.path.relpath(K8S, overlay)
-    (overlay / "my-s3.env").write_text(
+    directory = tmp_path_factory.mktemp("overlay")
+    (directory / "my-s3.env").write_text(
         f"AWS_ACCESS_KEY_ID={EXTERNAL_KEY_ID}\nAWS_SECRET_ACCESS_KEY=not-a-secret\n"
     )
     state_url = {"name": "UR_STATE_URL", "value": EXTERNAL_STATE_URL}
@@ -85,21 +99,18 @@ def external_store(tmp_path_factory) -> list[dict]:
         "metadata": {"name": "universal-runtime"},
         "spec": {"template": {"spec": {"containers": [{"name": "universal-runtime", "env": [state_url]}]}}},
     }
-    (overlay / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [f"{relative}/base"],
-                "components": [f"{relative}/components/external-state-store"],
-                "patches": [{"patch": yaml.safe_dump(patch)}],
-                "secretGenerator": [
-                    {"name": "universal-runtime-state", "behavior": "replace", "envs": ["my-s3.env"]}
-                ],
-            }
-        )
+    return overlay(
+        directory,
+        ["external-state-store"],
+        patches=[{"patch": yaml.safe_dump(patch)}],
+        secretGenerator=[{"name": "universal-runtime-state", "behavior": "replace", "envs": ["my-s3.env"]}],
     )
-    return kustomize(overlay)
+
+
+@pytest.fixture(scope="module")
+def pod_monitor(tmp_path_factory) -> list[dict]:
+    """The base with components/pod-monitor (for the Prometheus Operator)."""
+    return overlay(tmp_path_factory.mktemp("overlay"), ["pod-monitor"])
 
 
 def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
@@ -148,11 +159,13 @@ def pod_labels(docs: list[dict], kind: str) -> dict[str, str]:
     return one(docs, kind)["spec"]["template"]["metadata"]["labels"]
 
 
-@pytest.mark.parametrize("rendering", ["base", "gpu", "external_store"])
+@pytest.mark.parametrize("rendering", ["base", "gpu", "external_store", "pod_monitor"])
 def test_rendered_documents_validate_against_the_kubernetes_schemas(rendering, request, kubernetes_validate):
     docs = request.getfixturevalue(rendering)
     assert docs
     for doc in docs:
+        if doc["kind"] == "PodMonitor":  # a CRD's object: test_the_pod_monitor_... checks it
+            continue
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
 
 
@@ -377,3 +390,20 @@ def test_the_external_store_component_leaves_only_the_runtime_and_its_credential
     assert settings["UR_STATE_URL"] == EXTERNAL_STATE_URL
     assert json.loads(settings["UR_STATE_STORAGE_OPTIONS"]) == {}  # AWS S3's own endpoint
     assert settings["AWS_ACCESS_KEY_ID"] == EXTERNAL_KEY_ID
+
+
+def test_the_pod_monitor_scrapes_each_runtime_pod_once_on_its_metrics_port(pod_monitor):
+    """components/pod-monitor, for the Prometheus Operator: the runtime's pods, their metrics port."""
+    monitor = one(pod_monitor, "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"].keys() == {"selector", "podMetricsEndpoints"}
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels(pod_monitor, "Deployment").items()
+    assert (
+        not monitor["spec"]["selector"]["matchLabels"].items()
+        <= pod_labels(pod_monitor, "StatefulSet").items()
+    )
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    annotations = one(pod_monitor, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    (port,) = [p for p in container(pod_monitor)["ports"] if p["name"] == endpoint["port"]]
+    assert str(port["containerPort"]) == annotations["prometheus.io/port"]
+    assert endpoint["path"] == annotations["prometheus.io/path"]
