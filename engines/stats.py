@@ -21,11 +21,15 @@ class KvCacheStats:
     Attributes:
         cells_used: cells held by running sequences and by cached prompts.
         cells_total: cells of the context (the KV pool when one is shared).
+        cells_cached: the part of ``cells_used`` held only by prompts that free slots keep for
+            reuse; a new sequence may take them (a KV pool drops them when it needs the room).
+            ``cells_used - cells_cached`` are the cells running sequences hold.
 
     """
 
     cells_used: int
     cells_total: int
+    cells_cached: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +54,15 @@ class EncoderStats:
 
     Attributes:
         queue_depth: inputs queued, or held by requests still preparing them, not running yet.
+        requests_running: requests with an input in the batch that runs on the model's lane now.
+        requests_waiting: requests not running: preparing their inputs (tokenizing) or with inputs
+            queued and none in the running batch.
 
     """
 
     queue_depth: int
+    requests_running: int = 0
+    requests_waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True)

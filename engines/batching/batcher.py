@@ -72,6 +72,7 @@ class _Entry(Generic[I]):
     cost: int
     future: asyncio.Future
     enqueued_at: float  # time.monotonic() (the lane thread reads it too)
+    request: int  # serial number of the submit call it came with (requests are counted by it)
     # Epoch ns of the entry's queueing and of its batch's start and end (spans, when tracing).
     enqueued_ns: int = 0
     started_ns: int = 0
@@ -138,6 +139,10 @@ class DynamicBatcher(Generic[I, O]):
         self._queue: deque[_Entry[I]] = deque()
         # Places held by requests still preparing their items; they count against max_queue.
         self._reserved = 0
+        # Requests holding such places, and the batch on the lane now (read by request_counts).
+        self._preparing = 0
+        self._computing: list[_Entry[I]] = []
+        self._submits = 0
         self._wakeup: asyncio.Event | None = None
         self._collector: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,6 +161,19 @@ class DynamicBatcher(Generic[I, O]):
     def queue_depth(self) -> int:
         """Inputs queued or held by requests still preparing them (read at metrics scrapes)."""
         return len(self._queue) + self._reserved
+
+    def request_counts(self) -> tuple[int, int]:
+        """``(running, waiting)`` requests now (read at metrics scrapes, from any thread).
+
+        Running: requests with an input in the batch on the lane. Waiting: requests preparing their
+        inputs, and requests with inputs queued and none in that batch (a request split over
+        several batches counts as running while one of its batches runs). Counted over the queue
+        under the lock a batch is taken with, which no job holds while it computes.
+        """
+        with self._lock:
+            running = {entry.request for entry in self._computing}
+            queued = {entry.request for entry in self._queue if not entry.future.done()}
+        return len(running), len(queued - running) + self._preparing
 
     def reserve(self, count: int) -> QueuePlaces:
         """Take ``count`` queue places for a request before its inputs are tokenized.
@@ -177,10 +195,13 @@ class DynamicBatcher(Generic[I, O]):
         self._check_open()
         self._admit(count)
         self._reserved += count
+        if count:  # QueuePlaces gives back only places it holds
+            self._preparing += 1
         return QueuePlaces(self._give_back, count)
 
     def _give_back(self, count: int) -> None:
         self._reserved -= count
+        self._preparing -= 1
 
     def _check_open(self) -> None:
         if self._closed:
@@ -232,8 +253,9 @@ class DynamicBatcher(Generic[I, O]):
         loop = asyncio.get_running_loop()
         now, now_ns = time.monotonic(), time.time_ns()
         futures = [loop.create_future() for _ in items]
+        self._submits += 1
         entries = [
-            _Entry(item, max(1, int(cost)), future, now, now_ns)
+            _Entry(item, max(1, int(cost)), future, now, self._submits, now_ns)
             for item, cost, future in zip(items, costs, futures, strict=True)
         ]
         with self._lock:
@@ -357,6 +379,7 @@ class DynamicBatcher(Generic[I, O]):
                 entry = self._queue.popleft()
                 if not entry.future.done():  # a cancelled caller's item is dropped
                     batch.append(entry)
+            self._computing = batch  # its requests count as running from here (request_counts)
         if expired and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
                 self._loop.call_soon_threadsafe(self._expire, expired, now)
@@ -377,13 +400,16 @@ class DynamicBatcher(Generic[I, O]):
             the batch's outputs, its start and end (``time.monotonic()``) and its start in epoch ns.
 
         """
-        batch = self._take()
-        taken.extend(batch)
-        started, started_ns = time.monotonic(), time.time_ns()
-        if not batch:
-            return [], started, started, started_ns
-        outputs = self._run_batch([entry.item for entry in batch])
-        return outputs, started, time.monotonic(), started_ns
+        try:
+            batch = self._take()
+            taken.extend(batch)
+            started, started_ns = time.monotonic(), time.time_ns()
+            if not batch:
+                return [], started, started, started_ns
+            outputs = self._run_batch([entry.item for entry in batch])
+            return outputs, started, time.monotonic(), started_ns
+        finally:
+            self._computing = []
 
     async def _run_job(self) -> None:
         batch: list[_Entry[I]] = []

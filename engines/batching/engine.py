@@ -138,10 +138,16 @@ class BatchedEncoderEngine(Engine[EncoderOptionsT]):
             module.model = exported
 
     def stats(self) -> EngineStats:
-        """The batcher's queue depth (no encoder figures before :meth:`load` made the batcher)."""
-        if self.batcher is None:
+        """The batcher's queue depth and requests (none before :meth:`load` made the batcher)."""
+        batcher = self.batcher
+        if batcher is None:
             return EngineStats()
-        return EngineStats(encoder=EncoderStats(queue_depth=self.batcher.queue_depth))
+        running, waiting = batcher.request_counts()
+        return EngineStats(
+            encoder=EncoderStats(
+                queue_depth=batcher.queue_depth, requests_running=running, requests_waiting=waiting
+            )
+        )
 
     def estimated_load_bytes(self) -> int:
         """Size of the model folder on disk (a local source), else unknown."""

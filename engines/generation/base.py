@@ -143,14 +143,22 @@ class GenerationEngine(Engine[GenerationOptionsT]):
         """
         return None
 
-    def stats(self) -> EngineStats:
-        """The scheduler's sequences running and waiting, and the KV cells (:meth:`kv_cells`)."""
+    def kv_cache(self) -> KvCacheStats | None:
+        """The KV cells of :meth:`kv_cells`, with those only cached prompts hold; None when unknown.
+
+        The default knows no cached prompts (``cells_cached`` 0); a backend with a prompt cache
+        overrides it, reading its figures once so that the parts agree.
+        """
         cells = self.kv_cells()
+        return KvCacheStats(*cells) if cells is not None else None
+
+    def stats(self) -> EngineStats:
+        """The scheduler's sequences running and waiting, and the KV cells (:meth:`kv_cache`)."""
         return EngineStats(
             generation=GenerationStats(
                 running=self.scheduler.active_count,
                 waiting=self.scheduler.waiting_count,
-                kv_cache=KvCacheStats(*cells) if cells is not None else None,
+                kv_cache=self.kv_cache(),
             )
         )
 

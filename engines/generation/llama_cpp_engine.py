@@ -44,6 +44,7 @@ from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import output_constraint
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
+from engines.stats import KvCacheStats
 from engines.tokenization import Offsets, offsets_from_pieces, offsets_not_supported
 from engines.types import GenerationRequest, MemoryUsage, SamplingParams
 
@@ -295,10 +296,16 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         In use: running sequences' positions so far, plus the prompts free slots keep cached.
         Total: every sequence's stream together, or the shared pool (``kv_pool_tokens``).
         """
+        cells = self.kv_cache()
+        return (cells.cells_used, cells.cells_total) if cells is not None else None
+
+    def kv_cache(self) -> KvCacheStats | None:
+        """The cells of :meth:`kv_cells`; ``cells_cached`` are the free slots' cached prompts."""
         if getattr(self, "ctx", None) is None:
             return None
         running = sum(state.n_past for state in list(self._slot_states.values()))
-        return running + self._prompt_cache.cached_cells, self._kv_total
+        cached = self._prompt_cache.cached_cells
+        return KvCacheStats(cells_used=running + cached, cells_total=self._kv_total, cells_cached=cached)
 
     def max_new_tokens(self, request: GenerationRequest, prompt_tokens: int) -> int:
         """As :meth:`GenerationEngine.max_new_tokens`; with a KV pool, a ``max_tokens`` over it is refused.
