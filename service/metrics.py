@@ -12,7 +12,10 @@ peers' to ours: vLLM's ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_
 State that a scrape can read (models loaded, memory per model, sequences running and waiting,
 KV cells, encoder queue depth) is not recorded on the request path: :class:`ModelStateCollector`
 reads it from the model manager (:func:`register_model_state`) when Prometheus scrapes, so it
-costs nothing between scrapes.
+costs nothing between scrapes. From the same reading it sums the per-pod gauges of the Gateway
+API Inference Extension's model-server protocol (proposal 003: requests queued and running,
+KV-cache use as a fraction, the models loaded, the cache's block size), each under our ``ur_``
+name and under the vLLM name that endpoint pickers read by default (:class:`PodLoad`).
 
 Exposition: the gateway's ``GET /metrics`` (:mod:`gateway.metrics`, in the same process when
 the gateway runs beside the server) and :mod:`service.metrics_server` (``UR_METRICS_PORT`` of the
@@ -21,7 +24,9 @@ gRPC server, for deployments without the gateway).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
@@ -29,15 +34,18 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from engines.metrics import LATENCY_BUCKETS, enabled
+from engines.stats import EngineStats
 
 
 class ModelManager(Protocol):
     """What the scrape-time gauges read of :class:`service.model_manager.ModelManager`."""
 
     def models(self) -> list[Any]:
-        """Managed models, each with ``spec.name``, ``engine`` (None when not loaded) and ``memory``.
+        """Managed models, each with ``spec.name``, ``state``, ``engine`` and ``memory``.
 
-        A loaded engine's figures come from its ``stats()`` (:class:`engines.stats.EngineStats`).
+        ``state`` is a ``ModelState``, read by its ``name`` (LOADING, READY...); ``engine`` is None
+        when not loaded. A loaded engine's figures come from its ``stats()``
+        (:class:`engines.stats.EngineStats`).
         """
         ...
 
@@ -183,6 +191,77 @@ def model_unloaded(model: str, reason: str) -> None:
 
 _managers: list[ModelManager] = []
 
+#: Tokens per block that ``cache_config_info`` reports. llama.cpp holds KV per token (a cell is a
+#: token, and the prompt cache reuses any common prefix), so every block size divides our cells;
+#: the EPP reads this only to hash prompts for its prefix-cache index (blocks of 4 characters per
+#: token) and sizes that index in blocks (``num_gpu_blocks``). 16 is vLLM's and the EPP's own
+#: default: the index then covers the same tokens as with 1-token blocks at a sixteenth of the work.
+PROTOCOL_BLOCK_SIZE = 16
+
+
+@dataclass
+class PodLoad:
+    """The model-server protocol's per-pod totals over every loaded model (GIE proposal 003).
+
+    Attributes:
+        waiting: requests queued: generation requests admitted and not in a batch yet (being
+            prepared or queued for a slot), plus batched-encoder requests preparing their inputs
+            or with inputs queued and none in the batch that runs.
+        running: requests being computed: generation sequences in a running batch, plus
+            batched-encoder requests with an input in the batch on the lane now.
+        kv_cells_held: KV cells that running sequences hold, over the generation models that count
+            cells (llama.cpp); prompts cached in free slots are not counted (a new sequence may
+            take their cells), as vLLM counts cached free blocks as free.
+        kv_cells_total: KV cells of those models' contexts.
+        loaded: names of the models loaded and serving (state Running), sorted.
+        loading: names of the models loading now, sorted.
+        models: models this pod can serve (the catalog's, with hub ids clients added).
+
+    """
+
+    waiting: int = 0
+    running: int = 0
+    kv_cells_held: int = 0
+    kv_cells_total: int = 0
+    loaded: list[str] = field(default_factory=list)
+    loading: list[str] = field(default_factory=list)
+    models: int = 0
+
+    @property
+    def kv_usage_ratio(self) -> float:
+        """Held over total KV cells, 0 to 1; 0 when no loaded model counts cells."""
+        return self.kv_cells_held / self.kv_cells_total if self.kv_cells_total else 0.0
+
+    def add(self, stats: EngineStats) -> None:
+        """Add one loaded engine's figures (:meth:`engines.base.Engine.stats`)."""
+        if stats.generation is not None:
+            self.waiting += stats.generation.waiting
+            self.running += stats.generation.running
+            cells = stats.generation.kv_cache
+            if cells is not None:
+                self.kv_cells_held += max(0, cells.cells_used - cells.cells_cached)
+                self.kv_cells_total += cells.cells_total
+        if stats.encoder is not None:
+            self.waiting += stats.encoder.requests_waiting
+            self.running += stats.encoder.requests_running
+
+
+def _protocol_gauges(
+    ours: str, vllm: str, text: str, labels: dict[str, str] | None = None, value: float = 1.0
+) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    """One gauge series named ours and the same named vLLM's (the names pickers read by default).
+
+    One series per family, with no model label: the EPP takes one series of each protocol metric
+    (the latest by timestamp, or by value for ``lora_requests_info``), so one series per model
+    would hide all models but one.
+    """
+    families = []
+    for name in (ours, vllm):
+        family = GaugeMetricFamily(name, text, labels=list(labels or {}))
+        family.add_metric(list((labels or {}).values()), value)
+        families.append(family)
+    return families[0], families[1]
+
 
 class ModelStateCollector(Collector):
     """Gauges read from the model manager at each scrape.
@@ -190,14 +269,33 @@ class ModelStateCollector(Collector):
     ``ur_models_loaded``; per loaded model ``ur_model_memory_bytes{model,memory="ram"|"vram"}``;
     per generation model ``ur_generation_sequences_running`` / ``_waiting`` and
     ``ur_kv_cache_cells_used`` / ``_total`` (llama.cpp); per encoder model
-    ``ur_encoder_queue_depth``: each engine's :meth:`~engines.base.Engine.stats`, which reads
-    Python-level state only (never calls into a runtime that a lane may be using), so a scrape
-    never waits for a model.
+    ``ur_encoder_queue_depth``. Per pod, the model-server protocol (:class:`PodLoad`), each under
+    our name and vLLM's: ``ur_requests_waiting`` / ``vllm:num_requests_waiting``,
+    ``ur_requests_running`` / ``vllm:num_requests_running``, ``ur_kv_cache_usage_ratio`` /
+    ``vllm:kv_cache_usage_perc`` (a fraction, 0 to 1, as vLLM's is), ``ur_lora_requests_info`` /
+    ``vllm:lora_requests_info`` (labels ``running_lora_adapters``: models loaded,
+    ``waiting_lora_adapters``: models loading, comma-joined; ``max_lora``: models the pod can
+    serve; the value is the scrape's Unix time, the "last updated" time the EPP orders series
+    by) and ``ur_cache_config_info`` / ``vllm:cache_config_info`` (labels ``block_size``:
+    :data:`PROTOCOL_BLOCK_SIZE`, ``num_gpu_blocks``: the KV cells in such blocks; value 1).
+
+    Every figure is each engine's :meth:`~engines.base.Engine.stats`, which reads Python-level
+    state only (never calls into a runtime that a lane may be using), so a scrape never waits
+    for a model.
+
+    Args:
+        manager: the manager to report; None (the process's collector): the latest one that
+            :func:`register_model_state` registered and that still runs.
+
     """
+
+    def __init__(self, manager: ModelManager | None = None) -> None:
+        self._manager = manager
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield the gauges (called by prometheus_client on each scrape)."""
-        if not _managers:
+        manager = self._manager or (_managers[-1] if _managers else None)
+        if manager is None:
             return
 
         def family(name: str, text: str, labels: tuple[str, ...] = ("model",)) -> GaugeMetricFamily:
@@ -217,17 +315,26 @@ class ModelStateCollector(Collector):
         kv_used = family("ur_kv_cache_cells_used", "KV cells held by sequences and cached prompts.")
         kv_total = family("ur_kv_cache_cells_total", "KV cache cells of the context.")
         queue = family("ur_encoder_queue_depth", "Inputs queued or being prepared for batches.")
+        pod = PodLoad()
         count = 0
-        for managed in _managers[-1].models():
+        models = manager.models()
+        pod.models = len(models)
+        for managed in models:
+            # ModelState by name: service.model_manager imports this module.
+            if managed.state.name == "LOADING":
+                pod.loading.append(managed.spec.name)
             engine = managed.engine
             if engine is None:
                 continue
             count += 1
             name = managed.spec.name
+            if managed.state.name == "READY":
+                pod.loaded.append(name)
             usage = managed.memory  # measured once at load (engine.memory_usage may call its runtime)
             memory.add_metric([name, "ram"], usage.ram_bytes)
             memory.add_metric([name, "vram"], usage.vram_bytes)
             stats = engine.stats()
+            pod.add(stats)
             if stats.generation is not None:
                 running.add_metric([name], stats.generation.running)
                 waiting.add_metric([name], stats.generation.waiting)
@@ -239,6 +346,54 @@ class ModelStateCollector(Collector):
                 queue.add_metric([name], stats.encoder.queue_depth)
         loaded.add_metric([], count)
         yield from (loaded, memory, running, waiting, kv_used, kv_total, queue)
+        yield from _protocol_families(pod, time.time())
+
+
+def _protocol_families(pod: PodLoad, now: float) -> Iterator[GaugeMetricFamily]:
+    """The model-server protocol's gauges for ``pod`` (``now``: Unix seconds, the LoRA info's value)."""
+    yield from _protocol_gauges(
+        "ur_requests_waiting",
+        "vllm:num_requests_waiting",
+        "Requests queued on this server: generation requests not in a batch yet, encoder requests "
+        "with no input in the running batch.",
+        value=pod.waiting,
+    )
+    yield from _protocol_gauges(
+        "ur_requests_running",
+        "vllm:num_requests_running",
+        "Requests computed now: generation sequences in a batch, encoder requests in the running batch.",
+        value=pod.running,
+    )
+    yield from _protocol_gauges(
+        "ur_kv_cache_usage_ratio",
+        "vllm:kv_cache_usage_perc",
+        "Fraction (0 to 1) of the generation models' KV cells that running sequences hold.",
+        value=pod.kv_usage_ratio,
+    )
+    adapters = {
+        "running_lora_adapters": ",".join(sorted(pod.loaded)),
+        "waiting_lora_adapters": ",".join(sorted(pod.loading)),
+        "max_lora": str(pod.models),
+    }
+    yield from _protocol_gauges(
+        "ur_lora_requests_info",
+        "vllm:lora_requests_info",
+        "Models loaded (running_lora_adapters) and loading (waiting_lora_adapters) on this server, "
+        "models it can serve (max_lora); the value is the Unix time of the scrape.",
+        adapters,
+        now,
+    )
+    cache = {
+        "block_size": str(PROTOCOL_BLOCK_SIZE),
+        "num_gpu_blocks": str(pod.kv_cells_total // PROTOCOL_BLOCK_SIZE),
+    }
+    yield from _protocol_gauges(
+        "ur_cache_config_info",
+        "vllm:cache_config_info",
+        "KV cache layout for prefix-aware pickers: tokens per block and the generation models' KV "
+        "cells in such blocks.",
+        cache,
+    )
 
 
 def register_model_state(manager: ModelManager) -> None:

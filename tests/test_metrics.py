@@ -197,6 +197,9 @@ async def test_the_gateway_serves_the_same_registry(server):
     assert response.headers["content-type"].startswith("text/plain")
     samples = parse(response.text)
     assert any(name == "ur_requests_total" for name, _ in samples)
+    # The model-server protocol's pod gauges, one series each, on the port an InferencePool targets.
+    for name in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
+        assert [labels for sample, labels in samples if sample == name] == [()]
 
 
 async def test_metrics_can_be_switched_off(settings):

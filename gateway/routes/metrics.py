@@ -1,10 +1,14 @@
 """``GET /metrics``: Prometheus text exposition of this process's metrics.
 
 When the gateway runs beside the gRPC server (``universal-runtime``), this is the server's whole
-registry (RPCs, generation, encoders, models; the README's "Metrics" table). A standalone gateway
-has no server metrics of its own to show. With ``PROMETHEUS_MULTIPROC_DIR`` set (several gateway
-worker processes), every process's files are merged through prometheus_client's
-``MultiProcessCollector``.
+registry (RPCs, generation, encoders, models; the README's "Metrics" table), the per-pod gauges of
+the model-server protocol included (``vllm:num_requests_waiting``, ``vllm:num_requests_running``,
+``vllm:kv_cache_usage_perc``, ``vllm:lora_requests_info``, ``vllm:cache_config_info`` and their
+``ur_`` twins, :mod:`service.metrics`): an InferencePool that targets this HTTP port has its
+endpoint picker scrape them here. A standalone gateway has no server metrics of its own to show.
+With ``PROMETHEUS_MULTIPROC_DIR`` set (several gateway worker processes), every process's files
+are merged through prometheus_client's ``MultiProcessCollector`` (files hold recorded metrics
+only: no gauge read at scrape time, so no protocol gauge).
 """
 
 from __future__ import annotations
