@@ -517,6 +517,15 @@ def test_the_inference_service_selects_the_runtime(kserve):
     assert runtime_container(kserve)["name"] == "kserve-container"
 
 
+def test_kserve_pods_stay_out_of_the_base_selectors(kserve, base):
+    """KServe copies the InferenceService's and the runtime's labels onto the predictor pods."""
+    isvc = one(kserve, "InferenceService")
+    pod_labels = {**one(kserve, "ServingRuntime")["spec"].get("labels", {}), **isvc["metadata"]["labels"]}
+    selectors = [doc["spec"]["selector"] for doc in base if doc["kind"] in ("Service", "PodDisruptionBudget")]
+    for selector in selectors:
+        assert not matches(selector.get("matchLabels", selector), pod_labels)
+
+
 def test_the_runtime_ports_and_probes_are_the_servers(kserve):
     container = runtime_container(kserve)
     ports = container["ports"]
