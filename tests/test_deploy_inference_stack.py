@@ -244,6 +244,15 @@ def test_the_pool_selects_the_model_server_pods_only(gie):
     assert selected == {MODEL_SERVER}
 
 
+def test_gateway_proxy_pods_stay_out_of_the_pool(gie):
+    """Istio and kgateway copy a Gateway's labels onto the proxy pods they deploy for it."""
+    labels = one(gie, "Gateway")["metadata"]["labels"]
+    selectors = [one(gie, "InferencePool")["spec"]["selector"]["matchLabels"]]
+    selectors += [doc["spec"]["selector"] for doc in gie if doc["kind"] == "Service"]
+    for selector in selectors:
+        assert not matches(selector, labels)
+
+
 def test_the_pool_targets_the_port_the_gateway_serves(gie):
     pool = one(gie, "InferencePool")["spec"]
     (target,) = pool["targetPorts"]
