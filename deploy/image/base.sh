@@ -36,7 +36,8 @@ import_rootfs "$PREFIX:$SUITE-slim"
 
 # The builder's extra packages go into the same tree: one debootstrap for both images.
 mount -t proc proc "$ROOTFS/proc"
-trap 'umount "$ROOTFS/proc" 2>/dev/null; rm -rf "$ROOTFS"' EXIT
+# (`|| true`: under set -e a failed umount would end the trap before the rm.)
+trap 'umount "$ROOTFS/proc" 2>/dev/null || true; rm -rf "$ROOTFS"' EXIT
 chroot "$ROOTFS" apt-get update -qq
 # shellcheck disable=SC2086  # a word list on purpose
 DEBIAN_FRONTEND=noninteractive chroot "$ROOTFS" apt-get install -y -qq --no-install-recommends $FULL_PACKAGES >/dev/null
