@@ -293,8 +293,9 @@ def http_calls(smoke: Smoke, http: httpx.Client, metrics_url: str) -> None:
         note["note"] = "the kitten ranks first"
     with smoke.step("http POST /v1/classify") as note:
         data = post("/v1/classify", {"model": CLASSIFY_MODEL, "input": ["What is my account balance?"]})
-        assert data["data"], data
-        note["note"] = str(data["data"][0])[:80]
+        top = data["data"][0]
+        assert top["label"], data
+        note["note"] = f"{CLASSIFY_MODEL}: {top['label']} {top['score']:.2f}"
     with smoke.step("http POST /v1/ner") as note:
         data = post("/v1/ner", {"model": NER_MODEL, "input": ["Ada Lovelace lived in London."]})
         assert "London" in str(data), data
