@@ -10,7 +10,6 @@ token ids").
 from __future__ import annotations
 
 import asyncio
-import os
 
 import numpy as np
 import openai
@@ -24,17 +23,9 @@ require("langchain_openai")
 
 from langchain_core.exceptions import ContextOverflowError  # noqa: E402
 from langchain_core.messages import AIMessageChunk  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings  # noqa: E402
 
-os.environ["LANGSMITH_TRACING"] = "false"
-os.environ["LANGCHAIN_TRACING_V2"] = "false"
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Get the current weather for a city."""
-    return f"Sunny in {city}"
+from tests.clients.langchain_tools import get_weather  # noqa: E402
 
 
 class Place(BaseModel):

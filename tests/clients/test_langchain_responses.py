@@ -7,25 +7,15 @@ answer's output items come back as an ``AIMessage`` with content blocks. Tracing
 
 from __future__ import annotations
 
-import os
-
 from tests.clients.conftest import require
 from tests.conftest import CHAT_MODEL
 
 require("langchain_openai")
 
 from langchain_core.messages import AIMessageChunk, HumanMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 
-os.environ["LANGSMITH_TRACING"] = "false"
-os.environ["LANGCHAIN_TRACING_V2"] = "false"
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Get the current weather for a city."""
-    return f"Sunny in {city}"
+from tests.clients.langchain_tools import get_weather  # noqa: E402
 
 
 def chat(url: str, **kwargs) -> ChatOpenAI:
