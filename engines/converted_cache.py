@@ -39,6 +39,8 @@ def source_fingerprint(location: Path | str) -> str:
 
     For a local file or folder: its resolved path with the relative path, size and mtime of each
     file (a model folder holds tens of files, so this stays cheap). A hub id is its own identity.
+    The mtime counts in whole seconds: container image layers (and tar) keep no finer times, so
+    a copy made at an image's build is found by the server the image runs.
     """
     path = Path(location)
     parts = [str(location)]
@@ -49,7 +51,7 @@ def source_fingerprint(location: Path | str) -> str:
         for file in files:
             stat = file.stat()
             parts.append(
-                f"{file.relative_to(path) if file != path else file.name}|{stat.st_size}|{stat.st_mtime_ns}"
+                f"{file.relative_to(path) if file != path else file.name}|{stat.st_size}|{int(stat.st_mtime)}"
             )
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 

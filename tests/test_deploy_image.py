@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import importlib.util
 import os
-import py_compile
 import re
 import shlex
 import shutil
@@ -333,47 +331,6 @@ def test_the_cuda_runtime_finds_the_wheels_cuda_libraries_and_the_cpu_image_adds
     assert not any("cuda" in rest for kw, rest in runtime if kw == "FROM")
     installs = [rest for kw, rest in runtime if kw == "RUN" and "apt-get install" in rest]
     assert not any("cuda" in rest or "cublas" in rest for rest in installs)
-
-
-def test_the_image_prepares_again_on_whole_second_mtimes():
-    """Image layers keep whole-second mtimes; the converted copies' keys hold them in nanoseconds.
-
-    The builder rounds the virtualenv's times down and prepares again after its `make install`,
-    so the copies the runtime stage takes are keyed on the times the image keeps."""
-    builder = dockerfile_stages()[0]
-    runs = [rest for kw, rest in builder if kw == "RUN"]
-    install = next(i for i, rest in enumerate(runs) if "make install" in rest)
-    again = runs[install + 1].split("&&")
-    assert again[0].strip() == ".venv/bin/python /tmp/whole_second_mtimes.py .venv"
-    assert '"$XDG_CACHE_HOME/universal-runtime/converted"' in again[1] and again[1].strip().startswith(
-        "rm -rf"
-    )
-    assert again[-1].strip() == ".venv/bin/universal-runtime prepare"
-
-
-def test_whole_second_mtimes_rounds_down_and_keeps_bytecode_valid(tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "whole_second_mtimes", DEPLOY / "image" / "whole_second_mtimes.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    source = tmp_path / "pkg" / "mod.py"
-    source.parent.mkdir()
-    source.write_text("X = 1\n")
-    os.utime(source, ns=(1_700_000_000_123_456_789, 1_700_000_000_987_654_321))
-    weights = tmp_path / "pkg" / "weights.bin"
-    weights.write_bytes(b"w")
-    os.utime(weights, ns=(5, 1_700_000_001_000_000_000))  # already whole: left alone
-    (tmp_path / "link").symlink_to(source)
-    pyc = py_compile.compile(str(source), doraise=True)
-    read_at = source.stat().st_atime_ns
-    assert module.round_down_mtimes(tmp_path) == 2  # the source and its .pyc; not the link
-    assert source.stat().st_mtime_ns == 1_700_000_000_000_000_000
-    assert source.stat().st_atime_ns == read_at
-    assert weights.stat().st_mtime_ns == 1_700_000_001_000_000_000
-    # The .pyc's header holds its source's mtime in whole seconds (PEP 552): still the same second.
-    assert int.from_bytes(Path(pyc).read_bytes()[8:12], "little") == 1_700_000_000
-    assert module.round_down_mtimes(tmp_path) == 0
 
 
 def test_every_copied_path_is_in_the_build_context():

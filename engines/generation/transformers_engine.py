@@ -22,7 +22,6 @@ Sampling (penalties, temperature, top-k/p, min-p, seeds) is per sequence in torc
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.base import ModelSpec
-from engines.converted_cache import converted_root
+from engines.converted_cache import converted_root, source_fingerprint
 from engines.device import torch_dtype_for, torch_module_memory
 from engines.errors import ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
@@ -119,10 +118,8 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
 
     def _converted_dir(self, gguf: Path) -> Path:
         """Where the dequantized copy of ``gguf`` lives: keyed by path, size and mtime of the file."""
-        stat = gguf.stat()
-        key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
         # Keyed by the file, so catalog entries sharing it share the copy.
-        return converted_root(self.options.cache_dir) / f"{gguf.stem}-{key}"
+        return converted_root(self.options.cache_dir) / f"{gguf.stem}-{source_fingerprint(gguf)}"
 
     def converted_copy(self) -> Path | None:
         """The folder of the dequantized copy that ``gguf_file`` loads from, or None without one.
