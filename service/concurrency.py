@@ -12,7 +12,7 @@ from engines.errors import ResourceExhaustedError
 from service import metrics
 from service.interceptors import PUBLIC_METHOD_PREFIXES
 from service.interceptors import _call as _next
-from service.status import status_for_error
+from service.status import set_status, status_for_error
 
 
 class ConcurrencyLimitInterceptor(AsyncServerInterceptor):
@@ -24,7 +24,7 @@ class ConcurrencyLimitInterceptor(AsyncServerInterceptor):
     ``max_concurrent_requests``; it never queues.
     Health and reflection RPCs are neither counted nor refused, so probes still answer under load.
     Install it right after :class:`service.interceptors.RequestContextInterceptor`, so refused calls
-    are logged, and outside the error mapping (it aborts with its own status).
+    are logged, and outside the error mapping (it sets its own status).
 
     Args:
         max_in_flight: The most RPCs running at once (at least 1).
@@ -43,7 +43,7 @@ class ConcurrencyLimitInterceptor(AsyncServerInterceptor):
     async def intercept(
         self, method: Callable, request: Any, context: grpc.aio.ServicerContext, method_name: str
     ):
-        """Admit the call and count it until it ends, or abort it with RESOURCE_EXHAUSTED."""
+        """Admit the call and count it until it ends, or end it RESOURCE_EXHAUSTED (no message)."""
         if method_name.startswith(PUBLIC_METHOD_PREFIXES):
             return await _next(method, request, context)
         # Check and increment with no await between them: admission is atomic on the event loop.
@@ -56,7 +56,8 @@ class ConcurrencyLimitInterceptor(AsyncServerInterceptor):
                 )
             )
             metrics.rpc_rejected(method_name.rpartition("/")[2], "OVERLOADED")
-            await context.abort(status.code, status.details, status.trailing_metadata)
+            set_status(context, status)
+            return None
         slot = _Slot(self)
         # Safety net: a response stream that is never iterated never runs its finally below.
         context.add_done_callback(lambda _context: slot.release())

@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from service.status import is_error_set
+
 log = logging.getLogger(__name__)
 
 # The method-path prefix of the services a gateway calls in-process (reflection stays remote).
@@ -257,6 +259,8 @@ class InProcessCalls:
             raise _unexpected(exc) from exc
         finally:
             context.finish(cancelled=not ended)
+        if is_error_set(context):  # a status set and no message (service.status.set_status)
+            raise _rpc_error(context.code(), context.details(), context.trailing_metadata())
         out = handler.response_serializer(response) if handler.response_serializer else response
         if len(out) > self._max_send:
             raise _rpc_error(

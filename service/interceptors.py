@@ -28,7 +28,7 @@ from service.request_context import (
     request_id_var,
 )
 from service.shared.api_keys import ApiKeys, load_api_keys
-from service.status import internal_status, rich_status, status_for_error
+from service.status import internal_status, is_error_set, rich_status, set_status, status_for_error
 
 log = logging.getLogger("universal_runtime.rpc")
 
@@ -83,6 +83,9 @@ class RequestContextInterceptor(AsyncServerInterceptor):
             self._log(context, method_name, started, exc)
             raise
         if not hasattr(result, "__aiter__"):
+            if is_error_set(context):  # refused (set_status): its trailers hold the id already
+                self._log(context, method_name, started, None)
+                return result
             # In the trailers, not early headers: a unary call stays uncommitted until it is
             # answered, so a client's retry policy may resend it to another replica when this one
             # dies mid-call (gRPC retries only calls that have received no headers).
@@ -178,13 +181,13 @@ REFUSED_UPLOAD_MAX_S = 2.0
 
 
 async def _refuse_unauthenticated(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-    """Abort UNAUTHENTICATED without reading ``request_iterator`` (no message is received)."""
+    """End the call UNAUTHENTICATED without reading ``request_iterator`` (no message is received)."""
     status = rich_status(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED")
-    await context.abort(status.code, status.details, status.trailing_metadata)
+    set_status(context, status)
 
 
 async def _refuse_unauthenticated_upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-    """Abort UNAUTHENTICATED once the client's stream is sent, its messages received but never parsed.
+    """End the call UNAUTHENTICATED once the client's stream is sent, its messages received but never parsed.
 
     grpc-python's client answers its own INTERNAL ("Internal error from Core") instead of the
     server's status when a call ends while it is still sending a stream (seen in nearly every
@@ -231,7 +234,9 @@ class ErrorMappingInterceptor(AsyncServerInterceptor):
     """Turns domain errors into their status with ErrorInfo.
 
     Anything unexpected becomes INTERNAL with a generic message (the trace goes to the log
-    only). Aborts and cancellations pass through.
+    only). Aborts and cancellations pass through. The status is set (:func:`set_status`), not
+    sent: a unary call returns no message, a stream ends, and the status goes out after the
+    outer interceptors have logged and counted the call.
     """
 
     async def intercept(
@@ -240,9 +245,11 @@ class ErrorMappingInterceptor(AsyncServerInterceptor):
         """Map exceptions raised by the handler (unary) or while iterating it (streams)."""
         try:
             result = await _call(method, request, context)
+        except grpc.aio.AbortError:
+            raise
         except Exception as exc:
-            await self._abort(exc, context, method_name)
-            raise  # unreachable: abort raises
+            self._set_error_status(exc, context, method_name)
+            return None
         if hasattr(result, "__aiter__"):
             return self._stream(result, context, method_name)
         return result
@@ -251,14 +258,13 @@ class ErrorMappingInterceptor(AsyncServerInterceptor):
         try:
             async for item in stream:
                 yield item
-        except Exception as exc:
-            await self._abort(exc, context, method_name)
+        except grpc.aio.AbortError:
             raise
+        except Exception as exc:
+            self._set_error_status(exc, context, method_name)
 
     @staticmethod
-    async def _abort(exc: Exception, context: grpc.aio.ServicerContext, method_name: str) -> None:
-        if isinstance(exc, grpc.aio.AbortError):
-            return
+    def _set_error_status(exc: Exception, context: grpc.aio.ServicerContext, method_name: str) -> None:
         if isinstance(exc, RuntimeServiceError):
             status = status_for_error(exc)
             if status.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -278,7 +284,7 @@ class ErrorMappingInterceptor(AsyncServerInterceptor):
                 extra={"request_id": request_id_var.get(), "method": method_name},
             )
             status = internal_status(request_id_var.get())
-        await context.abort(status.code, status.details, status.trailing_metadata)
+        set_status(context, status)
 
 
 class RequestParsingInterceptor(grpc.aio.ServerInterceptor):

@@ -88,3 +88,22 @@ def internal_status(request_id: str) -> grpc.Status:
         "INTERNAL",
         {"request_id": request_id},
     )
+
+
+def set_status(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
+    """Make ``status`` (code, details, trailers) the one the call ends with once its handler returns.
+
+    Unlike ``context.abort``, which sends the status at once and raises, nothing goes out until
+    every interceptor has returned: the call's log line and metrics exist before the client can
+    see the outcome (a client that reads the log or ``/metrics`` right after an error finds it
+    there). A unary handler then returns ``None`` (grpc.aio sends no message with a status that
+    is not OK); a response stream ends.
+    """
+    context.set_code(status.code)
+    context.set_details(status.details)
+    context.set_trailing_metadata(status.trailing_metadata)
+
+
+def is_error_set(context: grpc.aio.ServicerContext) -> bool:
+    """Whether the call's status was set to something other than OK (:func:`set_status`)."""
+    return context.code() not in (None, grpc.StatusCode.OK)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+import time
+
 import grpc
 import pytest
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc as isg
 
 from engines.errors import InputTooLongError
+from service.concurrency import ConcurrencyLimitInterceptor
 from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
 from tests.conftest import error_info
 
@@ -134,3 +140,93 @@ async def test_request_id_comes_back_in_trailers_of_unary_answers_and_headers_of
     assert ("x-request-id", "s-1") in tuple(await stream.initial_metadata())
     async for _ in stream:
         pass
+
+
+class _SlowRecords(logging.Handler):
+    """Keeps the ``rpc`` log lines, each written ``delay_s`` after it was asked for (a slow log sink)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "rpc":
+            time.sleep(self.delay_s)
+            self.records.append(record)
+
+
+@pytest.fixture
+def threaded_server():
+    """The fake servicer behind the interceptors, on an event loop of its own thread (yields its port).
+
+    The client's loop is not the server's, so a status sent before the log line is written
+    reaches the client while the server is still writing it.
+    """
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    holder: dict = {}
+
+    async def serve():
+        server = grpc.aio.server(
+            interceptors=[
+                RequestContextInterceptor(),
+                ConcurrencyLimitInterceptor(1),
+                AuthInterceptor("k"),
+                ErrorMappingInterceptor(),
+            ]
+        )
+        isg.add_InferenceServiceServicer_to_server(FakeInference(), server)
+        holder["port"] = server.add_insecure_port("127.0.0.1:0")
+        holder["server"] = server
+        await server.start()
+        started.set()
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(serve(), loop).result(timeout=10)
+    assert started.wait(10)
+    yield holder["port"]
+    asyncio.run_coroutine_threadsafe(holder["server"].stop(0), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    loop.close()
+
+
+async def _failed_unary(stub):
+    await stub.Generate(g.GenerateRequest(model="x"), metadata=AUTH)
+
+
+async def _failed_stream(stub):
+    async for _ in stub.GenerateStream(g.GenerateStreamRequest(model="x"), metadata=AUTH):
+        pass
+
+
+async def _refused_key(stub):
+    await stub.Generate(g.GenerateRequest(model="x"), metadata=(("authorization", "Bearer wrong"),))
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (_failed_unary, grpc.StatusCode.INVALID_ARGUMENT),
+        (_failed_stream, grpc.StatusCode.INTERNAL),
+        (_refused_key, grpc.StatusCode.UNAUTHENTICATED),
+    ],
+)
+async def test_the_log_line_is_written_before_the_client_sees_the_error(threaded_server, call, code):
+    """A failed call's status goes out after its log line (and metrics): none is sent by ``abort`` first."""
+    sink = _SlowRecords(delay_s=0.5)
+    rpc_log = logging.getLogger("universal_runtime.rpc")
+    rpc_log.addHandler(sink)
+    level = rpc_log.level
+    rpc_log.setLevel(logging.INFO)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{threaded_server}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call(isg.InferenceServiceStub(channel))
+            assert caught.value.code() == code
+            assert [r.code for r in sink.records] == [code.name]
+    finally:
+        rpc_log.removeHandler(sink)
+        rpc_log.setLevel(level)
