@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import logging
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, cast
 
@@ -94,6 +95,7 @@ class Engine(abc.ABC, Generic[OptionsT]):
         self.device = device
         self.executor = executor
         self.options = parse_options(self.options_model, spec.options, backend=self.backend)
+        self.progress: Callable[[str], None] = _no_progress
 
     @abc.abstractmethod
     def load(self) -> None:
@@ -155,6 +157,29 @@ class Engine(abc.ABC, Generic[OptionsT]):
         """
         return 0
 
+    def required_memory(self) -> MemoryUsage:
+        """Bytes the model will hold once loaded, in host RAM and on its device, known before the load.
+
+        backend.go's ``RequiredMemory{RAM, VRAM}``: estimated from files and options only (no
+        weights read, no device touched), cheap enough to run before every load (blocking; run in
+        a worker thread). The model manager checks it against the memory budget and makes room
+        for it. The default puts :meth:`estimated_load_bytes` on the engine's device: RAM on the
+        CPU, VRAM elsewhere; backends override it with their own split.
+        """
+        needed = max(0, self.estimated_load_bytes())
+        if self.device == "cpu":
+            return MemoryUsage(ram_bytes=needed)
+        return MemoryUsage(vram_bytes=needed)
+
+    def report_progress(self, detail: str) -> None:
+        """Say what the load is doing now (``"downloading 42%"``, ``"converting"``), from any thread.
+
+        The model manager sets :attr:`progress` before :meth:`load` and shows ``detail`` in the
+        model's status (``Installing: downloading 42%``) and its ``WatchModel`` stream; without
+        a manager it goes nowhere. Cheap: call it as often as progress changes.
+        """
+        self.progress(detail)
+
     def free_memory_bytes(self) -> int:
         """Bytes free for this model on its device now (:func:`engines.device.device_free_bytes`).
 
@@ -196,3 +221,7 @@ class Engine(abc.ABC, Generic[OptionsT]):
 
         """
         return resolve_device(preference)
+
+
+def _no_progress(detail: str) -> None:
+    """The progress sink of an engine no manager watches: drops ``detail``."""
