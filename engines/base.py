@@ -37,7 +37,8 @@ class ModelSpec:
         device: ``"auto"`` or an explicit device.
         options: backend-specific options (e.g. ``n_ctx`` for llama.cpp).
         keep_alive: Go-style duration string, ``"0"`` or ``"-1"`` (see ``service.keep_alive``).
-        pinned: never unloaded on idle.
+        pinned: never unloaded on idle, nor evicted to make room.
+        preload: loaded when the server starts (health NOT_SERVING until it is).
 
     """
 
@@ -49,6 +50,7 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
     keep_alive: str | None = None
     pinned: bool = False
+    preload: bool = False
 
 
 class Engine(abc.ABC, Generic[OptionsT]):

@@ -10,6 +10,7 @@ File format (see ``default_catalog.yaml``)::
         device: auto                 # optional
         keep_alive: 5m               # optional, see service.keep_alive
         pinned: false                # optional
+        preload: false               # optional: load at start
         options: {n_ctx: 2048}       # optional, backend-specific
 
 Which file the server reads: ``UR_CATALOG_PATH`` (``--catalog``) when set, and only that file;
@@ -54,7 +55,12 @@ class CatalogEntry(BaseModel):
         'once) or "-1" (never); unset: UR_DEFAULT_KEEP_ALIVE.',
         json_schema_extra={"pattern": KEEP_ALIVE_PATTERN},
     )
-    pinned: bool = Field(default=False, description="Never unload on idle.")
+    pinned: bool = Field(default=False, description="Never unload on idle, nor evict to make room.")
+    preload: bool = Field(
+        default=False,
+        description="Load when the server starts, in catalog order (UR_PRELOAD adds more); health is "
+        "NOT_SERVING until every preload has ended.",
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="The backend's options.")
 
     @field_validator("keep_alive")
@@ -174,4 +180,5 @@ def spec_from_entry(name: str, entry: CatalogEntry) -> ModelSpec:
         options=dict(entry.options),
         keep_alive=entry.keep_alive,
         pinned=entry.pinned,
+        preload=entry.preload,
     )

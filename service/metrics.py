@@ -107,7 +107,14 @@ LOAD_DURATION = _per_model_histogram(
 )
 UNLOADS = Counter(
     "ur_model_unloads",
-    "Models unloaded, by reason: idle (keep-alive expired), explicit (UnloadModel), shutdown.",
+    "Models unloaded, by reason: idle (keep-alive expired), explicit (UnloadModel), evicted (to make "
+    "room for a load), shutdown.",
+    ["model", "reason"],
+)
+EVICTIONS = Counter(
+    "ur_model_evictions",
+    "Idle models unloaded to make room for a load, by why: memory (it did not fit the budget) or "
+    "max_loaded_models (the count limit).",
     ["model", "reason"],
 )
 
@@ -184,9 +191,15 @@ def model_loaded(model: str, seconds: float) -> None:
 
 
 def model_unloaded(model: str, reason: str) -> None:
-    """Record an unload (``reason``: idle, explicit or shutdown)."""
+    """Record an unload (``reason``: idle, explicit, evicted or shutdown)."""
     if enabled():
         UNLOADS.labels(model, reason).inc()
+
+
+def model_evicted(model: str, reason: str) -> None:
+    """Record an eviction (``reason``: memory or max_loaded_models; see :mod:`service.memory_budget`)."""
+    if enabled():
+        EVICTIONS.labels(model, reason).inc()
 
 
 _managers: list[ModelManager] = []

@@ -29,7 +29,7 @@ from typing import Any
 
 from engines.base import Engine, ModelSpec
 from engines.capabilities import CAPABILITY_TASKS, TASKLESS_CAPABILITIES, Capability
-from engines.device import release_device_memory
+from engines.device import available_memory_bytes, release_device_memory
 from engines.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -39,6 +39,7 @@ from engines.errors import (
     RuntimeServiceError,
     TaskNotSupportedError,
     UnavailableError,
+    clip_text,
 )
 from engines.executor import DeviceExecutor, ExecutorPool
 from engines.options import EngineOptions, parse_options
@@ -48,10 +49,20 @@ from engines.types import MemoryUsage, Task
 from service import metrics
 from service.garbage_collector import full_collections_paused, reclaim_if_cyclic
 from service.keep_alive import format_keep_alive, parse_keep_alive
+from service.memory_budget import RAM_POOL, LoadedModel, MemoryBudget, pool_bytes
 from service.model_names import validate_model_name
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# Plans of a load's room at most: a model picked to evict that gets a request first is skipped.
+MAKE_ROOM_ATTEMPTS = 3
+# Longest progress text of a load shown in its status (an engine's detail, clipped).
+MAX_PROGRESS_CHARS = 120
+
+# A watch reads the model's status this often (seconds), for at most this long.
+WATCH_POLL_S = 0.1
+WATCH_MAX_S = 3600.0
 
 # Longest wait for an engine's own work (a batch loop releasing cancelled sequences) before unload;
 # one step of a batch is far shorter, so only a wedged device job reaches it.
@@ -146,6 +157,12 @@ class ManagedModel:
     loaded_at: float = 0.0  # wall clock, seconds
     last_used: float = 0.0  # monotonic, seconds
     memory: MemoryUsage = field(default_factory=MemoryUsage)
+    #: The estimate before a load (Engine.required_memory), once computed; None before.
+    required: MemoryUsage | None = None
+    #: What a load under way is doing ("downloading 42%", "converting"); "" otherwise.
+    progress: str = ""
+    #: Why the model was last unloaded, when the server chose to (an eviction); "" otherwise.
+    unloaded_because: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -159,7 +176,21 @@ class ManagedModel:
             return format_status(self.state, f"{self.spec.backend} on {self.device}")
         if self.state is ModelState.ERROR:
             return format_status(self.state, self.error)
+        if self.state is ModelState.LOADING and self.progress:
+            return f"Installing: {self.progress}"  # model-runner's status while it pulls or converts
+        if self.state is ModelState.NOT_LOADED:
+            return format_status(self.state, self.unloaded_because)
         return format_status(self.state)
+
+    @property
+    def evictable(self) -> bool:
+        """Whether the server may unload it to make room: loaded, idle, neither pinned nor kept forever."""
+        return (
+            self.state is ModelState.READY
+            and self.active == 0
+            and not self.pinned
+            and not math.isinf(self.keep_alive_s)
+        )
 
     def stats(self) -> EngineStats:
         """The loaded engine's figures (:meth:`Engine.stats`); empty when no engine is loaded.
@@ -220,6 +251,15 @@ class ModelManager:
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._budget = MemoryBudget(
+            budgets={RAM_POOL: settings.memory_budget_bytes},
+            device_budget=settings.device_memory_budget_bytes,
+            headroom=settings.memory_headroom_bytes,
+            max_loaded=settings.max_loaded_models,
+        )
+        # Held while a load is checked against the budget and its room made: two loads cannot
+        # both pass the check, nor pick the same model to evict.
+        self._budget_lock = asyncio.Lock()
 
     def _managed(self, spec: ModelSpec) -> ManagedModel:
         if self._settings.max_queue_wait_s and "max_queue_wait_s" not in spec.options and self._queues(spec):
@@ -377,7 +417,7 @@ class ModelManager:
         if managed.active == 0:
             managed.idle.set()
             if managed.keep_alive_s == 0 and not managed.pinned:
-                self._spawn(self._unload_if_idle(managed, 0.0))
+                self.spawn(self._unload_if_idle(managed, 0.0))
 
     # -- load / unload ----------------------------------------------------------------------
 
@@ -457,12 +497,13 @@ class ModelManager:
             cls, device = await asyncio.to_thread(self._engine_class_and_device, spec)
             executor = self._executors.lane(device, spec.name)
             engine = cls(spec, device, executor)
-            await asyncio.to_thread(self._check_memory, engine)
-            managed.state = ModelState.LOADING
+            await self._make_room(managed, engine)
+            managed.state, managed.progress, managed.unloaded_because = ModelState.LOADING, "", ""
             managed.load_count += 1
             started = time.perf_counter()
             log.info("loading model", extra={"model": spec.name, "backend": spec.backend, "device": device})
             loading = device, executor
+            engine.progress = self._progress_sink(managed)
             await executor.run(engine.configure_lane)
             await executor.run(engine.load)
         except RuntimeServiceError as exc:
@@ -477,6 +518,10 @@ class ModelManager:
             log.exception("model failed to load", extra={"model": spec.name})
             await self._load_failed(managed, f"{type(exc).__name__}: {exc}", loading)
             raise ModelLoadError(f"model {spec.name!r} failed to load", model=spec.name) from exc
+        finally:
+            # Loaded or failed, its bytes are now measured (or freed): no longer held in reserve.
+            self._budget.release(spec.name)
+            managed.progress = ""
         managed.engine, managed.device, managed.error = engine, device, ""
         managed.memory = engine.memory_usage()
         managed.loaded_at = time.time()
@@ -642,20 +687,120 @@ class ModelManager:
                 bad.append(managed)
         return bad
 
-    def _check_memory(self, engine: Engine) -> None:
-        needed = engine.estimated_load_bytes()
-        if needed <= 0:
-            return
-        free = engine.free_memory_bytes()  # on the CPU, a container's memory limit counts too
-        if needed + self._settings.memory_headroom_bytes > free:
-            raise ResourceExhaustedError(
-                f"not enough free memory to load model {engine.spec.name!r}: needs about {needed} bytes, "
-                f"{free} bytes free",
-                reason="INSUFFICIENT_MEMORY",
-                model=engine.spec.name,
-                needed_bytes=needed,
-                free_bytes=free,
+    async def required_memory(self, name: str) -> MemoryUsage:
+        """The estimate of what ``name`` holds once loaded (:meth:`Engine.required_memory`), cached.
+
+        Computed once per model in a worker thread (file headers only: no weights read, no device
+        touched) and kept in ``ManagedModel.required``; a load recomputes it with its own options.
+
+        Raises:
+            InvalidArgumentError, ModelNotFoundError: see :meth:`get`.
+            FailedPreconditionError and the other errors of the entry's checks: an unusable entry.
+
+        """
+        managed = self.get(name)
+        if managed.required is None:
+            self._refuse_malformed(managed.spec)
+            cls, device = await asyncio.to_thread(self._engine_class_and_device, managed.spec)
+            # An engine is cheap to make (no load) and its lane starts no thread until used.
+            engine = cls(managed.spec, device, DeviceExecutor(device, f"estimate:{name}"))
+            managed.required = await asyncio.to_thread(engine.required_memory)
+        return managed.required
+
+    def _loaded_models(self, loading: ManagedModel) -> list[LoadedModel]:
+        """The budget's view of every model holding memory, except ``loading``.
+
+        A model holds the larger of its measured use and its estimate (a backend that cannot
+        measure reports 0, and evicting it still frees what it holds). Models unloading still hold
+        their memory and cannot be evicted again.
+        """
+        loaded = []
+        for managed in self._models.values():
+            if managed is loading or managed.state not in (ModelState.READY, ModelState.UNLOADING):
+                continue
+            required = managed.required or MemoryUsage()
+            held = MemoryUsage(
+                max(managed.memory.ram_bytes, required.ram_bytes),
+                max(managed.memory.vram_bytes, required.vram_bytes),
             )
+            loaded.append(
+                LoadedModel(
+                    name=managed.spec.name,
+                    held=pool_bytes(managed.device, held),
+                    last_used=managed.last_used,
+                    busy=managed.active > 0 or managed.state is ModelState.UNLOADING,
+                    pinned=managed.pinned or math.isinf(managed.keep_alive_s),
+                )
+            )
+        return loaded
+
+    @staticmethod
+    def _free_bytes(engine: Engine, pools: Mapping[str, int]) -> dict[str, int]:
+        """Bytes free now in each pool of ``pools`` (blocking: reads the cgroup or asks the device)."""
+        free = {}
+        for pool in pools:
+            own = (pool == RAM_POOL and engine.device == "cpu") or pool == engine.device
+            free[pool] = engine.free_memory_bytes() if own else available_memory_bytes()
+        return free
+
+    async def _make_room(self, managed: ManagedModel, engine: Engine) -> None:
+        """Reserve the budget for ``engine``'s load, evicting idle models first if it does not fit.
+
+        The reservation lasts until the load ends (:meth:`_load_engine`). An estimate of 0 bytes
+        (a backend that cannot tell) is checked against the count limit only.
+
+        Raises:
+            ResourceExhaustedError: it cannot fit with every evictable model gone (reason
+                INSUFFICIENT_MEMORY or MAX_LOADED_MODELS, with the figures:
+                :meth:`MemoryBudget.plan`), or the models picked to evict kept getting requests.
+
+        """
+        name = engine.spec.name
+        estimate = await asyncio.to_thread(engine.required_memory)
+        managed.required = estimate
+        needed = pool_bytes(engine.device, estimate)
+        async with self._budget_lock:
+            # A model picked to evict may get a request before its turn; then plan again (bounded).
+            for _ in range(MAKE_ROOM_ATTEMPTS):
+                free = await asyncio.to_thread(self._free_bytes, engine, needed)
+                plan = self._budget.plan(name, needed, free, self._loaded_models(managed))
+                evicted = [await self._evict(victim, reason, name) for victim, reason in plan.victims]
+                if all(evicted):
+                    self._budget.reserve(name, needed)
+                    return
+        raise ResourceExhaustedError(
+            f"cannot make room for model {name!r}: the idle models picked to unload kept getting "
+            "requests; retry later",
+            reason="INSUFFICIENT_MEMORY",
+            model=name,
+        )
+
+    async def _evict(self, name: str, reason: str, for_model: str) -> bool:
+        """Unload the idle model ``name`` so that ``for_model`` fits; False if it is in use by now."""
+        managed = self._models[name]
+        async with managed.lock:
+            if managed.state is not ModelState.READY:
+                return True  # already gone
+            if not managed.evictable:
+                return False
+            await self._unload_locked(managed, "evicted")
+            managed.unloaded_because = f"evicted to make room for {for_model!r} ({reason})"
+        metrics.model_evicted(name, reason)
+        log.info("evicted model", extra={"model": name, "for_model": for_model, "reason": reason})
+        return True
+
+    def _progress_sink(self, managed: ManagedModel) -> Callable[[str], None]:
+        """The ``Engine.progress`` of a load: sets ``managed.progress`` on the event loop, from any thread."""
+        loop = asyncio.get_running_loop()
+
+        def report(detail: str) -> None:
+            def update() -> None:
+                if managed.state is ModelState.LOADING:
+                    managed.progress = clip_text(detail, MAX_PROGRESS_CHARS)
+
+            loop.call_soon_threadsafe(update)
+
+        return report
 
     async def unload(self, name: str, *, force: bool = False) -> ManagedModel:
         """Unload ``name`` once its in-flight requests finish (no-op when not loaded).
@@ -708,6 +853,73 @@ class ModelManager:
         managed.loaded_at = 0.0
         managed.state = ModelState.NOT_LOADED
 
+    # -- watching -----------------------------------------------------------------------------
+
+    async def watch(
+        self, name: str, loading: asyncio.Future[Any] | None = None
+    ) -> AsyncIterator[ManagedModel]:
+        """Yield the model ``name`` now and again each time its status string changes, until it settles.
+
+        Settled: READY, ERROR, or NOT_LOADED with no load starting (its lock free), and ``loading``
+        (a load the caller started, if any) done. The status is read every
+        :data:`WATCH_POLL_S` (a load's progress moves slower than that); the watch ends after
+        :data:`WATCH_MAX_S` whatever the state, so no stream outlives its bound.
+
+        Raises:
+            InvalidArgumentError, ModelNotFoundError: see :meth:`get`.
+
+        """
+        managed = self.get(name)
+        last = None
+        deadline = time.monotonic() + WATCH_MAX_S
+        while True:
+            detail = managed.status_detail
+            if detail != last:
+                last = detail
+                yield managed
+            settled = (
+                (loading is None or loading.done())
+                and managed.state in (ModelState.READY, ModelState.ERROR, ModelState.NOT_LOADED)
+                and not (managed.state is ModelState.NOT_LOADED and managed.lock.locked())
+            )
+            if settled or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(WATCH_POLL_S)
+
+    # -- preloading ----------------------------------------------------------------------------
+
+    def preload_names(self) -> list[str]:
+        """Models to load at start: catalog entries with ``preload: true`` in catalog order, then ``preload``.
+
+        Raises:
+            ValueError: the ``preload`` setting (``UR_PRELOAD``) names a model that is not in the catalog.
+
+        """
+        names = [name for name, managed in self._models.items() if managed.spec.preload]
+        for name in self._settings.preload:
+            if name not in self._models:
+                raise ValueError(f"UR_PRELOAD names model {name!r}, which is not in the catalog")
+            if name not in names:
+                names.append(name)
+        return names
+
+    async def preload(self, names: list[str]) -> None:
+        """Load ``names`` one after another, within the budget; a failure is logged and the rest go on.
+
+        A model that fails to load is left ``Error: <why>`` (its status), as any failed load is. A
+        load refused because the server is closing ends the preloading.
+        """
+        for name in names:
+            try:
+                await self.load(name)
+            except UnavailableError:
+                return
+            except Exception as exc:
+                log.error(
+                    "preload failed",
+                    extra={"model": name, "error": getattr(exc, "message", None) or repr(exc)},
+                )
+
     # -- background ---------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -731,7 +943,8 @@ class ModelManager:
                     except Exception:
                         log.exception("idle unload failed", extra={"model": managed.spec.name})
 
-    def _spawn(self, coro: object) -> None:
+    def spawn(self, coro: object) -> None:
+        """Run ``coro`` in the background; :meth:`close` waits for it (once loads are refused)."""
         task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
         self._background.add(task)
         task.add_done_callback(self._background.discard)

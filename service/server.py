@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -71,6 +72,7 @@ SERVICE_NAMES = (
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
     response_store_pb2.DESCRIPTOR.services_by_name["ResponseStoreService"].full_name,
 )
+INFERENCE_SERVICE = SERVICE_NAMES[0]
 #: RPCs whose requests are texts, held to ``max_text_request_bytes`` (see RequestParsingInterceptor).
 TEXT_METHODS = tuple(
     f"/{SERVICE_NAMES[0]}/{name}"
@@ -131,6 +133,21 @@ class RunningServer:
         if self.internal_socket is not None:
             self.internal_socket.remove()
         log.info("stopped")
+
+
+async def _preload_then_serve(
+    manager: ModelManager, names: list[str], health_servicer: health.aio.HealthServicer
+) -> None:
+    """Load the preloads in order, then report the server and InferenceService SERVING.
+
+    Failed preloads are logged and left ``Error``; the server serves the rest all the same. Once a
+    graceful shutdown has begun the health servicer ignores the change.
+    """
+    started = time.perf_counter()
+    await manager.preload(names)
+    log.info("preloads ended", extra={"models": names, "seconds": round(time.perf_counter() - started, 3)})
+    for name in (INFERENCE_SERVICE, ""):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
 
 # Clients may ping this often while calls are open (gRPC's default: 5 minutes, and a client that
@@ -326,6 +343,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     set_metrics_enabled(settings.metrics_enabled)
     # Bad entries are logged and marked ERROR; the server still serves the others.
     manager.check_catalog()
+    preloads = manager.preload_names()  # an unknown name in UR_PRELOAD stops start-up here
     # Before the server is made: the grpc instrumentation patches grpc.aio.server.
     configure_tracing(settings.otlp_endpoint)
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
@@ -393,8 +411,18 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
             ) from exc
     await server.start()
     manager.start()
+    # With preloads, the server and InferenceService stay NOT_SERVING until they end (Kubernetes
+    # readiness waits for them); ModelService answers at once, so their progress can be watched.
+    waiting = (INFERENCE_SERVICE, "") if preloads else ()
     for name in ("", *SERVICE_NAMES):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        status = (
+            health_pb2.HealthCheckResponse.NOT_SERVING
+            if name in waiting
+            else health_pb2.HealthCheckResponse.SERVING
+        )
+        await health_servicer.set(name, status)
+    if preloads:
+        manager.spawn(_preload_then_serve(manager, preloads, health_servicer))
     log.info(
         "grpc server listening", extra={"address": f"{settings.grpc_host}:{port}", "tls": bool(tls_files)}
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from service.event_loop import EventLoopName
 from service.keep_alive import DEFAULT_KEEP_ALIVE, parse_keep_alive
@@ -146,6 +146,30 @@ class Settings(SharedSettings):
     max_tokens_limit: int = Field(4096, gt=0, description="Largest max_tokens a request may ask for.")
     max_choices: int = Field(8, gt=0, description="Largest n (choices per request).")
     max_batch_inputs: int = Field(2048, gt=0, description="Most inputs in one encoder request.")
+    memory_budget_bytes: int = Field(
+        0,
+        ge=0,
+        description="Most host RAM the loaded models may hold together (their measured use plus loads "
+        "under way); 0: free memory minus the headroom only. Loads past it evict idle models first.",
+    )
+    device_memory_budget_bytes: int = Field(
+        0,
+        ge=0,
+        description="Most memory of each accelerator (cuda:N, mps) the loaded models may hold together; "
+        "0: its free memory minus the headroom only.",
+    )
+    max_loaded_models: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Most models loaded at once (as OLLAMA_MAX_LOADED_MODELS; 0: no count limit); a load "
+        "past it evicts the least recently used idle model.",
+    )
+    preload: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Models to load at start, in order, after the catalog's `preload: true` entries "
+        "(comma-separated names); health is NOT_SERVING until every preload has ended.",
+    )
     memory_headroom_bytes: int = Field(
         512 * 1024 * 1024, ge=0, description="Free memory kept in reserve when deciding whether a model fits."
     )
@@ -248,4 +272,12 @@ class Settings(SharedSettings):
     @classmethod
     def _valid_keep_alive(cls, value: str) -> str:
         parse_keep_alive(value)
+        return value
+
+    @field_validator("preload", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        # UR_PRELOAD=a,b (as Ollama and LocalAI take lists); a list from code passes as it is.
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
         return value

@@ -58,7 +58,9 @@ async def test_the_load_check_uses_the_engines_own_view_of_its_device(tmp_path, 
     monkeypatch.setattr(LlamaCppGenerationEngine, "free_memory_bytes", lambda self: 1000)
     executors = ExecutorPool()
     manager = ModelManager(
-        {CHAT_MODEL: load_catalog().specs[CHAT_MODEL]}, Settings(data_dir=tmp_path), executors
+        {CHAT_MODEL: load_catalog().specs[CHAT_MODEL]},
+        Settings(data_dir=tmp_path, memory_headroom_bytes=0),
+        executors,
     )
     try:
         with pytest.raises(ResourceExhaustedError) as refused:
