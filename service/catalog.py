@@ -59,7 +59,7 @@ class CatalogEntry(BaseModel):
     preload: bool = Field(
         default=False,
         description="Load when the server starts, in catalog order (UR_PRELOAD adds more); health is "
-        "NOT_SERVING until every preload has ended.",
+        "NOT_SERVING for InferenceService until every preload has ended.",
     )
     options: dict[str, Any] = Field(default_factory=dict, description="The backend's options.")
 

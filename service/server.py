@@ -138,7 +138,7 @@ class RunningServer:
 async def _preload_then_serve(
     manager: ModelManager, names: list[str], health_servicer: health.aio.HealthServicer
 ) -> None:
-    """Load the preloads in order, then report the server and InferenceService SERVING.
+    """Load the preloads in order, then report InferenceService SERVING.
 
     Failed preloads are logged and left ``Error``; the server serves the rest all the same. Once a
     graceful shutdown has begun the health servicer ignores the change.
@@ -146,8 +146,7 @@ async def _preload_then_serve(
     started = time.perf_counter()
     await manager.preload(names)
     log.info("preloads ended", extra={"models": names, "seconds": round(time.perf_counter() - started, 3)})
-    for name in (INFERENCE_SERVICE, ""):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(INFERENCE_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
 
 # Clients may ping this often while calls are open (gRPC's default: 5 minutes, and a client that
@@ -411,9 +410,10 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
             ) from exc
     await server.start()
     manager.start()
-    # With preloads, the server and InferenceService stay NOT_SERVING until they end (Kubernetes
-    # readiness waits for them); ModelService answers at once, so their progress can be watched.
-    waiting = (INFERENCE_SERVICE, "") if preloads else ()
+    # With preloads, InferenceService stays NOT_SERVING until they end (Kubernetes readiness waits
+    # for them); the server ("", which liveness and start-up probes ask) and ModelService answer at
+    # once, so a long preload never restarts the pod and its progress can be watched.
+    waiting = (INFERENCE_SERVICE,) if preloads else ()
     for name in ("", *SERVICE_NAMES):
         status = (
             health_pb2.HealthCheckResponse.NOT_SERVING

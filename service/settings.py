@@ -168,7 +168,7 @@ class Settings(SharedSettings):
     preload: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Models to load at start, in order, after the catalog's `preload: true` entries "
-        "(comma-separated names); health is NOT_SERVING until every preload has ended.",
+        "(comma-separated names); InferenceService is NOT_SERVING until they end.",
     )
     memory_headroom_bytes: int = Field(
         512 * 1024 * 1024, ge=0, description="Free memory kept in reserve when deciding whether a model fits."

@@ -385,7 +385,7 @@ async def test_preloads_hold_readiness_until_loaded_and_a_failed_one_is_an_error
 
     try:
         assert await status(INFERENCE_SERVICE) == health_pb2.HealthCheckResponse.NOT_SERVING
-        assert await status("") == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert await status("") == health_pb2.HealthCheckResponse.SERVING  # alive: probes never restart it
         assert await status("universal_runtime.v1.ModelService") == health_pb2.HealthCheckResponse.SERVING
         gate.set()
         watch = health.Watch(health_pb2.HealthCheckRequest(service=INFERENCE_SERVICE), timeout=120)
