@@ -15,6 +15,7 @@ from bench import (
     documents,
     embeddings,
     encoder_runtimes,
+    eviction,
     generation,
     gguf_quality,
     isolation,
@@ -41,6 +42,7 @@ AREAS = {
     "admission": admission,
     "isolation": isolation,
     "routing": routing,
+    "eviction": eviction,
 }
 
 
