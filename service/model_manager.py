@@ -55,8 +55,10 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Plans of a load's room at most: a model picked to evict that gets a request first is skipped.
-MAKE_ROOM_ATTEMPTS = 3
+# Plans of a load's room at most, this far apart (seconds): a model picked to evict that gets a
+# request or is being unloaded first is skipped, and the room planned again (at most ~1 s).
+MAKE_ROOM_ATTEMPTS = 10
+MAKE_ROOM_RETRY_S = 0.1
 # Longest progress text of a load shown in its status (an engine's detail, clipped).
 MAX_PROGRESS_CHARS = 120
 
@@ -768,6 +770,7 @@ class ModelManager:
                 if all(evicted):
                     self._budget.reserve(name, needed)
                     return
+                await asyncio.sleep(MAKE_ROOM_RETRY_S)  # an unload under way ends, or a request does
         raise ResourceExhaustedError(
             f"cannot make room for model {name!r}: the idle models picked to unload kept getting "
             "requests; retry later",
@@ -778,6 +781,10 @@ class ModelManager:
     async def _evict(self, name: str, reason: str, for_model: str) -> bool:
         """Unload the idle model ``name`` so that ``for_model`` fits; False if it is in use by now."""
         managed = self._models[name]
+        if managed.lock.locked():
+            # Someone is unloading or loading it (and may wait for the budget this load holds):
+            # never wait for its lock here; plan again instead.
+            return False
         async with managed.lock:
             if managed.state is not ModelState.READY:
                 return True  # already gone
