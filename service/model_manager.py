@@ -138,6 +138,10 @@ def _options_text(options: Mapping[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "none"
 
 
+#: The fields of ManagedModel that its status string reads.
+_STATUS_FIELDS = frozenset({"state", "device", "error", "progress", "unloaded_because"})
+
+
 def format_status(state: ModelState, details: str = "") -> str:
     """``"<State>: <details>"``, or the state alone without details (model-runner's ``FormatStatus``)."""
     return f"{state.value}: {details}" if details else state.value
@@ -167,9 +171,19 @@ class ManagedModel:
     unloaded_because: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set, and replaced by a fresh one, when a field of the status string changes (:meth:`watch`
+    #: waits on it, so a state shorter than its poll, a 0.1 s llama.cpp load, is still seen).
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.idle.set()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        changed = self.__dict__.get("changed")
+        if changed is not None and name in _STATUS_FIELDS:
+            changed.set()
+            super().__setattr__("changed", asyncio.Event())
 
     @property
     def status_detail(self) -> str:
@@ -868,9 +882,10 @@ class ModelManager:
         """Yield the model ``name`` now and again each time its status string changes, until it settles.
 
         Settled: READY, ERROR, or NOT_LOADED with no load starting (its lock free), and ``loading``
-        (a load the caller started, if any) done. The status is read every
-        :data:`WATCH_POLL_S` (a load's progress moves slower than that); the watch ends after
-        :data:`WATCH_MAX_S` whatever the state, so no stream outlives its bound.
+        (a load the caller started, if any) done. The status is read when it changes
+        (``ManagedModel.changed``), when ``loading`` ends, and at least every :data:`WATCH_POLL_S`
+        (a lock let go changes no field); the watch ends after :data:`WATCH_MAX_S` whatever the
+        state, so no stream outlives its bound.
 
         Raises:
             InvalidArgumentError, ModelNotFoundError: see :meth:`get`.
@@ -880,6 +895,7 @@ class ModelManager:
         last = None
         deadline = time.monotonic() + WATCH_MAX_S
         while True:
+            changed = managed.changed  # taken before the read: a change after it sets this one
             detail = managed.status_detail
             if detail != last:
                 last = detail
@@ -891,7 +907,12 @@ class ModelManager:
             )
             if settled or time.monotonic() >= deadline:
                 return
-            await asyncio.sleep(WATCH_POLL_S)
+            waiting = asyncio.ensure_future(changed.wait())
+            wake = {waiting} if loading is None or loading.done() else {waiting, loading}
+            try:
+                await asyncio.wait(wake, timeout=WATCH_POLL_S, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
 
     # -- preloading ----------------------------------------------------------------------------
 
