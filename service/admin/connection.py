@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +104,22 @@ class Connection:
         """
         try:
             return method(request, timeout=timeout_s or self.timeout_s, metadata=self.metadata())
+        except grpc.RpcError as err:
+            raise CommandError(describe_rpc_error(err, self.address)) from None
+
+    def stream(
+        self, method: Callable[..., Iterable[Response]], request: object, *, timeout_s: float | None = None
+    ) -> Iterator[Response]:
+        """Call a server-streaming stub ``method`` with the API key and deadline; yields its messages.
+
+        The deadline covers the whole stream.
+
+        Raises:
+            CommandError: the call failed, at its start or mid-stream (see :func:`describe_rpc_error`).
+
+        """
+        try:
+            yield from method(request, timeout=timeout_s or self.timeout_s, metadata=self.metadata())
         except grpc.RpcError as err:
             raise CommandError(describe_rpc_error(err, self.address)) from None
 

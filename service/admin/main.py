@@ -23,16 +23,15 @@ PROG = "universal-runtime"
 
 Command = Callable[[Connection, argparse.Namespace, TextIO], None]
 
-#: The subcommands that call a running server, by name.
+#: The subcommands that call a running server, by name (and ``load``, which also draws on stderr).
 RPC_COMMANDS: dict[str, Command] = {
     "ps": run_ps,
     "ls": run_ls,
-    "load": run_load,
     "unload": run_unload,
     "health": run_health,
 }
 #: Every subcommand handled here (``serve`` is :mod:`service.cli`'s).
-COMMANDS = (*RPC_COMMANDS, "pull", "prepare", "catalog")
+COMMANDS = ("ps", "ls", "load", "unload", "health", "pull", "prepare", "catalog")
 
 
 def _client_flags() -> argparse.ArgumentParser:
@@ -142,6 +141,8 @@ def run(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = Non
             run_prepare(args, out, err, settings)
         elif args.command == "catalog":
             run_catalog(args, out, settings)
+        elif args.command == "load":  # its progress bar goes to err
+            run_load(connection(args, settings), args, out, err)
         else:
             RPC_COMMANDS[args.command](connection(args, settings), args, out)
     except CommandError as error:

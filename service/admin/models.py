@@ -14,6 +14,7 @@ from universal_runtime.v1 import model_service_pb2_grpc
 
 from service.admin.connection import CommandError, Connection
 from service.admin.output import format_bytes, format_duration, write_json, write_table
+from service.admin.progress import LoadProgress
 
 #: Deadline of LoadModel/UnloadModel when --timeout is not given: a cold load of a large model,
 #: or an unload that waits for long streams to end, takes minutes, not seconds.
@@ -51,8 +52,11 @@ def expires_in(model: pb.Model, now_ms: int) -> str:
 def model_json(model: pb.Model, now_ms: int) -> dict[str, Any]:
     """One model as a JSON object: catalog fields, state, memory in bytes, times in Unix ms.
 
-    ``expires_in_s`` is seconds until an idle unload, or null when none is scheduled.
+    ``expires_in_s`` is seconds until an idle unload, or null when none is scheduled;
+    ``required_ram_bytes``/``required_vram_bytes`` the server's estimate of a load, or null
+    without one.
     """
+    required = model.required_memory if model.HasField("required_memory") else None
     return {
         "name": model.name,
         "tasks": [task_name(t) for t in model.tasks],
@@ -63,6 +67,8 @@ def model_json(model: pb.Model, now_ms: int) -> dict[str, Any]:
         "device": model.device,
         "ram_bytes": model.memory.ram_bytes,
         "vram_bytes": model.memory.vram_bytes,
+        "required_ram_bytes": required.ram_bytes if required is not None else None,
+        "required_vram_bytes": required.vram_bytes if required is not None else None,
         "keep_alive": model.keep_alive,
         "pinned": model.pinned,
         "loaded_at_unix_ms": model.loaded_at_unix_ms,
@@ -177,28 +183,75 @@ def option_overrides(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
-def run_load(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:
+def run_load(conn: Connection, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
     """Load ``args.name`` now, optionally with a keep-alive, pinning and option overrides; waits until ready.
+
+    The load is watched (``ModelService.WatchModel``): when ``err`` is a terminal (and without
+    ``--json``), a progress bar there shows its status strings (``Installing: downloading 42%``,
+    ``Loading``, ``Running: ...``); a pipe or a log gets no redrawn lines. ``out`` gets the loaded
+    model (memory measured and estimated) and its final status.
 
     Raises:
         CommandError: unknown model, bad keep-alive, bad option overrides, no memory, a failed
             load, a model loaded with other options, or no server.
 
     """
-    request = pb.LoadModelRequest(name=args.name, keep_alive=args.keep_alive or "")
+    request = pb.WatchModelRequest(name=args.name, load=True, keep_alive=args.keep_alive or "")
     if args.pin is not None:
         request.pinned = args.pin
     if args.option:
         request.options.update(option_overrides(args.option))
-    model = _lifecycle(conn, args, "LoadModel", request, out)
+    draw = not args.json and err.isatty()
+    model = _watch_load(conn, request, args.timeout or LIFECYCLE_TIMEOUT_S, err if draw else None)
     if args.json:
+        write_json(out, model_json(model, int(time.time() * 1000)))
         return
     vram = f", {format_bytes(model.memory.vram_bytes)} VRAM" if model.memory.vram_bytes else ""
+    estimate = (
+        f", estimated {_estimate_text(model.required_memory)}" if model.HasField("required_memory") else ""
+    )
     pinned = ", pinned" if model.pinned else ""
     out.write(
-        f"loaded {model.name} on {model.device} ({format_bytes(model.memory.ram_bytes)} RAM{vram}, "
-        f"keep-alive {model.keep_alive}{pinned})\n"
+        f"loaded {model.name} on {model.device} ({format_bytes(model.memory.ram_bytes)} RAM{vram}{estimate}, "
+        f"keep-alive {model.keep_alive}{pinned})\nstatus: {model.status_detail}\n"
     )
+
+
+def _estimate_text(required: pb.MemoryUsage) -> str:
+    """An estimate for people: ``"90.1 MiB RAM"``, with ``" + 1.2 GiB VRAM"`` when it has device memory."""
+    vram = f" + {format_bytes(required.vram_bytes)} VRAM" if required.vram_bytes else ""
+    return f"{format_bytes(required.ram_bytes)} RAM{vram}"
+
+
+def _watch_load(
+    conn: Connection, request: pb.WatchModelRequest, timeout_s: float, err: TextIO | None
+) -> pb.Model:
+    """Run ``WatchModel`` with ``load``; draws each status on ``err`` (none when None); the model at the end.
+
+    The stream is bounded by ``timeout_s`` (its deadline) and by the server (one hour at most).
+
+    Raises:
+        CommandError: the call failed (a failed load ends the stream with its status), or the
+            stream ended with the model not running.
+
+    """
+    progress: LoadProgress | None = None  # drawn from the first message: a refused call draws none
+    model: pb.Model | None = None
+    try:
+        with conn.channel() as channel:
+            stub = model_service_pb2_grpc.ModelServiceStub(channel)
+            for response in conn.stream(stub.WatchModel, request, timeout_s=timeout_s):
+                model = response.model
+                if err is not None:
+                    progress = progress or LoadProgress(err, request.name)
+                    progress.show(model)
+    finally:
+        if progress is not None:
+            progress.close()
+    if model is None or model.status != pb.MODEL_STATUS_READY:
+        detail = model.status_detail if model is not None else "no status"
+        raise CommandError(f"model {request.name} is not running: {detail}")
+    return model
 
 
 def run_unload(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:

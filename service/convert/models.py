@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 from universal_runtime.v1 import model_service_pb2 as pb
 
+from engines.errors import RuntimeServiceError
 from engines.types import Task
 from service.convert.validation import require
 from service.model_manager import ManagedModel, ModelManager, ModelState
+
+log = logging.getLogger(__name__)
 
 TASKS = {
     Task.GENERATE: pb.TASK_GENERATE,
@@ -43,8 +47,8 @@ MAX_OPTION_OVERRIDES = 64
 MAX_OPTION_OVERRIDE_BYTES = 64 * 1024
 
 
-def load_options(request: pb.LoadModelRequest) -> dict[str, Any] | None:
-    """LoadModel's option overrides as a plain mapping (numbers as floats); None when unset.
+def load_options(request: pb.LoadModelRequest | pb.WatchModelRequest) -> dict[str, Any] | None:
+    """LoadModel's (or WatchModel's) option overrides as a plain mapping (numbers as floats); None when unset.
 
     Their values are checked by the model manager against the backend's options model.
 
@@ -73,8 +77,26 @@ def options_struct(options: Mapping[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
+async def estimate_memory(manager: ModelManager, managed: ManagedModel) -> None:
+    """Compute the model's memory estimate unless known (the manager caches it in ``managed.required``).
+
+    An entry whose estimate fails is left without one (``required_memory`` unset): its status
+    says what is wrong with it, and a load reports the error itself. Never raises.
+    """
+    try:
+        await manager.required_memory(managed.spec.name)
+    except RuntimeServiceError as exc:
+        log.debug("no memory estimate", extra={"model": managed.spec.name, "error": exc.message})
+    except Exception:
+        log.warning("memory estimate failed", exc_info=True, extra={"model": managed.spec.name})
+
+
 def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
-    """Describe one managed model (state, device, memory, keep-alive, expiry)."""
+    """Describe one managed model (state, device, memory, keep-alive, expiry).
+
+    ``required_memory`` is the manager's cached estimate (:meth:`ModelManager.required_memory`),
+    unset until one is computed.
+    """
     expires = managed.expires_at()
     generation = managed.stats().generation
     cells = generation.kv_cache if generation is not None else None
@@ -95,4 +117,9 @@ def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
         active_requests=managed.active,
         kv_cache=kv_cache,
         options=options_struct(managed.effective_options()),
+        required_memory=(
+            pb.MemoryUsage(ram_bytes=required.ram_bytes, vram_bytes=required.vram_bytes)
+            if (required := managed.required) is not None
+            else None
+        ),
     )

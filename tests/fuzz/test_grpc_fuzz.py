@@ -49,6 +49,7 @@ OVERRIDES = {
     "universal_runtime.v1.DeleteClassifierRequest.name": _OWN,
     "universal_runtime.v1.LoadModelRequest.name": _OWN,
     "universal_runtime.v1.UnloadModelRequest.name": _OWN,
+    "universal_runtime.v1.WatchModelRequest.name": _OWN,
     # Any bigger token budget only makes the model talk longer; the bounds checks still see the
     # edges (negative, zero, and the server's limit is tested in test_bad_input.py).
     "max_tokens": st.integers(min_value=-2, max_value=8),

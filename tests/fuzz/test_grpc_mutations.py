@@ -54,6 +54,9 @@ OVERRIDES = {
     "universal_runtime.v1.UnloadModelRequest.name": st.sampled_from(
         [EMBED, "en-core-web-sm", "rapidocr", "x"]
     ),
+    "universal_runtime.v1.WatchModelRequest.name": st.sampled_from(
+        [EMBED, "en-core-web-sm", "rapidocr", "x"]
+    ),
 }
 
 
@@ -148,6 +151,7 @@ SEEDS = {
     "GetModel": [m.GetModelRequest(name=EMBED)],
     "LoadModel": [m.LoadModelRequest(name=EMBED, keep_alive="5m")],
     "UnloadModel": [m.UnloadModelRequest(name="rapidocr")],
+    "WatchModel": [m.WatchModelRequest(name=EMBED, load=True, keep_alive="5m")],
     "PutStoredResponse": [r.PutStoredResponseRequest(response=_stored("resp_fuzzseedput"))],
     "GetStoredResponse": [r.GetStoredResponseRequest(id="resp_fuzzseedget")],
     "DeleteStoredResponse": [r.DeleteStoredResponseRequest(id="resp_fuzzseeddelete")],

@@ -24,6 +24,7 @@ async def test_list_models(client: httpx.AsyncClient, fake: FakeServer) -> None:
         "tasks": ["generate"],
         "device": "cpu",
         "memory": {"ram_bytes": 1234, "vram_bytes": 0},
+        "required_memory": None,
         "kv_cache": {"cells_used": 53, "cells_total": 16384},
     }
     assert body["data"][1]["status"] == "not_loaded"

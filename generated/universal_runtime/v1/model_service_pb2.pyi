@@ -65,7 +65,7 @@ class KvCacheUsage(_message.Message):
     def __init__(self, cells_used: _Optional[int] = ..., cells_total: _Optional[int] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("name", "tasks", "backend", "source", "status", "status_detail", "device", "memory", "keep_alive", "pinned", "loaded_at_unix_ms", "expires_at_unix_ms", "active_requests", "kv_cache", "options")
+    __slots__ = ("name", "tasks", "backend", "source", "status", "status_detail", "device", "memory", "keep_alive", "pinned", "loaded_at_unix_ms", "expires_at_unix_ms", "active_requests", "kv_cache", "options", "required_memory")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class Model(_message.Message):
     ACTIVE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_MEMORY_FIELD_NUMBER: _ClassVar[int]
     name: str
     tasks: _containers.RepeatedScalarFieldContainer[Task]
     backend: str
@@ -96,7 +97,8 @@ class Model(_message.Message):
     active_requests: int
     kv_cache: KvCacheUsage
     options: _struct_pb2.Struct
-    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[Task, str]]] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., status: _Optional[_Union[ModelStatus, str]] = ..., status_detail: _Optional[str] = ..., device: _Optional[str] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., loaded_at_unix_ms: _Optional[int] = ..., expires_at_unix_ms: _Optional[int] = ..., active_requests: _Optional[int] = ..., kv_cache: _Optional[_Union[KvCacheUsage, _Mapping]] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    required_memory: MemoryUsage
+    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[Task, str]]] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., status: _Optional[_Union[ModelStatus, str]] = ..., status_detail: _Optional[str] = ..., device: _Optional[str] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., loaded_at_unix_ms: _Optional[int] = ..., expires_at_unix_ms: _Optional[int] = ..., active_requests: _Optional[int] = ..., kv_cache: _Optional[_Union[KvCacheUsage, _Mapping]] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., required_memory: _Optional[_Union[MemoryUsage, _Mapping]] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("task", "loaded_only")
@@ -151,6 +153,26 @@ class UnloadModelRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class UnloadModelResponse(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: Model
+    def __init__(self, model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...
+
+class WatchModelRequest(_message.Message):
+    __slots__ = ("name", "load", "keep_alive", "pinned", "options")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    load: bool
+    keep_alive: str
+    pinned: bool
+    options: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., load: _Optional[bool] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class WatchModelResponse(_message.Message):
     __slots__ = ("model",)
     MODEL_FIELD_NUMBER: _ClassVar[int]
     model: Model

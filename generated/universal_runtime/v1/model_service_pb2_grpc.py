@@ -55,6 +55,11 @@ class ModelServiceStub:
                 request_serializer=universal__runtime_dot_v1_dot_model__service__pb2.UnloadModelRequest.SerializeToString,
                 response_deserializer=universal__runtime_dot_v1_dot_model__service__pb2.UnloadModelResponse.FromString,
                 _registered_method=True)
+        self.WatchModel = channel.unary_stream(
+                '/universal_runtime.v1.ModelService/WatchModel',
+                request_serializer=universal__runtime_dot_v1_dot_model__service__pb2.WatchModelRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_model__service__pb2.WatchModelResponse.FromString,
+                _registered_method=True)
 
 
 class ModelServiceServicer:
@@ -89,6 +94,18 @@ class ModelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchModel(self, request, context):
+        """Streams a model's state while it loads: the model at once, then again each time its status
+        changes, ending after a terminal state (ready, error, or not loaded with no load running).
+        With load, starts the load first; a load this call started that fails ends the stream with
+        the status LoadModel would give (NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ...).
+        A stream lasts at most the client's deadline and at most one hour (the server's limit: then
+        DEADLINE_EXCEEDED; the load itself goes on). NOT_FOUND when the name is not in the catalog.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ModelServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +128,11 @@ def add_ModelServiceServicer_to_server(servicer, server):
                     servicer.UnloadModel,
                     request_deserializer=universal__runtime_dot_v1_dot_model__service__pb2.UnloadModelRequest.FromString,
                     response_serializer=universal__runtime_dot_v1_dot_model__service__pb2.UnloadModelResponse.SerializeToString,
+            ),
+            'WatchModel': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchModel,
+                    request_deserializer=universal__runtime_dot_v1_dot_model__service__pb2.WatchModelRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_model__service__pb2.WatchModelResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +244,33 @@ class ModelService:
             '/universal_runtime.v1.ModelService/UnloadModel',
             universal__runtime_dot_v1_dot_model__service__pb2.UnloadModelRequest.SerializeToString,
             universal__runtime_dot_v1_dot_model__service__pb2.UnloadModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/universal_runtime.v1.ModelService/WatchModel',
+            universal__runtime_dot_v1_dot_model__service__pb2.WatchModelRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_model__service__pb2.WatchModelResponse.FromString,
             options,
             channel_credentials,
             insecure,
