@@ -25,6 +25,9 @@ from engines.storage import fsync_dir
 
 log = logging.getLogger(__name__)
 
+#: The progress detail of a load that builds a converted copy (backend.go's ``Installing: ...``).
+CONVERTING = "converting"
+
 
 def converted_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The folder converted copies go in: ``cache_dir`` when given, else the user's cache folder."""
@@ -56,12 +59,16 @@ def source_fingerprint(location: Path | str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def build_once(target: Path, build: Callable[[Path], None]) -> bool:
+def build_once(
+    target: Path, build: Callable[[Path], None], progress: Callable[[str], None] | None = None
+) -> bool:
     """Make the folder ``target`` with ``build`` unless it exists; safe across threads and processes.
 
     ``build(folder)`` writes the copy into an empty temporary folder next to ``target``; the
     folder is renamed to ``target`` when ``build`` returns. A lock file beside ``target``
     (``.<name>.lock``) is held meanwhile, so a second caller waits and then finds the copy.
+    ``progress`` (an engine's :meth:`~engines.base.Engine.report_progress`) hears ``"converting"``
+    when this call builds the copy, so the model's status reads ``Installing: converting``.
 
     Returns:
         True when this call built the copy, False when it was already there.
@@ -79,6 +86,8 @@ def build_once(target: Path, build: Callable[[Path], None]) -> bool:
         if target.is_dir():  # another caller built it while this one waited
             return False
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        if progress is not None:
+            progress(CONVERTING)
         try:
             build(tmp)
             os.replace(tmp, target)

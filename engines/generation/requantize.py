@@ -68,6 +68,7 @@ def requantized(
     quantize: QuantizeType,
     cache_dir: str | os.PathLike[str] | None = None,
     quantizer: Callable[[Path, Path, int], None] = llama_quantize,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """The GGUF to load for ``source`` served as ``quantize``: the cached copy, made on first use.
 
@@ -76,6 +77,8 @@ def requantized(
         quantize: A key of :data:`QUANTIZE_TYPES` (the ``quantize`` option, typed).
         cache_dir: The cache folder (default :func:`engines.converted_cache.converted_root`).
         quantizer: ``quantizer(source, target, ftype)`` writes the copy (tests pass a stand-in).
+        progress: the loading engine's :meth:`~engines.base.Engine.report_progress`: told
+            ``"converting"`` while the copy is made (not when it is cached).
 
     Raises:
         ValueError: ``quantize`` is not an allowed type.
@@ -88,17 +91,17 @@ def requantized(
     ftype = QUANTIZE_TYPES[quantize]
     target = cached_path(source, quantize, cache_dir)
     start = time.monotonic()
-    if build_once(target.parent, lambda folder: quantizer(source, folder / target.name, ftype)):
+    if build_once(target.parent, lambda folder: quantizer(source, folder / target.name, ftype), progress):
         elapsed = time.monotonic() - start
         log.info("requantized %s to %s in %.1f s (cached in %s)", source, quantize, elapsed, target)
     return target
 
 
-def model_file(source: Path, options: LlamaCppOptions) -> Path:
+def model_file(source: Path, options: LlamaCppOptions, progress: Callable[[str], None] | None = None) -> Path:
     """The file llama.cpp loads for a catalog entry's GGUF ``source`` and typed ``options``.
 
     ``source`` itself, or its cached copy of type ``options.quantize`` (made now when missing; in
-    ``options.cache_dir`` when set).
+    ``options.cache_dir`` when set; ``progress`` hears ``"converting"`` meanwhile).
 
     Raises:
         OSError: the cache folder cannot be written.
@@ -107,4 +110,4 @@ def model_file(source: Path, options: LlamaCppOptions) -> Path:
     """
     if options.quantize is None:
         return source
-    return requantized(source, options.quantize, options.cache_dir)
+    return requantized(source, options.quantize, options.cache_dir, progress=progress)
