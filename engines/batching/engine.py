@@ -119,6 +119,7 @@ class BatchedEncoderEngine(Engine[EncoderOptionsT]):
             source=resolve_source(self.spec.source).location,
             cache_dir=options.cache_dir,
             threads=self.options.threads or cpu_threads(),
+            progress=self.report_progress,  # the model's status reads "Installing: converting"
         )
         self.runtime_bytes = exported.nbytes
         self.exported_path = exported.path

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.base import ModelSpec
-from engines.converted_cache import converted_root, source_fingerprint
+from engines.converted_cache import CONVERTING, converted_root, source_fingerprint
 from engines.device import torch_dtype_for, torch_module_memory
 from engines.errors import ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
@@ -179,6 +179,7 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
             model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, local_files_only=True)
             return tokenizer, model
         log.info("converting %s to transformers format (cached in %s)", gguf, converted)
+        self.report_progress(CONVERTING)
         self.loaded_from = str(gguf)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
