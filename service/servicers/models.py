@@ -36,8 +36,8 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
             if (task is None or task in m.spec.tasks)
             and (not request.loaded_only or m.state is ModelState.READY)
         ]
-        # Estimated together (each once per model: the manager caches them), in worker threads.
-        await asyncio.gather(*(estimate_memory(self._manager, m) for m in chosen))
+        # The ones not estimated yet, together (in worker threads; the manager caches each).
+        await asyncio.gather(*(estimate_memory(self._manager, m) for m in chosen if m.required is None))
         return pb.ListModelsResponse(models=[model_message(self._manager, m) for m in chosen])
 
     async def GetModel(self, request: pb.GetModelRequest, context: grpc.aio.ServicerContext):
@@ -45,7 +45,8 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         require(bool(request.name), "name", "must be set")
         note_model(request.name)
         managed = self._manager.get(request.name)
-        await estimate_memory(self._manager, managed)
+        if managed.required is None:
+            await estimate_memory(self._manager, managed)
         return pb.GetModelResponse(model=model_message(self._manager, managed))
 
     async def LoadModel(self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext):
