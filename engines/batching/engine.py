@@ -10,12 +10,14 @@ from typing import Any, ClassVar, TypeVar
 
 from engines.base import Engine, ModelSpec
 from engines.batching.batcher import DynamicBatcher
+from engines.batching.memory import encoder_required_memory
 from engines.batching.options import EncoderOptions, exported_runtime
 from engines.batching.tokens import TokenCounter
 from engines.device import cpu_threads, torch_dtype_for, torch_module_memory
 from engines.encoder_runtime import ExportedModel, export_encoder
+from engines.memory_estimate import device_bytes
 from engines.options import parse_options
-from engines.sources import path_size_bytes, resolve_source
+from engines.sources import resolve_source
 from engines.stats import EncoderStats, EngineStats
 from engines.tokenization import no_chat_template
 from engines.types import DetokenizeRequest, MemoryUsage, TokenizeRequest, TokenizeResult
@@ -150,10 +152,25 @@ class BatchedEncoderEngine(Engine[EncoderOptionsT]):
             )
         )
 
-    def estimated_load_bytes(self) -> int:
-        """Size of the model folder on disk (a local source), else unknown."""
+    def required_memory(self) -> MemoryUsage:
+        """Weights at the load dtype (or the exported runtime's copy) plus a full batch's working memory.
+
+        :func:`engines.batching.memory.encoder_required_memory` for a local source folder; a hub id
+        (no files here yet) is unknown (0).
+
+        Raises:
+            FileNotFoundError: the source folder is missing.
+            ValueError: an unreadable ``config.json`` or safetensors header.
+
+        """
         resolved = resolve_source(self.spec.source)
-        return path_size_bytes(resolved.path) if resolved.path else 0
+        if resolved.path is None:
+            return MemoryUsage()
+        return encoder_required_memory(resolved.path, self.options, self.device)
+
+    def estimated_load_bytes(self) -> int:
+        """The part of :meth:`required_memory` on the engine's device."""
+        return device_bytes(self.required_memory(), self.device)
 
     def make_batcher(self, run_batch: Callable[[list[Any]], Sequence[Any]]) -> DynamicBatcher:
         """A batcher running ``run_batch`` (a method of this engine) with the catalog entry's limits.

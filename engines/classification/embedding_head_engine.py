@@ -16,9 +16,10 @@ from engines.classification.options import EmbeddingHeadOptions
 from engines.embedding.sentence_transformers_engine import SentenceTransformersEmbeddingEngine
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import ModelLoadError
+from engines.memory_estimate import device_bytes
 from engines.options import parse_options
 from engines.registry import register_backend
-from engines.sources import path_size_bytes, resolve_source
+from engines.sources import resolve_source
 from engines.types import DetokenizeRequest, MemoryUsage, Task, TokenizeRequest, TokenizeResult
 
 
@@ -80,13 +81,25 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
     def _folder(self) -> Path:
         return self._folder_of(self.spec)
 
-    def estimated_load_bytes(self) -> int:
-        """Head file plus encoder folder sizes."""
+    def required_memory(self) -> MemoryUsage:
+        """The encoder's estimate (its weights and a full batch, on this device) plus the head file.
+
+        Raises:
+            ModelLoadError: the source is not a local folder (MODEL_SOURCE_INVALID).
+            FileNotFoundError: the encoder's folder is missing.
+
+        """
         head = self._folder() / self.options.head
-        encoder = resolve_source(self.options.embedding_source)
-        return (head.stat().st_size if head.exists() else 0) + (
-            path_size_bytes(encoder.path) if encoder.path else 0
-        )
+        encoder_spec = self._encoder_spec_of(self.spec, self.options)
+        encoder = SentenceTransformersEmbeddingEngine(
+            encoder_spec, self.device, self.executor
+        ).required_memory()
+        head_bytes = head.stat().st_size if head.is_file() else 0
+        return MemoryUsage(ram_bytes=encoder.ram_bytes + head_bytes, vram_bytes=encoder.vram_bytes)
+
+    def estimated_load_bytes(self) -> int:
+        """The part of :meth:`required_memory` on the engine's device."""
+        return device_bytes(self.required_memory(), self.device)
 
     def _read(self, path: Path) -> Any:
         if not path.is_file():

@@ -46,6 +46,11 @@ CDLA_TYPES = {
     "equation": RegionType.EQUATION,
 }
 
+#: Pixels of PP-PicoDet CDLA's input (608 x 800), whatever the page's size.
+LAYOUT_INPUT_PIXELS = 608 * 800
+#: Peak working memory per input pixel of one detection (measured on the packaged model).
+LAYOUT_BYTES_PER_INPUT_PIXEL = 226
+
 
 @register_backend
 class RapidLayoutEngine(LayoutEngine[RapidLayoutOptions]):
@@ -70,12 +75,26 @@ class RapidLayoutEngine(LayoutEngine[RapidLayoutOptions]):
             raise ValueError("rapid_layout needs a local ONNX file or a folder holding one as its source")
         return path if path.is_file() else path / self.options.model_file
 
+    def required_memory(self) -> MemoryUsage:
+        """The ONNX file (the session's weights) plus the working memory of one page, in host RAM.
+
+        A page is stretched to the model's fixed 608 x 800 input, so its working memory is the same
+        for every page: :data:`LAYOUT_BYTES_PER_INPUT_PIXEL` x 608 x 800 (ONNX Runtime's arena for
+        PP-PicoDet's feature maps, measured: 105 MiB peak over the file, ``python -m bench.memory_estimate``).
+
+        Raises:
+            ValueError: the source is a hub id (this backend reads local files only).
+            FileNotFoundError: the ONNX file is missing.
+
+        """
+        path = self.model_path()
+        if not path.is_file():
+            raise FileNotFoundError(f"layout model {path} not found")
+        return MemoryUsage(ram_bytes=path.stat().st_size + LAYOUT_INPUT_PIXELS * LAYOUT_BYTES_PER_INPUT_PIXEL)
+
     def estimated_load_bytes(self) -> int:
-        """The ONNX file's size (the session holds about that much)."""
-        try:
-            return self.model_path().stat().st_size
-        except (OSError, ValueError):
-            return 0
+        """:meth:`required_memory` (host RAM: the session runs on the CPU)."""
+        return self.required_memory().ram_bytes
 
     def load(self) -> None:
         """Create the ONNX Runtime session and the pre/post-processing of ``rapid-layout``."""

@@ -25,6 +25,7 @@ from engines.ocr.options import RapidOcrOptions
 from engines.ocr.types import Box, OcrLine, OcrWord
 from engines.registry import register_backend
 from engines.sources import resolve_source
+from engines.types import MemoryUsage
 
 # The packaged PP-OCRv4 recognition model reads Chinese and Latin script (English).
 LANGUAGES = {"en": "en", "eng": "en", "zh": "zh", "chi_sim": "zh"}
@@ -223,11 +224,43 @@ def merge_fragments(lines: list[OcrLine]) -> list[OcrLine]:
     return merged
 
 
+#: Peak working memory of one page (640 x 480) over the model files: ONNX Runtime's buffers for the
+#: detector's feature maps and the recognizer's line batches (measured, see required_memory).
+RAPIDOCR_PAGE_BYTES = 270 * 1024 * 1024
+
+
 @register_backend
 class RapidOcrEngine(OcrEngine[RapidOcrOptions]):
     """RapidOCR (``rapidocr-onnxruntime``) on the CPU."""
 
     backend = "rapidocr"
+
+    def required_memory(self) -> MemoryUsage:
+        """The three ONNX files (the sessions' weights) plus the working memory of one page, in host RAM.
+
+        :data:`RAPIDOCR_PAGE_BYTES` is the peak over the files measured for a 640 x 480 page
+        (``python -m bench.memory_estimate``: 234-303 MiB from run to run); the detector works on
+        the page at no less than 736 pixels a side, so larger pages need more.
+
+        Raises:
+            ValueError: the source is not a local folder.
+            FileNotFoundError: one of the three model files is missing.
+
+        """
+        folder = resolve_source(self.spec.source).path
+        if folder is None:
+            raise ValueError("rapidocr needs a local folder of ONNX models as its source")
+        files = [
+            folder / name for name in (self.options.det_model, self.options.rec_model, self.options.cls_model)
+        ]
+        missing = [str(path) for path in files if not path.is_file()]
+        if missing:
+            raise FileNotFoundError(f"rapidocr model files not found: {', '.join(missing)}")
+        return MemoryUsage(ram_bytes=sum(path.stat().st_size for path in files) + RAPIDOCR_PAGE_BYTES)
+
+    def estimated_load_bytes(self) -> int:
+        """:meth:`required_memory` (host RAM: the sessions run on the CPU)."""
+        return self.required_memory().ram_bytes
 
     def load(self) -> None:
         """Create the three ONNX Runtime sessions."""

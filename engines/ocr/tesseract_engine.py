@@ -7,7 +7,10 @@ data. Catalog options: :class:`~engines.ocr.options.TesseractOptions` (``psm``, 
 
 from __future__ import annotations
 
+import glob
+import os
 import shutil
+from pathlib import Path
 
 from PIL import Image
 
@@ -18,6 +21,7 @@ from engines.ocr.options import TesseractOptions
 from engines.ocr.types import Box, OcrLine, OcrWord
 from engines.registry import register_backend
 from engines.sources import resolve_source
+from engines.types import MemoryUsage
 
 # ISO 639-1 -> Tesseract traineddata names (ISO 639-2/T, plus Tesseract's script variants).
 # Source: https://tesseract-ocr.github.io/tessdoc/Data-Files-in-different-versions.html
@@ -29,6 +33,17 @@ ISO_639_1 = {
     "ro": "ron", "ru": "rus", "sk": "slk", "sl": "slv", "sr": "srp", "sv": "swe", "ta": "tam",
     "th": "tha", "tr": "tur", "uk": "ukr", "vi": "vie", "zh": "chi_sim",
 }  # fmt: skip
+
+
+#: Peak RSS of the ``tesseract`` process for a 640 x 480 page, beside its language data (measured).
+TESSERACT_PAGE_BYTES = 95 * 1024 * 1024
+#: Where distributions install tessdata (Debian/Ubuntu per version, Fedora, Homebrew, source builds).
+TESSDATA_FOLDERS = (
+    "/usr/share/tesseract-ocr/*/tessdata",
+    "/usr/share/tessdata",
+    "/usr/local/share/tessdata",
+    "/opt/homebrew/share/tessdata",
+)
 
 
 @register_backend
@@ -61,6 +76,33 @@ class TesseractEngine(OcrEngine[TesseractOptions]):
         if self.tessdata is not None:
             parts.append(f'--tessdata-dir "{self.tessdata}"')
         return " ".join(parts)
+
+    def required_memory(self) -> MemoryUsage:
+        """What one page's ``tesseract`` process holds: the default language's data plus its working memory.
+
+        The server holds nothing between pages (a process per page), so this is the peak of a call:
+        the ``default_language`` ``.traineddata`` (found in the source folder, ``TESSDATA_PREFIX`` or
+        the usual system folders; 0 if not found) plus :data:`TESSERACT_PAGE_BYTES`, measured for a
+        640 x 480 page (the child's peak RSS, ``python -m bench.memory_estimate``).
+        """
+        return MemoryUsage(ram_bytes=self._traineddata_bytes() + TESSERACT_PAGE_BYTES)
+
+    def estimated_load_bytes(self) -> int:
+        """:meth:`required_memory` (host RAM: the program runs on the CPU)."""
+        return self.required_memory().ram_bytes
+
+    def _traineddata_bytes(self) -> int:
+        name = f"{self.options.default_language}.traineddata"
+        if self.spec.source != "system":
+            folder = resolve_source(self.spec.source).path
+            candidates = [folder / name] if folder is not None else []
+        else:
+            prefix = os.environ.get("TESSDATA_PREFIX")
+            candidates = [Path(prefix) / name] if prefix else []
+            # Bounded: the handful of tessdata folders the distributions install.
+            for pattern in TESSDATA_FOLDERS:
+                candidates.extend(Path(p) / name for p in sorted(glob.glob(pattern)))
+        return next((path.stat().st_size for path in candidates if path.is_file()), 0)
 
     def load(self) -> None:
         """Find the program and its installed languages.

@@ -261,5 +261,6 @@ def _is_utf8(data: bytes) -> bool:
 
 def test_load_estimate_matches_the_loaded_weights(engine):
     parameters = sum(p.numel() for p in engine.model.parameters())
-    assert engine.estimated_load_bytes() == parameters * 4  # float32 on the CPU
+    # float32 weights on the CPU, plus the KV cache and working memory of one prefill (required_memory)
+    assert engine.estimated_load_bytes() > parameters * 4
     assert engine.memory_usage().ram_bytes >= parameters * 4
