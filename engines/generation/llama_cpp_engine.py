@@ -34,6 +34,7 @@ from engines.errors import InvalidArgumentError, ModelLoadError, kv_pool_exhaust
 from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.context_size import kv_bytes_per_token, plan_context
 from engines.generation.ggml_devices import cuda_device_count, cuda_index, cuda_memory
+from engines.generation.gguf_memory import llama_cpp_required_memory
 from engines.generation.json_grammar import gbnf_grammar
 from engines.generation.logprobs import token_logprobs
 from engines.generation.options import LlamaCppOptions
@@ -182,6 +183,12 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         """The GGUF file size (weights are memory-mapped and mostly resident once used)."""
         resolved = resolve_source(self.spec.source)
         return path_size_bytes(resolved.path) if resolved.path else 0
+
+    def required_memory(self) -> MemoryUsage:
+        """Weights, KV, output and compute buffers on RAM and VRAM (:mod:`engines.generation.gguf_memory`)."""
+        return llama_cpp_required_memory(
+            self._gguf_file(self.spec), self.options, self.device, self.max_sequences
+        )
 
     def free_memory_bytes(self) -> int:
         """Free bytes of this model's device as llama.cpp sees it.
