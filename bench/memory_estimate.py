@@ -255,6 +255,57 @@ def measure(name: str, overrides: dict[str, Any] | None = None, timeout_s: float
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _run(params: dict[str, Any]) -> dict[str, Any]:
+    """One measurement of ``params["model"]`` as a load-client-shaped result (one record)."""
+    start = time.monotonic()
+    figures = measure(params["model"])
+    return {"records": [{"ok": True, **figures}], "wall_s": time.monotonic() - start}
+
+
+def metrics(result: dict[str, Any]) -> dict[str, float]:
+    """One child's figures in MiB, and the ratio of the estimate (RAM + VRAM) to the measured peak."""
+    (figures,) = result["records"]
+    estimate = figures["estimate_ram"] + figures["estimate_vram"]
+    return {
+        "estimate_mib": estimate / MIB,
+        "estimate_ram_mib": figures["estimate_ram"] / MIB,
+        "estimate_vram_mib": figures["estimate_vram"] / MIB,
+        "measured_mib": figures["measured"] / MIB,
+        "measured_settled_mib": figures["measured_settled"] / MIB,
+        "reported_mib": (figures["reported_ram"] + figures["reported_vram"]) / MIB,
+        "ratio": estimate / figures["measured"],
+        "estimate_ms": figures["estimate_s"] * 1000,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Estimate and measure every default model in fresh children; write the JSON, plot and README section."""
+    from bench.runner import Contender, Report, parse_config
+    from bench.workloads import CHAT_MODEL
+    from service.catalog import load_catalog
+
+    cfg = parse_config("memory_estimate", argv, __doc__, reps={"full": 3, "quick": 2, "tiny": 1})
+    names = list(load_catalog().specs)
+    if cfg.mode == "tiny":  # the smoke test: the GGUF model only (seconds, no torch)
+        names = [CHAT_MODEL]
+    settings = {"settle_s": SETTLE_S, "libraries_imported_first": LIBRARIES, "options": "the catalog's"}
+    with Report(cfg, TITLE, HEADLINE, {"models": "the embedded default catalog"}, settings) as report:
+        contender = report.add(
+            Contender("required_memory", "required_memory() vs peak RSS growth", "ours", _run)
+        )
+        report.note(
+            "measured: peak RSS growth (VmHWM) of a fresh child over the load and one request that fills "
+            "the model's configured batch, the backend's libraries imported before (tesseract: plus the "
+            "page's tesseract process); settled: the same after the request; reported: memory_usage()"
+        )
+        for name in names:
+            report.compare(name, {"model": name}, [contender], contender.name, metrics)
+        report.finish()
+    return report.payload
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], json.loads(sys.argv[3]))))
+    else:
+        main(sys.argv[1:])
