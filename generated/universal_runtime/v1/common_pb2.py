@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!universal_runtime/v1/common.proto\x12\x14universal_runtime.v1\"\x87\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x05\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x05\x12\x18\n\x10reasoning_tokens\x18\x05 \x01(\x05\"V\n\x07Timings\x12\x1e\n\x16time_to_first_token_ms\x18\x01 \x01(\x01\x12\x19\n\x11tokens_per_second\x18\x02 \x01(\x01\x12\x10\n\x08total_ms\x18\x03 \x01(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!universal_runtime/v1/common.proto\x12\x14universal_runtime.v1\"\xbc\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x05\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x05\x12\x18\n\x10reasoning_tokens\x18\x05 \x01(\x05\x12\x14\n\x0c\x64raft_tokens\x18\x06 \x01(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_draft_tokens\x18\x07 \x01(\x05\"V\n\x07Timings\x12\x1e\n\x16time_to_first_token_ms\x18\x01 \x01(\x01\x12\x19\n\x11tokens_per_second\x18\x02 \x01(\x01\x12\x10\n\x08total_ms\x18\x03 \x01(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'universal_runtime.v1.common
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_USAGE']._serialized_start=60
-  _globals['_USAGE']._serialized_end=195
-  _globals['_TIMINGS']._serialized_start=197
-  _globals['_TIMINGS']._serialized_end=283
+  _globals['_USAGE']._serialized_end=248
+  _globals['_TIMINGS']._serialized_start=250
+  _globals['_TIMINGS']._serialized_end=336
 # @@protoc_insertion_point(module_scope)
