@@ -102,8 +102,11 @@ def _release_engine(engine: weakref.ref, name: str, device: str) -> None:
     release_device_memory(device)
 
 
-def _hub_snapshot(repo_id: str) -> str:
+def _hub_snapshot(repo_id: str, report: Callable[[str], None] = lambda detail: None) -> str:
     """Absolute folder of ``repo_id``'s snapshot in the hub cache, downloaded unless offline (blocking).
+
+    ``report`` hears ``"downloading 42%"`` (files of the snapshot fetched, as huggingface_hub
+    counts them) while it downloads.
 
     Raises:
         huggingface_hub errors: unknown or gated repository, not cached while offline, hub unreachable.
@@ -111,7 +114,36 @@ def _hub_snapshot(repo_id: str) -> str:
     """
     from huggingface_hub import snapshot_download
 
-    return snapshot_download(repo_id, ignore_patterns=list(_HUB_IGNORE_PATTERNS))
+    return snapshot_download(
+        repo_id, ignore_patterns=list(_HUB_IGNORE_PATTERNS), tqdm_class=download_progress(report)
+    )
+
+
+def download_progress(report: Callable[[str], None]) -> type:
+    """A ``tqdm`` class for huggingface_hub's ``tqdm_class`` that tells ``report`` each new percentage.
+
+    Its bar is drawn nowhere (a server's log is no terminal); it only counts.
+    """
+    import io
+
+    from tqdm import tqdm
+
+    class ReportingProgress(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # Counted even where huggingface_hub turns its bars off (disabled tqdm counts nothing).
+            super().__init__(*args, **{**kwargs, "disable": False, "file": io.StringIO()})
+            self._percent = -1
+
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            if self.total:
+                percent = min(100, int(100 * self.n / self.total))
+                if percent != self._percent:
+                    self._percent = percent
+                    report(f"downloading {percent}%")
+            return shown
+
+    return ReportingProgress
 
 
 @functools.cache
@@ -506,7 +538,9 @@ class ModelManager:
         loading: tuple[str, DeviceExecutor] | None = None  # set once engine.load may hold memory
         try:
             if spec.name in self._hub_names:
-                spec = await self._hub_spec(spec)
+                # Loading from here on, so that the download's progress shows in its status.
+                managed.state, managed.progress, managed.unloaded_because = ModelState.LOADING, "", ""
+                spec = await self._hub_spec(spec, self._progress_sink(managed))
             # The checks import the backend (torch, for the device probe: ~1.5 s of imports that
             # hold the GIL) and read files (GGUF headers for the estimate): in a worker thread, so
             # a first load never holds the event loop that serves every other caller.
@@ -558,7 +592,7 @@ class ModelManager:
             },
         )
 
-    async def _hub_spec(self, spec: ModelSpec) -> ModelSpec:
+    async def _hub_spec(self, spec: ModelSpec, report: Callable[[str], None]) -> ModelSpec:
         """``spec`` of a client-named hub id, its source the id's snapshot folder in the hub cache.
 
         Resolved by ``huggingface_hub.snapshot_download`` (the local cache only under
@@ -572,7 +606,7 @@ class ModelManager:
 
         """
         try:
-            folder = await asyncio.to_thread(_hub_snapshot, spec.source)
+            folder = await asyncio.to_thread(_hub_snapshot, spec.source, report)
         except Exception as exc:
             log.warning("hub model not found", extra={"model": spec.name, "error": repr(exc)})
             raise ModelNotFoundError(

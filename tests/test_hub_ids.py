@@ -112,3 +112,15 @@ async def test_cached_ids_load_from_the_hub_cache_and_the_entries_are_bounded(hu
     assert caught.value.code() is grpc.StatusCode.NOT_FOUND
     names = await listed(models)
     assert CACHED[0] not in names and CACHED[1] in names
+
+
+def test_a_download_reports_each_new_percentage_of_its_files():
+    """The tqdm class handed to snapshot_download counts even when huggingface_hub disables its bars."""
+    from service.model_manager import download_progress
+
+    heard: list[str] = []
+    progress = download_progress(heard.append)(total=3, disable=True, desc="Fetching 3 files")
+    for _ in range(3):
+        progress.update(1)
+    progress.close()
+    assert heard == ["downloading 33%", "downloading 66%", "downloading 100%"]
