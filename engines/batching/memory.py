@@ -8,12 +8,15 @@ options; no weights read, no runtime imported.
   for the largest batch the options allow: ``min(max_batch_tokens, max_batch_size x seq_len)``
   tokens padded to the model's longest input ``seq_len``.
 - **OpenVINO** (CPU): the exported weights twice (the IR's ``.bin`` stays memory-mapped and the CPU
-  plugin keeps its own packed copy), plus :data:`OPENVINO_ACTIVATION_FACTOR` times torch's working
-  memory: the plugin plans buffers for the whole graph of the largest shape it has run and keeps
-  them. Measured on all-MiniLM-L6-v2 (``python -m bench.memory_estimate``): 1675 MiB peak for
-  64 x 256 tokens against 173 MiB of weights and 480 MiB of torch's one-layer working memory.
-- **ONNX Runtime** (CPU): the exported weights once plus torch's working memory (its arena reuses
-  buffers layer to layer); not calibrated on a default model (none runs on it).
+  plugin keeps its own packed copy), plus a multiple of torch's working memory
+  (:data:`RUNTIME_ACTIVATION_FACTOR`): the plugin plans buffers for the whole graph of the largest
+  shape it has run and keeps them.
+- **ONNX Runtime** (CPU): the exported weights once, plus a multiple of torch's working memory: its
+  arena grows to the largest batch's buffers and keeps them.
+
+The multiples were measured on all-minilm-l6-v2 with 64 texts x 256 tokens (``python -m
+bench.memory_estimate``; torch's one-layer working memory 480 MiB): OpenVINO 1677 MiB peak (int8:
+1602-2113 from run to run), ONNX Runtime 1369 (int8: 1376).
 
 ``quantize: int8`` stores one byte per weight instead of four. On a GPU the model stays in torch
 and the whole figure is device memory.
@@ -36,7 +39,15 @@ from engines.memory_estimate import (
 from engines.sources import path_size_bytes
 from engines.types import MemoryUsage
 
-OPENVINO_ACTIVATION_FACTOR = 3.0
+#: Working memory of an exported runtime as a multiple of torch's, by (runtime, quantize) (measured).
+RUNTIME_ACTIVATION_FACTOR = {
+    ("openvino", "none"): 3.0,
+    ("openvino", "int8"): 3.8,
+    ("onnx", "none"): 2.7,
+    ("onnx", "int8"): 2.7,
+}
+#: Copies of the exported weights a runtime holds (OpenVINO: the mapped IR and the plugin's own).
+RUNTIME_WEIGHT_COPIES = {"openvino": 2, "onnx": 1}
 FLOAT32_BYTES = 4
 INT8_BYTES = 1
 
@@ -64,6 +75,6 @@ def encoder_required_memory(folder: Path, options: EncoderOptions, device: str) 
     per_weight = INT8_BYTES if exported.quantize == "int8" else FLOAT32_BYTES
     weights = parameters * per_weight if parameters else path_size_bytes(folder)
     activations = encoder_activation_bytes(shape, tokens, seq_len, FLOAT32_BYTES)
-    if exported.runtime == "openvino":
-        return MemoryUsage(ram_bytes=2 * weights + round(OPENVINO_ACTIVATION_FACTOR * activations))
-    return MemoryUsage(ram_bytes=weights + activations)
+    factor = RUNTIME_ACTIVATION_FACTOR.get((exported.runtime, exported.quantize), 3.0)
+    copies = RUNTIME_WEIGHT_COPIES.get(exported.runtime, 1)
+    return MemoryUsage(ram_bytes=copies * weights + round(factor * activations))
