@@ -67,6 +67,17 @@ CANCELLED_TOKENS = Counter(
     "ur_generation_sequences_finished_total): work spent on answers that did not finish.",
     ["model"],
 )
+SPECULATIVE_DRAFT_TOKENS = Counter(
+    "ur_speculative_draft_tokens",
+    "Draft tokens proposed by speculative decoding (prompt lookup or a draft model) and verified by "
+    "the target model.",
+    ["model"],
+)
+SPECULATIVE_ACCEPTED_TOKENS = Counter(
+    "ur_speculative_accepted_tokens",
+    "Of ur_speculative_draft_tokens_total, the tokens the target model accepted.",
+    ["model"],
+)
 
 
 def set_enabled(enabled: bool) -> None:
@@ -119,3 +130,11 @@ def observe_sequence_finished(model: str, reason: FinishReason, completion_token
     SEQUENCES_FINISHED.labels(model, reason).inc()
     if reason is FinishReason.CANCELLED:
         CANCELLED_TOKENS.labels(model).inc(completion_tokens)
+
+
+def observe_speculation(model: str, drafted: int, accepted: int) -> None:
+    """Count one step's draft tokens of a sequence of ``model`` and how many the target accepted."""
+    if not _enabled or not drafted:
+        return
+    SPECULATIVE_DRAFT_TOKENS.labels(model).inc(drafted)
+    SPECULATIVE_ACCEPTED_TOKENS.labels(model).inc(accepted)

@@ -166,6 +166,13 @@ class GenerationRequest:
     tool_choice_function: str | None = None
     reasoning_budget: int | None = None
     reasoning_effort: ReasoningEffort | None = None
+    speculative_enabled: bool | None = None  # speculative decoding on/off; None: the model's catalog setting
+    speculative_tokens: int = 0  # draft tokens per step (1..16); 0: the model's catalog setting
+
+
+#: Draft tokens one sequence may propose per speculative decoding step (each is one more row of the
+#: verifying batch): the bound of a request's ``speculative_tokens`` and the catalog's ``num_tokens``.
+MAX_DRAFT_TOKENS = 16
 
 
 @dataclass(slots=True)
@@ -203,6 +210,8 @@ class GenerationUsage:
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0  # of prompt_tokens, served from the prompt cache
     reasoning_tokens: int = 0  # of completion_tokens, spent thinking (forced closing tokens excluded)
+    draft_tokens: int = 0  # speculative decoding: draft tokens proposed and verified
+    accepted_draft_tokens: int = 0  # of draft_tokens, accepted by the model (part of completion_tokens)
 
     @property
     def total_tokens(self) -> int:

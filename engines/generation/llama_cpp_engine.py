@@ -16,6 +16,12 @@ cells allocated up front. With ``kv_pool_tokens: N`` all sequences share one buf
 plus ``max_new_tokens``, see :class:`~engines.generation.scheduler.ContinuousBatchScheduler`),
 but attention then runs over the shared buffer with masks and its sums depend on where other
 sequences' cells sit, so greedy output under concurrency may differ in the last bits.
+
+Speculative decoding (catalog ``speculative``, or a request's ``speculative.enabled``;
+:mod:`engines.generation.speculative`): a greedy sequence adds draft tokens after its next input
+in the step's batch, all with logits; the longest prefix the model agrees with is emitted in that
+one step, and the rejected drafts' cells are removed (``llama_memory_seq_rm``). The draft comes
+from the sequence's own tokens (prompt lookup) or from a draft GGUF with the same vocabulary.
 """
 
 from __future__ import annotations
@@ -42,28 +48,67 @@ from engines.generation.prompt_cache import PromptCache
 from engines.generation.requantize import model_file
 from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
+from engines.generation.speculative import (
+    DraftModel,
+    NgramDrafter,
+    SpeculationState,
+    accepted_prefix,
+    batch_add,
+    decode,
+)
 from engines.generation.structured import output_constraint
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.stats import KvCacheStats
 from engines.tokenization import Offsets, offsets_from_pieces, offsets_not_supported
-from engines.types import GenerationRequest, MemoryUsage, SamplingParams
+from engines.types import MAX_DRAFT_TOKENS, GenerationRequest, MemoryUsage, SamplingParams
 
 log = logging.getLogger(__name__)
 
 KV_HEADROOM_BYTES = 1 << 30  # memory left for everything else when sizing the KV cache
 PENALTY_LAST_N = 64  # tokens the repetition/presence/frequency penalties look back over
+DEFAULT_DRAFT_TOKENS = 8  # draft tokens per step of a request that enables speculation on a model without it
+DEFAULT_MIN_ACCEPTANCE_RATE = 0.3  # the same request's acceptance-rate cut-off
+#: ggml type ids of the cache_type_k/cache_type_v names (ggml.h ``enum ggml_type``).
+GGML_TYPES = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
+#: Bytes per element of each KV cache type (block size / elements per block for the quantized ones).
+KV_TYPE_BYTES = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q4_0": 18 / 32,
+    "q4_1": 20 / 32,
+    "iq4_nl": 18 / 32,
+    "q5_0": 22 / 32,
+    "q5_1": 24 / 32,
+}
 
 
 @dataclass(eq=False)
 class _SlotState(SequenceState):
     """llama.cpp-side state of one sequence: sampler, KV slot (sequence id), reserved cells.
 
-    ``reserved_cells`` is its ``kv_cells_needed``, counted against a KV pool.
+    ``reserved_cells`` is its ``kv_cells_needed``, counted against a KV pool. A speculating
+    sequence has ``speculation`` (its counts) and ``history`` (its prompt and output so far, with
+    the n-gram index prompt lookup drafts from); ``generated`` counts the tokens it sampled.
     """
 
     seq_id: int | None = None
     reserved_cells: int = 0
+    speculation: SpeculationState | None = None
+    history: NgramDrafter | None = None
+    generated: int = 0
 
 
 def prefill_chunk_end(position: int, prompt_length: int, budget: int) -> int:
@@ -164,6 +209,10 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         """
         super().check_spec(spec)
         cls._gguf_file(spec)
+        speculative = spec.options.get("speculative")
+        draft = speculative.get("draft_model") if isinstance(speculative, dict) else None
+        if draft:
+            cls._draft_file(spec.name, draft)
 
     @staticmethod
     def _gguf_file(spec: ModelSpec) -> Path:
@@ -180,15 +229,54 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         return str(model_file(self._gguf_file(self.spec), self.options))
 
     def estimated_load_bytes(self) -> int:
-        """The GGUF file size (weights are memory-mapped and mostly resident once used)."""
+        """The GGUF file size plus the draft model's (weights are memory-mapped, resident once used)."""
         resolved = resolve_source(self.spec.source)
-        return path_size_bytes(resolved.path) if resolved.path else 0
+        total = path_size_bytes(resolved.path) if resolved.path else 0
+        draft = self._draft_path()
+        return total + (path_size_bytes(draft) if draft is not None else 0)
 
     def required_memory(self) -> MemoryUsage:
         """Weights, KV, output and compute buffers on RAM and VRAM (:mod:`engines.generation.gguf_memory`)."""
         return llama_cpp_required_memory(
             self._gguf_file(self.spec), self.options, self.device, self.max_sequences
         )
+
+    def _draft_path(self) -> Path | None:
+        """The draft GGUF of ``speculative.draft_model`` (None: no draft model).
+
+        Raises:
+            ModelLoadError: the draft source is not a local file (reason MODEL_SOURCE_INVALID).
+
+        """
+        speculative = self.options.speculative
+        if speculative is None or speculative.draft_model is None:
+            return None
+        return self._draft_file(self.spec.name, speculative.draft_model)
+
+    @staticmethod
+    def _draft_file(model: str, draft: str) -> Path:
+        """The local GGUF file a ``speculative.draft_model`` source names.
+
+        Raises:
+            ModelLoadError: the source is missing (MODEL_SOURCE_MISSING, from
+                :func:`~engines.sources.resolve_source`) or not a local file (MODEL_SOURCE_INVALID);
+                the message names the option.
+
+        """
+        try:
+            resolved = resolve_source(draft)
+        except ModelLoadError as exc:
+            raise ModelLoadError(
+                f"speculative.draft_model of model {model!r}: {exc}", reason=exc.reason, model=model
+            ) from None
+        if resolved.path is None or not resolved.path.is_file():
+            raise ModelLoadError(
+                f"speculative.draft_model of model {model!r} must be a local .gguf file; {draft!r} is not "
+                "one",
+                reason="MODEL_SOURCE_INVALID",
+                model=model,
+            )
+        return resolved.path
 
     def free_memory_bytes(self) -> int:
         """Free bytes of this model's device as llama.cpp sees it.
@@ -232,6 +320,9 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         if layers is None:  # unset: every layer on a CUDA device, none on the CPU
             layers = -1 if on_gpu else 0
         model_params.n_gpu_layers = layers
+        load_mode = self._load_mode()
+        if load_mode is not None:
+            model_params.load_mode = load_mode
         if on_gpu:
             # The model stays on the device it was placed on (its lane's): llama.cpp's default would
             # split the layers over every visible GPU, outside the server's memory accounting.
@@ -261,7 +352,9 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         ctx_params.n_seq_max = self.max_sequences
         ctx_params.n_ctx = pool or per_sequence * self.max_sequences
         ctx_params.n_batch = self._n_batch
-        ctx_params.n_ubatch = self._n_batch
+        ctx_params.n_ubatch = self.options.n_ubatch or self._n_batch
+        ctx_params.type_k = GGML_TYPES[self.options.cache_type_k]
+        ctx_params.type_v = GGML_TYPES[self.options.cache_type_v]
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         # A KV stream per sequence: attention reads only the sequence's own cells, and a slot's
@@ -296,6 +389,31 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
             else None
         )
         self._setup_reasoning()
+        self._draft_model: DraftModel | None = None
+        draft = self._draft_path()
+        if draft is not None:
+            self._draft_model = DraftModel(
+                draft,
+                self.model,
+                model=self.spec.name,
+                draft_source=str(self.options.speculative.draft_model),
+                slots=self.max_sequences,
+                per_sequence=per_sequence,
+                n_batch=self._n_batch,
+                threads=threads,
+                n_gpu_layers=layers,
+            )
+
+    def _load_mode(self) -> int | None:
+        """llama.cpp's ``load_mode`` from ``use_mmap``/``use_mlock`` (None: both unset: llama.cpp's)."""
+        import llama_cpp
+
+        mmap, mlock = self.options.use_mmap, self.options.use_mlock
+        if mmap is None and not mlock:
+            return None
+        if mlock:
+            return llama_cpp.LLAMA_LOAD_MODE_MLOCK if mmap is False else llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK
+        return llama_cpp.LLAMA_LOAD_MODE_MMAP if mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
 
     def kv_cells(self) -> tuple[int, int] | None:
         """Cells in use and the context's cells (see :meth:`GenerationEngine.kv_cells`).
@@ -331,7 +449,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
 
     def unload(self) -> None:
         """Free the context, batch and model (context first: it points into the model)."""
-        for name in ("ctx", "_batch", "model"):
+        for name in ("_draft_model", "ctx", "_batch", "model"):
             obj = getattr(self, name, None)
             if obj is not None:
                 obj.close()
@@ -339,13 +457,19 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         self._formatter = None
 
     def memory_usage(self) -> MemoryUsage:
-        """Weights plus the KV cache (f16 keys and values of every layer and cell)."""
+        """Weights plus the KV cache (cache_type_k/v keys and values of every cell) and the draft model."""
         if getattr(self, "model", None) is None:
             return MemoryUsage()
         import llama_cpp
 
         cells = int(llama_cpp.llama_n_ctx(self.ctx.ctx))
-        total = int(self.model.size()) + cells * kv_bytes_per_token(self._metadata)
+        # kv_bytes_per_token(..., 1) is keys and values at one byte each: half of it per side.
+        elements = kv_bytes_per_token(self._metadata, 1) / 2
+        options = self.options
+        per_cell = elements * (KV_TYPE_BYTES[options.cache_type_k] + KV_TYPE_BYTES[options.cache_type_v])
+        total = int(self.model.size()) + int(cells * per_cell)
+        if self._draft_model is not None:
+            total += self._draft_model.size_bytes()
         if self.device.startswith("cuda"):
             return MemoryUsage(ram_bytes=0, vram_bytes=total)
         return MemoryUsage(ram_bytes=total)
@@ -442,11 +566,33 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
             size = -n  # a negative result is the size the text needs
 
     def _new_state(self, request: GenerationRequest) -> _SlotState:
+        sampler = self._sampler(request)
         return _SlotState(
-            sampler=self._sampler(request),
+            sampler=sampler,
             logprobs=request.params.logprobs,
             top_logprobs=request.params.top_logprobs,
+            speculation=self._speculation(request, sampler),
         )
+
+    def _speculation(self, request: GenerationRequest, sampler: Any) -> SpeculationState | None:
+        """A request's drafting settings, or None when it does not speculate.
+
+        The request's ``speculative_enabled`` wins over the catalog's ``speculative`` block (a
+        request may turn prompt lookup on for a model without one). Only greedy requests
+        (:class:`ArgmaxSampler`: temperature 0, no grammar, no penalties) on a model with flash
+        attention speculate: their verification needs no random draw and keeps the output token
+        for token (see :mod:`engines.generation.speculative`; without flash attention a draft's
+        row takes another attention kernel and near ties flip).
+        """
+        configured = self.options.speculative
+        enabled = request.speculative_enabled
+        if enabled is None:
+            enabled = configured is not None and configured.enabled
+        if not enabled or not isinstance(sampler, ArgmaxSampler) or not self.options.flash_attn:
+            return None
+        tokens = request.speculative_tokens or (configured.num_tokens if configured else DEFAULT_DRAFT_TOKENS)
+        rate = configured.min_acceptance_rate if configured else DEFAULT_MIN_ACCEPTANCE_RATE
+        return SpeculationState(num_tokens=min(tokens, MAX_DRAFT_TOKENS), min_acceptance_rate=rate)
 
     def _thinking_sampler(self, request: GenerationRequest) -> Any:
         return self._sampler(request, constrained=False)
@@ -513,16 +659,22 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         # streams: 72-80 ms against 40 ms), which is what every batch after the first wave of
         # requests looked like once the prompt cache handed out slots out of order.
         decoding.sort(key=lambda s: s.engine_state.seq_id)
+        rows = 0
         if decoding:
+            drafts = self._drafts(decoding)
             self._begin_batch()
-            for sequence in decoding:
+            for sequence, draft in zip(decoding, drafts, strict=True):
                 state: _SlotState = sequence.engine_state
                 self._add(state.next_input, state.n_past, state.seq_id, True)
+                for offset, token in enumerate(draft):  # at most MAX_DRAFT_TOKENS
+                    self._add(token, state.n_past + 1 + offset, state.seq_id, True)
                 state.n_past += 1
                 state.next_input = None
             self._decode()
-            results.extend(self._sample(sequence, i) for i, sequence in enumerate(decoding))
-        budget = self._prefill_budget(running, len(decoding))
+            for sequence, draft in zip(decoding, drafts, strict=True):
+                results.extend(self._verify(sequence, draft, rows))
+                rows += 1 + len(draft)
+        budget = self._prefill_budget(running, rows)
         for sequence in running:
             state = sequence.engine_state
             prompt = sequence.prompt_tokens
@@ -542,10 +694,81 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
                 results.append(self._sample(sequence, end - start - 1))
         return results
 
+    def _drafts(self, decoding: list[GenerationSequence]) -> list[list[int]]:
+        """Each decoding sequence's draft tokens this step (empty for those that do not speculate).
+
+        A draft is at most ``num_tokens`` long, never longer than the tokens the sequence may still
+        produce after its next input (so its cells stay within ``kv_cells_needed``), and all
+        drafts together fit the batch beside every sequence's next input (``n_batch`` rows).
+        """
+        room = self._n_batch - len(decoding)
+        limits: list[int] = []
+        for sequence in decoding:
+            state: _SlotState = sequence.engine_state
+            spec = state.speculation
+            if spec is None or not spec.active or room <= 0:
+                limits.append(0)
+                continue
+            limit = max(0, min(spec.num_tokens, sequence.max_new_tokens - state.generated - 1, room))
+            room -= limit
+            limits.append(limit)
+        drafts: list[list[int]] = [[] for _ in decoding]
+        if self._draft_model is None:
+            for i, sequence in enumerate(decoding):
+                if limits[i]:
+                    drafts[i] = sequence.engine_state.history.draft(limits[i])
+            return drafts
+        wanted = [i for i, limit in enumerate(limits) if limit]
+        if wanted:
+            requests = []
+            for i in wanted:
+                state = decoding[i].engine_state
+                tokens = state.history.tokens
+                if state.speculation.draft_past >= len(tokens):  # at least the next input is new to it
+                    state.speculation.draft_past = len(tokens) - 1
+                    self._draft_model.forget(state.seq_id, state.speculation.draft_past)
+                requests.append((state.seq_id, state.speculation, tokens, limits[i]))
+            for i, draft in zip(wanted, self._draft_model.draft(requests), strict=True):
+                drafts[i] = draft
+        return drafts
+
+    def _verify(self, sequence: GenerationSequence, draft: list[int], row: int) -> list[StepResult]:
+        """Sample ``sequence``'s tokens from rows ``row ..`` of the last decode; keep the accepted draft.
+
+        Row ``row`` scored the next input, row ``row + 1 + j`` the draft token ``draft[j]``. The
+        model's token at each row is sampled in order until one differs from the draft (greedy
+        acceptance, :func:`~engines.generation.speculative.accepted_prefix`): the accepted drafts
+        and that token are emitted, and the cells of the rejected drafts are removed.
+        """
+        state: _SlotState = sequence.engine_state
+        results = [self._sample(sequence, row)]
+        for offset, proposed in enumerate(draft):  # at most MAX_DRAFT_TOKENS
+            if results[-1][1] != proposed:
+                break
+            results.append(self._sample(sequence, row + 1 + offset))
+        if not draft:
+            return results
+        accepted = accepted_prefix(draft, [result[1] for result in results])
+        seen = state.n_past  # cells before this step's drafts (the next input included)
+        state.n_past += accepted
+        if accepted < len(draft):
+            import llama_cpp
+
+            llama_cpp.llama_memory_seq_rm(self.ctx.memory, state.seq_id, state.n_past, -1)
+        spec = state.speculation
+        spec.record(len(draft), accepted)
+        if self._draft_model is not None and spec.draft_past > seen + accepted:
+            spec.draft_past = seen + accepted
+            self._draft_model.forget(state.seq_id, spec.draft_past)
+        first = results[0]
+        results[0] = (first[0], first[1], first[2], (len(draft), accepted))
+        return results
+
     def _prefill_budget(self, running: list[GenerationSequence], decoding: int) -> int:
         """Prompt tokens this step may prefill (all prefilling sequences together).
 
-        A prompt alone in the batch is prefilled in chunks of ``n_batch``: nothing waits on it.
+        ``decoding`` is the rows the decoding sequences took (next inputs and draft tokens). A
+        prompt alone in the batch is prefilled in chunks of ``n_batch``: nothing waits on it.
         Beside other sequences, at most ``step_prefill_tokens`` per step, so a long prompt adds at
         most one such chunk to the running streams' step time, and of several new prompts the
         first ones are answered (first token) before the later ones are prefilled.
@@ -559,21 +782,10 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         self._batch.batch.n_tokens = 0
 
     def _add(self, token: int, position: int, seq_id: int, want_logits: bool) -> None:
-        batch = self._batch.batch
-        i = batch.n_tokens
-        batch.token[i] = token
-        batch.pos[i] = position
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = seq_id
-        batch.logits[i] = want_logits
-        batch.n_tokens = i + 1
+        batch_add(self._batch.batch, token, position, seq_id, want_logits)
 
     def _decode(self) -> None:
-        import llama_cpp
-
-        status = llama_cpp.llama_decode(self.ctx.ctx, self._batch.batch)
-        if status != 0:
-            raise RuntimeError(f"llama_decode failed with status {status}")
+        decode(self.ctx, self._batch, "llama_decode")
 
     def _sample(self, sequence: GenerationSequence, index: int) -> StepResult:
         """Sample ``sequence``'s next token from row ``index`` of the last decode call's batch."""
@@ -590,6 +802,12 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         if state.logprobs:
             scored = token_logprobs(raw, token, state.top_logprobs, self._piece_text)
         state.next_input = token
+        state.generated += 1
+        if state.speculation is not None:
+            if state.history is None:
+                state.history = NgramDrafter()
+                state.history.extend(sequence.prompt_tokens)
+            state.history.extend([token])
         return sequence, token, scored
 
     def _assign_slot(self, sequence: GenerationSequence) -> None:
@@ -603,6 +821,8 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         state.n_past = plan.reused
         state.reserved_cells = sequence.kv_cells_needed
         self._slot_states[plan.slot] = state
+        if self._draft_model is not None:
+            self._draft_model.forget(plan.slot)  # the draft context keeps no prompt cache
         if self._kv_pool is not None:
             self._make_room()
         sequence.cached_prompt_tokens = plan.reused

@@ -19,6 +19,11 @@ from engines.options import (
     TorchDtypeOptions,
     TorchEngineOptions,
 )
+from engines.types import MAX_DRAFT_TOKENS
+
+#: KV cache element types llama.cpp accepts for ``cache_type_k``/``cache_type_v`` (its server's
+#: ``--cache-type-k``/``--cache-type-v`` list, ``kv_cache_types`` in ``common/arg.cpp``).
+KvCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 #: The ``quantize`` option's values: GGUF types whose batched matrix products llama.cpp speeds up on
 #: CPU (their ``llama_ftype`` is in :data:`engines.generation.requantize.QUANTIZE_TYPES`).
@@ -95,6 +100,35 @@ class GenerationOptions(QueuedEngineOptions):
     (low_budget, medium_budget, high_budget), in tokens; unset: detected from the chat template."""
 
 
+class SpeculativeOptions(BaseModel):
+    """The ``speculative`` block of a ``llama_cpp`` model (docker/model-runner's SpeculativeDecodingConfig).
+
+    Each step, a sequence proposes up to ``num_tokens`` draft tokens, verified by the target model
+    in the same decode call as every other sequence's next token (see
+    :mod:`engines.generation.speculative`). Without ``draft_model`` the draft comes from the
+    sequence's own prompt and output (prompt lookup: no second model).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    draft_model: NonEmptyStr | None = None
+    """Source of a draft GGUF (a path or pkg:// URI, as a catalog source) whose vocabulary matches the
+    target's; unset: prompt lookup (n-gram drafting from the sequence's own tokens)."""
+    num_tokens: Annotated[int, Field(ge=1, le=MAX_DRAFT_TOKENS)] = 8
+    """Draft tokens a sequence proposes per step (1 to 16)."""
+    min_acceptance_rate: Annotated[float, Field(ge=0, le=1)] = 0.3
+    """A sequence whose share of accepted draft tokens falls below this (after 16 drafted) stops drafting."""
+    enabled: bool = True
+    """Speculate for requests that do not say; false: only requests that ask for it (speculative.enabled)."""
+
+    @field_validator("num_tokens", mode="before")
+    @classmethod
+    def _no_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("true/false is not allowed here")
+        return value
+
+
 class LlamaCppOptions(GenerationOptions):
     """Options of the ``llama_cpp`` backend (a GGUF file served by llama.cpp)."""
 
@@ -113,7 +147,8 @@ class LlamaCppOptions(GenerationOptions):
     """A free slot keeps its last prompt's KV cells, and a new prompt sharing their prefix prefills only
     the rest."""
     flash_attn: bool = False
-    """llama.cpp's flash attention kernels."""
+    """llama.cpp's flash attention kernels; on by default when speculative is set (drafts then verify token
+    for token)."""
     n_threads: AtLeastOne | None = None
     """llama.cpp threads for decoding and prefill; unset: every core the process may use."""
     n_gpu_layers: Annotated[int, Field(ge=-1)] | None = None
@@ -125,12 +160,38 @@ class LlamaCppOptions(GenerationOptions):
     kv_pool_tokens: Annotated[int, Field(ge=CONTEXT_ALIGNMENT)] | None = None
     """KV cells (tokens) of one buffer shared by all sequences, admitted by the cells they reserve; unset:
     a KV stream of n_ctx cells per sequence."""
+    n_ubatch: Annotated[int, Field(ge=1)] | None = None
+    """Tokens llama.cpp computes per graph evaluation (physical batch, at most n_batch); unset: n_batch."""
+    cache_type_k: KvCacheType = "f16"
+    """Element type of the KV cache's keys (llama.cpp's --cache-type-k)."""
+    cache_type_v: KvCacheType = "f16"
+    """Element type of the KV cache's values (llama.cpp's --cache-type-v); a quantized type needs
+    flash_attn."""
+    use_mmap: bool | None = None
+    """Memory-map the GGUF (pages read on demand); false: read it into memory at load; unset: llama.cpp's
+    choice for the device."""
+    use_mlock: bool = False
+    """Lock the weights in RAM (no swapping out); needs the memlock limit to allow it."""
+    speculative: SpeculativeOptions | None = None
+    """Speculative decoding: draft_model (a GGUF source; unset: prompt lookup), num_tokens (1 to 16) and
+    min_acceptance_rate; unset: no speculation."""
 
     @field_validator("quantize", mode="before")
     @classmethod
     def _lower_case_type(cls, value: Any) -> Any:
         # GGUF type names are written both ways (Q4_0 in file names); both were always accepted.
         return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flash_attn_for_speculation(cls, data: Any) -> Any:
+        # Without flash attention a token scored beside others of its sequence (a draft being
+        # verified) takes another attention kernel than one scored alone, and greedy output drifts
+        # in near ties (measured: 5 of 16 answers of 200 tokens differed); with it each query row is
+        # computed alone, and speculation changes no token (0 of 16).
+        if isinstance(data, dict) and data.get("speculative") is not None and "flash_attn" not in data:
+            return {**data, "flash_attn": True}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> LlamaCppOptions:
@@ -146,6 +207,16 @@ class LlamaCppOptions(GenerationOptions):
             )
         if self.cache_dir is not None and self.quantize is None:
             raise ValueError("cache_dir is only used with quantize (where the requantized copy goes)")
+        if self.speculative is not None and not self.flash_attn:
+            raise ValueError(
+                "speculative needs flash_attn (leave it unset or true): without it, verifying drafts "
+                "changes greedy output in near ties"
+            )
+        if self.n_ubatch is not None and self.n_ubatch > self.n_batch:
+            raise ValueError(f"n_ubatch ({self.n_ubatch}) must not exceed n_batch ({self.n_batch})")
+        if self.cache_type_v not in ("f32", "f16", "bf16") and not self.flash_attn:
+            # llama.cpp refuses the context otherwise ("V cache quantization requires flash_attn").
+            raise ValueError(f"cache_type_v {self.cache_type_v!r} (quantized) needs flash_attn: true")
         return self
 
 

@@ -38,8 +38,13 @@ from engines.types import FinishReason, GenerationDelta, GenerationRequest, Toke
 
 log = logging.getLogger(__name__)
 
-#: (sequence, next token id, its log probabilities or None) for each sequence that produced a token.
-StepResult = tuple[GenerationSequence, int, TokenLogprobs | None]
+#: (sequence, next token id, its log probabilities or None) for each token a sequence produced. A
+#: speculating engine may return several for one sequence, in order; the first of them may carry a
+#: fourth item, ``(drafted, accepted)``: the step's draft tokens and how many the model accepted.
+StepResult = (
+    tuple[GenerationSequence, int, TokenLogprobs | None]
+    | tuple[GenerationSequence, int, TokenLogprobs | None, tuple[int, int]]
+)
 
 
 class StepModel(Protocol):
@@ -70,8 +75,8 @@ class StepModel(Protocol):
     def step(self, running: list[GenerationSequence], released: list[GenerationSequence]) -> list[StepResult]:
         """Free ``released``, then advance each sequence of ``running`` by one forward pass.
 
-        Returns one result per sequence that produced a token this step (a sequence still
-        prefilling its prompt produces none).
+        Returns one result per token a sequence produced this step, in order (a sequence still
+        prefilling its prompt produces none; a speculating one may produce several).
         """
 
     def release(self, sequences: list[GenerationSequence]) -> None:
@@ -300,16 +305,30 @@ class ContinuousBatchScheduler:
             self._record(released)
 
     def _deliver(self, results: list[StepResult]) -> None:
-        """Hand each running sequence's new token to its caller (as a delta)."""
-        by_sequence = {id(seq): (token, logprobs) for seq, token, logprobs in results}
+        """Hand each running sequence's new tokens to its caller (a delta each), in order.
+
+        Tokens after the one that finished a sequence (speculation's accepted drafts past an end
+        of generation or a stop sequence) are dropped.
+        """
+        by_sequence: dict[int, list[StepResult]] = {}
+        for result in results:
+            by_sequence.setdefault(id(result[0]), []).append(result)
+        model = self._model.model_name
         for entry in self._active:
-            produced = by_sequence.get(id(entry.sequence))
-            if produced is None or entry.sequence.finish_reason is not None:
-                continue  # cancelled or finished while the step ran, or not in that step
-            delta = entry.sequence.accept(*produced)
-            if entry.postprocess is not None:
-                delta = entry.postprocess(delta)
-            entry.queue.put_nowait(delta)
+            produced = by_sequence.get(id(entry.sequence), ())
+            for result in produced:  # bounded: 1 + the engine's draft tokens per step
+                sequence = entry.sequence
+                if sequence.finish_reason is not None:
+                    break  # cancelled or finished while the step ran, or by an earlier token
+                if len(result) > 3:
+                    drafted, accepted = result[3]
+                    sequence.draft_tokens += drafted
+                    sequence.accepted_draft_tokens += accepted
+                    metrics.observe_speculation(model, drafted, accepted)
+                delta = sequence.accept(result[1], result[2])
+                if entry.postprocess is not None:
+                    delta = entry.postprocess(delta)
+                entry.queue.put_nowait(delta)
 
     def _expire_waiting(self) -> None:
         """Fail the waiting requests (oldest first) that waited past ``max_queue_wait_s``.

@@ -44,6 +44,8 @@ class GenerationSequence:
         engine_state: the engine's per-sequence data (KV slot, sampler, position…).
         reasoning: a reasoning model's output split and thinking budget (None: the model does not reason).
         cached_prompt_tokens: prompt tokens the engine took from its prompt cache.
+        draft_tokens: speculative decoding's draft tokens verified for this sequence.
+        accepted_draft_tokens: of those, the ones the model accepted (they are completion tokens).
 
     """
 
@@ -63,6 +65,8 @@ class GenerationSequence:
         self.engine_state: Any = None
         self.reasoning: SequenceReasoning | None = None  # a reasoning model's split and budget
         self.cached_prompt_tokens = 0
+        self.draft_tokens = 0
+        self.accepted_draft_tokens = 0
         self._vocabulary = vocabulary
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stops = StopMatcher(request.params.stop)
@@ -85,6 +89,8 @@ class GenerationSequence:
             len(self.completion_tokens),
             self.cached_prompt_tokens,
             self.reasoning.thinking_tokens if self.reasoning is not None else 0,
+            self.draft_tokens,
+            self.accepted_draft_tokens,
         )
 
     def accept(self, token: int, logprobs: TokenLogprobs | None = None) -> GenerationDelta:

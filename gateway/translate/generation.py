@@ -99,14 +99,21 @@ def usage_dict(usage: common_pb2.Usage) -> dict[str, Any]:
 
     Shape: ``{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
     {"cached_tokens"}, "completion_tokens_details": {"reasoning_tokens"}}``; reasoning tokens are
-    part of ``completion_tokens``, as in OpenAI's API (0 for models that do not think).
+    part of ``completion_tokens``, as in OpenAI's API (0 for models that do not think). A request
+    that speculated (``Usage.draft_tokens`` > 0) also gets OpenAI's Predicted Outputs counts,
+    ``accepted_prediction_tokens`` (draft tokens the model accepted) and
+    ``rejected_prediction_tokens`` (the others), in ``completion_tokens_details``.
     """
+    details: dict[str, int] = {"reasoning_tokens": usage.reasoning_tokens}
+    if usage.draft_tokens:
+        details["accepted_prediction_tokens"] = usage.accepted_draft_tokens
+        details["rejected_prediction_tokens"] = usage.draft_tokens - usage.accepted_draft_tokens
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
-        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "completion_tokens_details": details,
     }
 
 

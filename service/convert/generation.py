@@ -8,6 +8,7 @@ from typing import Any
 from universal_runtime.v1 import common_pb2, generation_pb2, tokenization_pb2
 
 from engines.types import (
+    MAX_DRAFT_TOKENS,
     ChatMessage,
     FinishReason,
     GenerationRequest,
@@ -278,7 +279,27 @@ def generation_request(
         params=params,
         response_format=_response_format(p),
         **settings,
+        **_speculative(p),
     )
+
+
+def _speculative(p: generation_pb2.GenerationParameters) -> dict[str, Any]:
+    """``speculative_enabled`` and ``speculative_tokens`` of a GenerationRequest (``num_tokens`` 0..16).
+
+    Raises:
+        InvalidArgumentError: ``parameters.speculative.num_tokens`` out of range.
+
+    """
+    spec = p.speculative
+    require(
+        0 <= spec.num_tokens <= MAX_DRAFT_TOKENS,
+        "parameters.speculative.num_tokens",
+        f"must be 0 (the model's setting) to {MAX_DRAFT_TOKENS}, got {spec.num_tokens}",
+    )
+    return {
+        "speculative_enabled": spec.enabled if spec.HasField("enabled") else None,
+        "speculative_tokens": spec.num_tokens,
+    }
 
 
 def choice_count(request: generation_pb2.GenerateRequest | generation_pb2.GenerateStreamRequest) -> int:
@@ -287,7 +308,12 @@ def choice_count(request: generation_pb2.GenerateRequest | generation_pb2.Genera
 
 
 def usage_message(
-    prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0, reasoning_tokens: int = 0
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_prompt_tokens: int = 0,
+    reasoning_tokens: int = 0,
+    draft_tokens: int = 0,
+    accepted_draft_tokens: int = 0,
 ) -> common_pb2.Usage:
     """Usage proto with the total filled in."""
     return common_pb2.Usage(
@@ -296,6 +322,8 @@ def usage_message(
         total_tokens=prompt_tokens + completion_tokens,
         cached_prompt_tokens=cached_prompt_tokens,
         reasoning_tokens=reasoning_tokens,
+        draft_tokens=draft_tokens,
+        accepted_draft_tokens=accepted_draft_tokens,
     )
 
 
@@ -313,7 +341,12 @@ def _usage_and_timings(target, usage: GenerationUsage, timings: Timings) -> None
     """Fill ``target.usage`` and ``target.timings`` (a stream's last message or a unary response)."""
     target.usage.CopyFrom(
         usage_message(
-            usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens, usage.reasoning_tokens
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_prompt_tokens,
+            usage.reasoning_tokens,
+            usage.draft_tokens,
+            usage.accepted_draft_tokens,
         )
     )
     target.timings.CopyFrom(

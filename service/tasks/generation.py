@@ -202,6 +202,8 @@ class GenerationTask:
                     )
                     usage.completion_tokens += delta.usage.completion_tokens
                     usage.reasoning_tokens += delta.usage.reasoning_tokens
+                    usage.draft_tokens += delta.usage.draft_tokens
+                    usage.accepted_draft_tokens += delta.usage.accepted_draft_tokens
                     open_choices -= 1
                     if open_choices == 0:
                         finished = time.perf_counter()
