@@ -26,6 +26,7 @@ from bench import (
     ocr,
     overhead,
     routing,
+    speculative,
 )
 
 AREAS = {
@@ -45,6 +46,7 @@ AREAS = {
     "isolation": isolation,
     "routing": routing,
     "eviction": eviction,
+    "speculative": speculative,
 }
 
 

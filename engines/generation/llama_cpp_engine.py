@@ -49,12 +49,14 @@ from engines.generation.requantize import model_file
 from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.speculative import (
+    ROW_WORTH,
     DraftModel,
     NgramDrafter,
     SpeculationState,
     accepted_prefix,
     batch_add,
     decode,
+    equal_lengths,
 )
 from engines.generation.structured import output_constraint
 from engines.registry import register_backend
@@ -236,10 +238,21 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         return total + (path_size_bytes(draft) if draft is not None else 0)
 
     def required_memory(self) -> MemoryUsage:
-        """Weights, KV, output and compute buffers on RAM and VRAM (:mod:`engines.generation.gguf_memory`)."""
-        return llama_cpp_required_memory(
+        """Weights, KV, output and compute buffers on RAM and VRAM (:mod:`engines.generation.gguf_memory`).
+
+        With a draft model, its own (the file as it is, one KV stream per sequence) is added.
+        """
+        memory = llama_cpp_required_memory(
             self._gguf_file(self.spec), self.options, self.device, self.max_sequences
         )
+        draft = self._draft_path()
+        if draft is not None:
+            plain = self.options.model_copy(
+                update={"quantize": None, "cache_dir": None, "kv_pool_tokens": None}
+            )
+            extra = llama_cpp_required_memory(draft, plain, self.device, self.max_sequences)
+            memory = MemoryUsage(memory.ram_bytes + extra.ram_bytes, memory.vram_bytes + extra.vram_bytes)
+        return memory
 
     def _draft_path(self) -> Path | None:
         """The draft GGUF of ``speculative.draft_model`` (None: no draft model).
@@ -697,11 +710,14 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
     def _drafts(self, decoding: list[GenerationSequence]) -> list[list[int]]:
         """Each decoding sequence's draft tokens this step (empty for those that do not speculate).
 
-        A draft is at most ``num_tokens`` long, never longer than the tokens the sequence may still
-        produce after its next input (so its cells stay within ``kv_cells_needed``), and all
-        drafts together fit the batch beside every sequence's next input (``n_batch`` rows).
+        A draft is as long as its acceptance so far makes worth it (:meth:`SpeculationState.length`,
+        at most ``num_tokens``), never longer than the tokens the sequence may still produce after
+        its next input (so its cells stay within ``kv_cells_needed``), and all drafts together fit
+        the batch beside every sequence's next input (``n_batch`` rows). The drafts of one step
+        are cut to the shortest (:func:`~engines.generation.speculative.equal_lengths`).
         """
         room = self._n_batch - len(decoding)
+        worth = ROW_WORTH["cuda" if self.device.startswith("cuda") else "cpu"]
         limits: list[int] = []
         for sequence in decoding:
             state: _SlotState = sequence.engine_state
@@ -709,7 +725,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
             if spec is None or not spec.active or room <= 0:
                 limits.append(0)
                 continue
-            limit = max(0, min(spec.num_tokens, sequence.max_new_tokens - state.generated - 1, room))
+            limit = max(0, min(spec.length(worth), sequence.max_new_tokens - state.generated - 1, room))
             room -= limit
             limits.append(limit)
         drafts: list[list[int]] = [[] for _ in decoding]
@@ -717,7 +733,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
             for i, sequence in enumerate(decoding):
                 if limits[i]:
                     drafts[i] = sequence.engine_state.history.draft(limits[i])
-            return drafts
+            return equal_lengths(drafts)
         wanted = [i for i, limit in enumerate(limits) if limit]
         if wanted:
             requests = []
@@ -730,7 +746,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
                 requests.append((state.seq_id, state.speculation, tokens, limits[i]))
             for i, draft in zip(wanted, self._draft_model.draft(requests), strict=True):
                 drafts[i] = draft
-        return drafts
+        return equal_lengths(drafts)
 
     def _verify(self, sequence: GenerationSequence, draft: list[int], row: int) -> list[StepResult]:
         """Sample ``sequence``'s tokens from rows ``row ..`` of the last decode; keep the accepted draft.

@@ -49,6 +49,13 @@ from engines.errors import FailedPreconditionError
 MAX_NGRAM = 3  # longest n-gram prompt lookup matches (tokens)
 MIN_NGRAM = 2  # shortest: single tokens match too often in free text to pay off
 MIN_DRAFTED_FOR_CUTOFF = 16  # drafted tokens before the acceptance rate may stop a sequence drafting
+#: Smallest chance that a draft token is reached and accepted for it to be worth a row, by device.
+#: A row's cost relative to a one-token step: on 2 CPU cores a 9-token verify took 5x a 1-token step
+#: (33 against 6.6 ms, SmolLM2-135M), so each extra row costs about half a step and pays off only
+#: when it is accepted with probability 0.5 or more; on a GPU a few more rows cost almost nothing.
+ROW_WORTH = {"cpu": 0.5, "cuda": 0.1}
+PRIOR_TRIALS = 4  # pseudo-observations of the acceptance estimate before a sequence's own
+PRIOR_ACCEPTANCE = 0.8  # their acceptance: a new sequence drafts a few tokens at first
 
 
 @dataclass(eq=False)
@@ -60,6 +67,8 @@ class SpeculationState:
         min_acceptance_rate: the rate (accepted / drafted) under which drafting stops.
         drafted: draft tokens proposed so far (each one a verified row).
         accepted: of those, tokens the target agreed with (emitted without a step of their own).
+        trials: draft tokens compared with the target's choice (the accepted ones, plus the first
+            rejected one of each step): the per-token acceptance estimate's denominator.
         active: still drafting (false once the rate fell under ``min_acceptance_rate``).
         draft_past: tokens of this sequence in the draft model's KV cache (draft model only).
 
@@ -69,6 +78,7 @@ class SpeculationState:
     min_acceptance_rate: float
     drafted: int = 0
     accepted: int = 0
+    trials: int = 0
     active: bool = True
     draft_past: int = 0
 
@@ -76,8 +86,39 @@ class SpeculationState:
         """Count one step's verification; stop drafting when the acceptance rate is too low."""
         self.drafted += drafted
         self.accepted += accepted
+        self.trials += accepted + (accepted < drafted)
         if self.drafted >= MIN_DRAFTED_FOR_CUTOFF and self.accepted < self.min_acceptance_rate * self.drafted:
             self.active = False
+
+    def length(self, worth: float) -> int:
+        """Draft tokens worth proposing this step: 1 to ``num_tokens``.
+
+        The chance that draft token ``j`` is reached and accepted is ``a ** j`` for a per-token
+        acceptance ``a`` (estimated from this sequence's verifications, with a prior of
+        ``PRIOR_TRIALS`` at ``PRIOR_ACCEPTANCE``); tokens are proposed while it is at least
+        ``worth`` (:data:`ROW_WORTH`), the cost of one more verified row in one-token steps.
+        """
+        rate = (self.accepted + PRIOR_ACCEPTANCE * PRIOR_TRIALS) / (self.trials + PRIOR_TRIALS)
+        length, reach = 1, rate * rate
+        while length < self.num_tokens and reach >= worth:  # at most num_tokens (16)
+            length += 1
+            reach *= rate
+        return length
+
+
+def equal_lengths(drafts: list[list[int]]) -> list[list[int]]:
+    """The drafts cut to the shortest non-empty one (empty drafts stay empty).
+
+    With a KV stream per sequence llama.cpp splits a batch into micro-batches holding the same
+    number of tokens of each sequence (``split_equal``); every distinct draft length adds one
+    more graph evaluation (all weights read again) to the step, which cost more than the longer
+    drafts saved.
+    """
+    lengths = [len(draft) for draft in drafts if draft]
+    if len(set(lengths)) <= 1:
+        return drafts
+    shortest = min(lengths)
+    return [draft[:shortest] for draft in drafts]
 
 
 def accepted_prefix(draft: list[int], sampled: list[int]) -> int:

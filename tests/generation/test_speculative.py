@@ -26,6 +26,7 @@ from engines.generation.speculative import (
     NgramDrafter,
     SpeculationState,
     accepted_prefix,
+    equal_lengths,
 )
 from engines.sources import resolve_source
 from engines.types import ChatMessage, GenerationRequest, GenerationUsage, SamplingParams, Task
@@ -129,6 +130,22 @@ def test_acceptance_is_the_common_prefix_and_a_poor_rate_stops_drafting():
     for _ in range(8):
         good.record(4, 3)
     assert good.active
+
+
+def test_drafts_are_as_long_as_their_acceptance_makes_worth_it():
+    fresh = SpeculationState(num_tokens=8, min_acceptance_rate=0)
+    assert fresh.length(0.5) == 3  # the prior (0.8): 0.8, 0.64 and 0.51 are worth a row
+    assert fresh.length(0.1) == 8  # a GPU's rows are cheap: up to num_tokens
+    copying = SpeculationState(num_tokens=8, min_acceptance_rate=0)
+    copying.record(8, 8)
+    copying.record(8, 8)
+    assert copying.length(0.5) == 8
+    failing = SpeculationState(num_tokens=8, min_acceptance_rate=0)
+    failing.record(3, 0)
+    failing.record(1, 0)
+    assert failing.length(0.5) == 1  # the first draft token is always tried (the cut-off ends it)
+    assert equal_lengths([[1, 2, 3], [], [4, 5]]) == [[1, 2], [], [4, 5]]
+    assert equal_lengths([[1, 2], []]) == [[1, 2], []]
 
 
 # -- catalog and request values ---------------------------------------------------------------
@@ -262,7 +279,8 @@ async def test_a_sequence_whose_drafts_keep_failing_stops_drafting(engine, monke
     monkeypatch.undo()
     assert tokens == await reference(engine, COPY, logit_bias={banned: -100.0})
     assert len(tokens) > 20  # many more steps than the 4 drafting ones
-    # 4 drafts a step until 16 were drafted with none accepted (rate 0 < 0.5), then none.
+    # 3 drafts, then 1 a step (the acceptance estimate falls) until 16 were drafted with none
+    # accepted (rate 0 < 0.5), then none.
     assert (usage.draft_tokens, usage.accepted_draft_tokens) == (MIN_DRAFTED_FOR_CUTOFF, 0)
 
 
@@ -280,6 +298,8 @@ async def test_a_draft_model_with_the_same_vocabulary_drafts_and_keeps_greedy_ou
     try:
         assert drafted.estimated_load_bytes() == 2 * path.stat().st_size
         assert drafted.memory_usage().ram_bytes > 2 * drafted.model.size()
+        # Two models' weights against one: more than the 4-sequence engine's estimate.
+        assert drafted.required_memory().ram_bytes > engine.required_memory().ram_bytes
         for prompt in (FREE, QUESTION):
             tokens, usage = await generate(drafted, prompt, None)
             assert tokens == await reference(engine, prompt)
