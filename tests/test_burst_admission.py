@@ -114,14 +114,14 @@ async def test_an_embed_burst_is_refused_before_tokenizing(inference, server, mo
     await embed(inference, "load the model")
     tokens = server.manager.get(EMBED).engine.tokens
     gate, tokenized = threading.Event(), []
-    real_prepare = tokens.prepare
+    real_encode = tokens.encode
 
-    def gated_prepare(texts, *args, **kwargs):
+    def gated_encode(texts, *args, **kwargs):
         tokenized.append(len(texts))
         gate.wait(CALL_TIMEOUT_S)
-        return real_prepare(texts, *args, **kwargs)
+        return real_encode(texts, *args, **kwargs)
 
-    monkeypatch.setattr(tokens, "prepare", gated_prepare)
+    monkeypatch.setattr(tokens, "encode", gated_encode)
     # Held tokenizing must happen in worker threads: a small request is otherwise counted on the loop.
     monkeypatch.setattr("engines.batching.tokens.INLINE_CHARS", 0)
     started = time.monotonic()

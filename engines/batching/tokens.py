@@ -1,8 +1,14 @@
 """Token counting and truncation checks that run before inputs join a batch.
 
 The batcher needs each input's token count (its cost) and over-long inputs must be refused or
-cut before they share a batch with other callers' inputs. Tokenizing is cheap CPU work on a
-Rust tokenizer that releases the GIL, so it runs in a worker thread (``asyncio.to_thread``),
+cut before they share a batch with other callers' inputs. That tokenization is the only one: its
+ids (:class:`TokenIds`, special tokens added, cut on the ids for ``Truncation.START``/``END`` by
+the tokenizer's own truncation) are what the batch runs, padded by :class:`Padding` into the
+model's arrays, as text-embeddings-inference queues token ids and infinity hands ``encode_pre``'s
+features to ``encode_core``.
+
+Tokenizing is cheap CPU work on a Rust tokenizer that releases the GIL, so it runs in a worker
+thread (``asyncio.to_thread``),
 overlapping the model's forward passes on the model's lane, the way text-embeddings-inference
 runs tokenization in its own workers. A small request (at most :data:`INLINE_CHARS` characters)
 is counted on the event loop itself: the hand-off to a thread costs more than the tokenizing.
@@ -24,7 +30,10 @@ import asyncio
 import copy
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from engines.errors import InputTooLongError, InvalidArgumentError
 from engines.tokenization import Offsets, check_token_ids, hf_detokenize, hf_tokenize
@@ -42,6 +51,77 @@ MAX_CHARS_PER_TOKEN = 32
 #: thread. Measured for one sentence: 105 µs on the loop against 260 µs through
 #: ``asyncio.to_thread``; 2,048 characters tokenize in well under a millisecond of loop time.
 INLINE_CHARS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class TokenIds:
+    """One model input as token ids, special tokens included and truncated: what the runtime consumes.
+
+    Attributes:
+        input_ids: the ids, at most the model's ``max_length`` of them.
+        token_type_ids: segment ids (0 for a single text; 0 then 1 for a pair), same length.
+
+    """
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Padding:
+    """How a batch of :class:`TokenIds` becomes the model's arrays (the tokenizer's padding settings).
+
+    Attributes:
+        pad_id: the padding token's id.
+        left: pad on the left (the tokenizer's ``padding_side``); encoders pad on the right.
+        input_names: the arrays the model takes, of ``input_ids``, ``attention_mask``,
+            ``token_type_ids`` (the tokenizer's ``model_input_names``).
+
+    """
+
+    pad_id: int = 0
+    left: bool = False
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> Padding:
+        """The padding of a ``transformers`` tokenizer (pad id 0 when it has none)."""
+        names = tuple(getattr(tokenizer, "model_input_names", None) or ("input_ids", "attention_mask"))
+        return cls(
+            int(tokenizer.pad_token_id or 0), getattr(tokenizer, "padding_side", "right") == "left", names
+        )
+
+    def collate(self, batch: Sequence[TokenIds]) -> dict[str, np.ndarray]:
+        """The batch's int64 arrays, each of shape (len(batch), longest input's tokens), padded.
+
+        Equal to the tokenizer's own ``padding=True`` output for the same ids.
+        """
+        longest = max(len(item) for item in batch)
+        ids = np.full((len(batch), longest), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), longest), dtype=np.int64)
+        types = np.zeros((len(batch), longest), dtype=np.int64)
+        for row, item in enumerate(batch):  # bounded by the batch size
+            n = len(item)
+            span = slice(longest - n, longest) if self.left else slice(0, n)
+            ids[row, span] = item.input_ids
+            mask[row, span] = 1
+            types[row, span] = item.token_type_ids
+        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        return {name: arrays[name] for name in self.input_names if name in arrays}
+
+    def tensors(self, batch: Sequence[TokenIds], device: str | Any = "cpu") -> dict[str, Any]:
+        """:meth:`collate` as torch tensors on ``device`` (no copy on the CPU)."""
+        import torch
+
+        return {name: torch.from_numpy(array).to(device) for name, array in self.collate(batch).items()}
+
+
+def padded_tokens(lengths: Sequence[int]) -> int:
+    """Tokens a batch of inputs of ``lengths`` tokens occupies once padded to its longest."""
+    return len(lengths) * max(lengths, default=0)
 
 
 def character_limit(max_tokens: int) -> int:
@@ -66,6 +146,28 @@ class TokenCounter:
         self.max_length = int(max_length)
         self.max_chars = character_limit(self.max_length)
         self.model = model
+        self.padding = Padding.of(tokenizer)
+        # Rust copies of a fast tokenizer: one that never truncates (the raw ids, to count), and one
+        # per truncation side that adds the special tokens and cuts on ids with the tokenizer's own
+        # rules (``longest_first`` for pairs), so nothing is tokenized twice. None: a slow tokenizer.
+        self._raw: Any = None
+        self._cut: dict[bool, Any] = {}
+        backend = (
+            getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        )
+        if backend is not None:
+            from tokenizers import Tokenizer
+
+            spec = backend.to_str()
+            self._raw = Tokenizer.from_str(spec)
+            self._raw.no_truncation()
+            self._raw.no_padding()
+            for keep_end in (False, True):
+                cut = Tokenizer.from_str(spec)
+                cut.no_padding()
+                direction = "left" if keep_end else "right"
+                cut.enable_truncation(self.max_length, strategy="longest_first", direction=direction)
+                self._cut[keep_end] = cut
 
     def clip(self, texts: Sequence[str], truncation: Truncation, *, field: str = "inputs") -> list[str]:
         """Texts cut to :attr:`max_chars` characters (the start kept; the end for ``START``).
@@ -129,50 +231,115 @@ class TokenCounter:
                     )
         return [min(length, limit) for length in lengths]
 
-    def keep_last_tokens(self, texts: Sequence[str], lengths: Sequence[int]) -> list[str]:
-        """Cut over-long texts from the start so that their last tokens fit ``max_length``.
-
-        Raises:
-            InvalidArgumentError: the model's special tokens alone fill ``max_length``.
-
-        """
-        out = list(texts)
-        with self._lock:
-            special = self._tokenizer.num_special_tokens_to_add(pair=False)
-            budget = self.max_length - special
-            if budget <= 0:
-                raise InvalidArgumentError(f"model {self.model!r} has no room for input tokens")
-            for i, (text, length) in enumerate(zip(texts, lengths, strict=True)):
-                if length > self.max_length:
-                    ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
-                    out[i] = self._tokenizer.decode(ids[len(ids) - budget :])
-        return out
-
-    def prepare(
+    def encode(
         self, texts: Sequence[str], truncation: Truncation, *, field: str = "inputs"
-    ) -> tuple[list[str], list[int]]:
-        """Count, check and (for :attr:`Truncation.START`) cut single texts (blocking).
+    ) -> list[TokenIds]:
+        """The model inputs of single texts: ids with special tokens, cut to ``max_length`` (blocking).
 
-        Returns:
-            the texts to run (cut to :attr:`max_chars`, and from the start where needed) and the
-            token count of each as the model will see it.
+        Each text is tokenized once; :attr:`Truncation.END` keeps the first tokens and
+        :attr:`Truncation.START` the last ones, cut on the ids by the tokenizer's own truncation
+        (the special tokens stay), exactly as the tokenizer's ``truncation_side`` would.
 
         Raises:
-            InputTooLongError: see :meth:`clip` and :meth:`check`.
+            InputTooLongError: with :attr:`Truncation.ERROR`, the first text over ``max_length``
+                tokens or over :attr:`max_chars` characters (see :meth:`clip` and :meth:`check`).
 
         """
         texts = self.clip(texts, truncation, field=field)
-        raw = self.lengths(texts)
-        used = self.check(raw, truncation, field=field)
-        if truncation is Truncation.START and any(n > self.max_length for n in raw):
-            return self.keep_last_tokens(texts, raw), used
-        return list(texts), used
+        with self._lock:
+            if self._raw is None:
+                return self._encode_slow(texts, None, truncation, field=field, what="input")
+            raw = self._raw.encode_batch(texts, add_special_tokens=False)
+            special = self._special_tokens(pair=False)
+            self.check([len(e.ids) + special for e in raw], truncation, field=field)
+            cut = self._cut[truncation is Truncation.START]
+            return [_token_ids(cut.post_process(e)) for e in raw]
 
-    async def prepare_async(
+    def encode_pairs(
+        self, query: str, documents: Sequence[str], truncation: Truncation, *, field: str = "documents"
+    ) -> list[TokenIds]:
+        """The model inputs of ``(query, documents[i])`` pairs, the query tokenized once (blocking).
+
+        Over-long pairs are cut by the tokenizer's ``longest_first`` rule (the longer side loses
+        tokens first) from the end (:attr:`Truncation.END`) or the start (:attr:`Truncation.START`).
+
+        Raises:
+            InputTooLongError: with :attr:`Truncation.ERROR`, the first pair over ``max_length``
+                tokens, or a text over :attr:`max_chars` characters.
+
+        """
+        [query] = self.clip([query], truncation, field="query")
+        documents = self.clip(documents, truncation, field=field)
+        what = "query+document pair"
+        with self._lock:
+            if self._raw is None:
+                return self._encode_slow(
+                    [query] * len(documents), documents, truncation, field=field, what=what
+                )
+            first, *rest = self._raw.encode_batch([query, *documents], add_special_tokens=False)
+            special = self._special_tokens(pair=True)
+            lengths = [len(first.ids) + len(e.ids) + special for e in rest]
+            self.check(lengths, truncation, field=field, what=what)
+            cut = self._cut[truncation is Truncation.START]
+            return [_token_ids(cut.post_process(first, e)) for e in rest]
+
+    def _special_tokens(self, *, pair: bool) -> int:
+        """Special tokens the model adds to one text or a pair (lock held).
+
+        Raises:
+            InvalidArgumentError: they alone fill ``max_length`` (no room for input tokens).
+
+        """
+        processor = self._raw.post_processor
+        special = processor.num_special_tokens_to_add(pair) if processor is not None else 0
+        if special >= self.max_length:
+            raise InvalidArgumentError(f"model {self.model!r} has no room for input tokens")
+        return special
+
+    def _encode_slow(
+        self, texts: list[str], pairs: Sequence[str] | None, truncation: Truncation, *, field: str, what: str
+    ) -> list[TokenIds]:
+        """:meth:`encode` for a slow (Python) tokenizer: over-long inputs are tokenized a second time, cut."""
+        tokenizer = self._tokenizer
+        second = list(pairs) if pairs is not None else None
+        encoded = tokenizer(
+            texts, second, add_special_tokens=True, truncation=False, return_token_type_ids=True
+        )
+        self.check([len(ids) for ids in encoded["input_ids"]], truncation, field=field, what=what)
+        rows = [
+            TokenIds(list(i), list(t))
+            for i, t in zip(encoded["input_ids"], encoded["token_type_ids"], strict=True)
+        ]
+        over = [index for index, row in enumerate(rows) if len(row) > self.max_length]
+        if over:
+            side = tokenizer.truncation_side
+            tokenizer.truncation_side = "left" if truncation is Truncation.START else "right"
+            try:
+                cut = tokenizer(
+                    [texts[i] for i in over],
+                    [second[i] for i in over] if second is not None else None,
+                    truncation="longest_first",
+                    max_length=self.max_length,
+                    return_token_type_ids=True,
+                )
+            finally:
+                tokenizer.truncation_side = side
+            for index, ids, types in zip(over, cut["input_ids"], cut["token_type_ids"], strict=True):
+                rows[index] = TokenIds(list(ids), list(types))
+        return rows
+
+    async def encode_async(
         self, texts: Sequence[str], truncation: Truncation, *, field: str = "inputs"
-    ) -> tuple[list[str], list[int]]:
-        """:meth:`prepare` in a worker thread, or on the event loop for a small request (same results)."""
-        return await self._off_loop(_characters(texts), self.prepare, texts, truncation, field=field)
+    ) -> list[TokenIds]:
+        """:meth:`encode` in a worker thread, or on the event loop for a small request (same results)."""
+        return await self._off_loop(_characters(texts), self.encode, texts, truncation, field=field)
+
+    async def encode_pairs_async(
+        self, query: str, documents: Sequence[str], truncation: Truncation, *, field: str = "documents"
+    ) -> list[TokenIds]:
+        """:meth:`encode_pairs` in a worker thread, or on the event loop for a small request."""
+        characters = len(query) + _characters(documents)
+        return await self._off_loop(characters, self.encode_pairs, query, documents, truncation, field=field)
 
     async def lengths_async(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[int]:
         """:meth:`lengths` in a worker thread, or on the event loop for a small request."""
@@ -222,6 +389,10 @@ class TokenCounter:
         checked = check_token_ids(ids, len(self._tokenizer), self.max_chars, self.model)
         with self._lock:
             return hf_detokenize(self._tokenizer, checked, skip_special_tokens=skip_special_tokens)
+
+
+def _token_ids(encoding: Any) -> TokenIds:
+    return TokenIds(encoding.ids, encoding.type_ids)
 
 
 def _characters(texts: Sequence[str]) -> int:

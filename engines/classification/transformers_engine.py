@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
-from engines.batching.tokens import TokenCounter
+from engines.batching.tokens import TokenCounter, TokenIds
 from engines.classification.options import TransformersClassifierOptions
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import FailedPreconditionError
@@ -46,15 +46,12 @@ class TransformersClassificationEngine(BatchedEncoderEngine[TransformersClassifi
         """Drop the tokenizer."""
         self.tokenizer = None
 
-    def _logits_batch(self, texts: list[str]) -> list[np.ndarray]:
-        """One forward pass; returns each text's logits (blocking; run by the batcher)."""
+    def _logits_batch(self, batch: list[TokenIds]) -> list[np.ndarray]:
+        """One forward pass over tokenized texts: each text's logits (blocking; run by the batcher)."""
         import torch
 
-        encoded = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        ).to(self.device)
         with torch.inference_mode():
-            logits = self.model(**encoded)["logits"]
+            logits = self.model(**self.tokens.padding.tensors(batch, self.device))["logits"]
         return list(logits.float().cpu().numpy())
 
     async def classify(self, request: ClassificationRequest) -> ClassificationResult:
@@ -75,7 +72,8 @@ class TransformersClassificationEngine(BatchedEncoderEngine[TransformersClassifi
                 model=self.spec.name,
             )
         with self.batcher.reserve(len(request.inputs)) as places:  # refused before tokenizing when full
-            prepared, used = await self.tokens.prepare_async(request.inputs, request.truncation)
-            logits = np.stack(await self.batcher.submit(prepared, used, places=places))
+            encoded = await self.tokens.encode_async(request.inputs, request.truncation)
+            used = [len(item) for item in encoded]
+            logits = np.stack(await self.batcher.submit(encoded, used, places=places))
         scores = probabilities(logits, multi_label=request.multi_label)
         return ClassificationResult(classifications(scores, self.labels, request), prompt_tokens=sum(used))

@@ -14,7 +14,7 @@ import logging
 import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
-from engines.batching.tokens import TokenCounter
+from engines.batching.tokens import TokenCounter, TokenIds
 from engines.device import torch_dtype_for
 from engines.embedding.options import SentenceTransformersOptions
 from engines.embedding.quantization import CALIBRATION_TEXTS, needs_calibration, quantize
@@ -81,24 +81,28 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransform
 
     # -- batched forward pass ---------------------------------------------------------------
 
-    def _encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        """One forward pass over a batch (blocking; the batcher runs it on the executor)."""
+    def _encode_batch(self, batch: list[TokenIds]) -> list[np.ndarray]:
+        """One forward pass over a batch of token ids (blocking; the batcher runs it on the executor).
+
+        The ids are the model's inputs as they are (tokenized once, by :attr:`tokens`): padded here
+        and run through the model's own modules (transformer, whichever runtime runs it, then its
+        pooling and normalization), as ``SentenceTransformer.encode`` runs them after tokenizing.
+        """
         import torch
 
+        features = self.tokens.padding.tensors(batch, self.device)
         with torch.inference_mode():
-            vectors = self.model.encode(
-                texts,
-                batch_size=len(texts),
-                convert_to_numpy=True,
-                normalize_embeddings=False,
-                show_progress_bar=False,
-            )
-        return list(np.asarray(vectors, dtype=np.float32))
+            vectors = self.model(features)["sentence_embedding"]
+        return list(vectors.float().cpu().numpy())
 
     async def encode(
         self, texts: list[str], truncation: Truncation = Truncation.END, *, field: str = "inputs"
     ) -> tuple[np.ndarray, int]:
         """Raw model vectors of ``texts`` through the batcher, and the tokens used.
+
+        The texts are tokenized once (:meth:`TokenCounter.encode`); their ids are what the batch
+        runs. The model's default prompt, if it names one, is prefixed first (as
+        ``SentenceTransformer.encode`` does).
 
         Returns:
             (len(texts), model dimensions) float32 array, and the token count.
@@ -108,10 +112,15 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransform
             ResourceExhaustedError: the batch queue is full (OVERLOADED).
 
         """
+        default = getattr(self.model, "default_prompt_name", None)
+        if default:
+            prefix = (self.model.prompts or {}).get(default, "")
+            texts = [prefix + text for text in texts]
         # Places first: a request refused for a full queue is refused before it is tokenized.
         with self.batcher.reserve(len(texts)) as places:
-            prepared, lengths = await self.tokens.prepare_async(texts, truncation, field=field)
-            vectors = await self.batcher.submit(prepared, lengths, places=places)
+            encoded = await self.tokens.encode_async(texts, truncation, field=field)
+            lengths = [len(item) for item in encoded]
+            vectors = await self.batcher.submit(encoded, lengths, places=places)
         return np.stack(vectors), sum(lengths)
 
     def _prefixed(self, texts: list[str], prompt_name: str | None, prompt: str | None) -> list[str]:

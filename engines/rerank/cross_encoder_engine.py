@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from engines.batching.engine import BatchedEncoderEngine
-from engines.batching.tokens import TokenCounter
+from engines.batching.tokens import TokenCounter, TokenIds
 from engines.device import torch_dtype_for
 from engines.encoder_types import RerankRequest, RerankResult
 from engines.errors import InvalidArgumentError
@@ -57,15 +57,21 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine[CrossEncoderOptions]):
         self.tokens = TokenCounter(tokenizer, limit, self.spec.name)
         self.batcher = self.make_batcher(self._score_batch)
 
-    def _score_batch(self, pairs: list[tuple[str, str]]) -> list[float]:
-        """One forward pass over (query, document) pairs (blocking; run by the batcher)."""
+    def _score_batch(self, pairs: list[TokenIds]) -> list[float]:
+        """One forward pass over tokenized (query, document) pairs (blocking; run by the batcher).
+
+        The pairs' ids run through the model's own modules and activation, as
+        ``CrossEncoder.predict`` runs them after tokenizing.
+        """
         import torch
 
+        features = self.tokens.padding.tensors(pairs, self.device)
         with torch.inference_mode():
-            raw = self.model.predict(
-                pairs, batch_size=len(pairs), convert_to_numpy=True, show_progress_bar=False
-            )
-        scores = np.asarray(raw, dtype=np.float64)
+            raw = self.model(features)["scores"].float()  # float32 at least, as predict upcasts
+            activation = getattr(self.model, "activation_fn", None)
+            if activation is not None:
+                raw = activation(raw)
+        scores = raw.cpu().numpy().astype(np.float64)
         if scores.ndim == 2 and scores.shape[1] > 1:
             scores = softmax(scores)[:, -1]
         return [float(s) for s in scores.reshape(len(pairs))]
@@ -86,14 +92,8 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine[CrossEncoderOptions]):
             raise InvalidArgumentError(
                 "truncation START is not supported for rerank: use END or ERROR", field="truncation"
             )
-        query = self.tokens.clip([request.query], request.truncation, field="query")[0]
-        documents = self.tokens.clip(request.documents, request.truncation, field="documents")
-        queries = [query] * len(documents)
-        with self.batcher.reserve(len(queries)) as places:  # refused before tokenizing when full
-            lengths = await self.tokens.lengths_async(queries, documents)
-            used = self.tokens.check(
-                lengths, request.truncation, field="documents", what="query+document pair"
-            )
-            pairs = list(zip(queries, documents, strict=True))
+        with self.batcher.reserve(len(request.documents)) as places:  # refused before tokenizing when full
+            pairs = await self.tokens.encode_pairs_async(request.query, request.documents, request.truncation)
+            used = [len(pair) for pair in pairs]
             scores = await self.batcher.submit(pairs, used, places=places)
         return RerankResult(results=ranked(scores, request), prompt_tokens=sum(used))

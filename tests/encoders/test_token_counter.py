@@ -19,25 +19,25 @@ def counter() -> TokenCounter:
     return TokenCounter(AutoTokenizer.from_pretrained(str(minilm_dir())), 256, "minilm")
 
 
-def spy_threads(counter: TokenCounter, monkeypatch) -> list[int]:
-    """Record the thread each ``lengths`` call runs on."""
+def spy_threads(counter: TokenCounter, monkeypatch, method: str = "lengths") -> list[int]:
+    """Record the thread each call of ``method`` (``lengths``, ``encode``) runs on."""
     threads: list[int] = []
-    real = counter.lengths
+    real = getattr(counter, method)
 
-    def lengths(*args, **kwargs):
+    def spy(*args, **kwargs):
         threads.append(threading.get_ident())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(counter, "lengths", lengths)
+    monkeypatch.setattr(counter, method, spy)
     return threads
 
 
 async def test_a_small_request_is_counted_on_the_loop_a_large_one_in_a_thread(counter, monkeypatch):
-    threads = spy_threads(counter, monkeypatch)
+    threads = spy_threads(counter, monkeypatch, "encode")
     small = ["a short sentence to embed"]
     large = ["word " * (INLINE_CHARS // 5 + 1)]
-    assert await counter.prepare_async(small, Truncation.END) == counter.prepare(small, Truncation.END)
-    assert await counter.prepare_async(large, Truncation.END) == counter.prepare(large, Truncation.END)
+    assert await counter.encode_async(small, Truncation.END) == counter.encode(small, Truncation.END)
+    assert await counter.encode_async(large, Truncation.END) == counter.encode(large, Truncation.END)
     loop_thread = threading.get_ident()
     assert threads[0] == loop_thread and threads[2] != loop_thread
 
@@ -76,5 +76,5 @@ async def test_a_small_request_over_the_window_is_refused_on_the_loop_too(counte
     text = "word " * 300  # 1,500 characters (counted on the loop), 302 tokens (over 256)
     assert len(text) <= INLINE_CHARS
     with pytest.raises(InputTooLongError) as caught:
-        await counter.prepare_async([text], Truncation.ERROR)
+        await counter.encode_async([text], Truncation.ERROR)
     assert caught.value.metadata["input_tokens"] == "302"
