@@ -64,7 +64,8 @@ async def test_batches_are_sorted_longest_first_and_results_routed_back(executor
     seen: list[list[str]] = []
     batcher = DynamicBatcher(upper_batch(seen), executor, BatchingConfig(max_wait_ms=50), name="t")
     texts = ["a", "ccc", "bb", "dddd"]
-    results = await asyncio.gather(*(batcher.submit([t], [len(t)]) for t in texts))
+    # Costs 5 to 8 tokens: one length group (see test_length_batches.py for several).
+    results = await asyncio.gather(*(batcher.submit([t], [len(t) + 4]) for t in texts))
     assert results == [[t.upper()] for t in texts]
     assert seen[0] == sorted(texts, key=len, reverse=True)
 
