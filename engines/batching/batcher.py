@@ -36,8 +36,10 @@ window is over it runs in the next batch the lane takes); the batch then takes t
 nearest to it in length (the older first among equals) while every input keeps at least
 :data:`LENGTH_RATIO` of the batch's longest input's tokens, so at most half of a batch is
 padding. Inputs of other lengths wait for the next job (queued behind the running one at once,
-so the lane does not idle for them). Measured by ``python -m bench.embeddings --mixed-lengths``
-(inputs of 1 to 256 tokens): the padding fraction and sentences/s before and after.
+so the lane does not idle for them). Measured with ``python -m bench.embeddings --mixed-lengths``
+(MiniLM on OpenVINO, 64 single-input callers, inputs of 1 to 256 tokens, 2 shared cores): 47% of
+the padded tokens were padding with batches of everything queued, 23% in length groups, and
+sentences/s went from 16.0 to 20.3 (medians of 3 interleaved runs, with tokenize-once too).
 
 A queue that holds ``max_queue`` items refuses more with :class:`ResourceExhaustedError`
 (reason ``OVERLOADED``; HTTP 429 at the gateway).
