@@ -238,20 +238,18 @@ def measure(name: str, overrides: dict[str, Any] | None = None, timeout_s: float
     """:func:`child` for ``name`` in a fresh process (``python -m bench.memory_estimate --child``).
 
     Raises:
-        subprocess.CalledProcessError: the child failed (its stderr is in the exception).
+        RuntimeError: the child failed (the end of its stderr is in the message).
 
     """
     from bench.procs import REPO_ROOT, base_env
 
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.memory_estimate", "--child", name, json.dumps(overrides or {})],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=base_env(),
-        timeout=timeout_s,
-    ).stdout
+    command = [sys.executable, "-m", "bench.memory_estimate", "--child", name, json.dumps(overrides or {})]
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO_ROOT, env=base_env(), timeout=timeout_s, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"measuring {name} failed (exit {done.returncode}): {done.stderr[-3000:]}")
+    out = done.stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -36,11 +36,13 @@ from tests.conftest import GGUF_SOURCE, MINILM_SOURCE
 
 #: Largest |estimate / measured - 1| accepted (the issue's goal).
 MARGIN = 0.25
-#: Catalog options set over the defaults: batches of 16 instead of 64, a 512-token prefill budget.
+#: Catalog options set over the defaults: batches of 16 instead of 64, a 512-token prefill budget,
+#: and one thread for the encoders: with two, one run in about ten peaked ~370 MiB higher (torch and
+#: OpenVINO alike), a spike no batch size explains (reported with the bench's figures).
 TEST_OPTIONS: dict[str, dict] = {
     "smollm2-135m-instruct-hf": {"prefill_tokens": 512},
-    "all-minilm-l6-v2": {"max_batch_size": 16},
-    "intent-clinc150": {"max_batch_size": 16},
+    "all-minilm-l6-v2": {"max_batch_size": 16, "threads": 1},
+    "intent-clinc150": {"max_batch_size": 16, "threads": 1},
     "en-core-web-sm": {"batch_size": 16},
 }
 DEFAULTS = load_catalog().specs
