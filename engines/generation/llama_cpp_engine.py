@@ -49,7 +49,6 @@ from engines.generation.requantize import model_file
 from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.speculative import (
-    ROW_WORTH,
     DraftModel,
     NgramDrafter,
     SpeculationState,
@@ -57,6 +56,7 @@ from engines.generation.speculative import (
     batch_add,
     decode,
     equal_lengths,
+    row_cost,
 )
 from engines.generation.structured import output_constraint
 from engines.registry import register_backend
@@ -402,6 +402,9 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
             else None
         )
         self._setup_reasoning()
+        # Speculation needs flash attention (see _speculation): only then is the row cost measured.
+        self.row_cost = row_cost(self._probe_decode) if self.options.flash_attn else 1.0
+        log.info("speculation row cost", extra={"model": self.spec.name, "row_cost": round(self.row_cost, 3)})
         self._draft_model: DraftModel | None = None
         draft = self._draft_path()
         if draft is not None:
@@ -416,6 +419,16 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
                 threads=threads,
                 n_gpu_layers=layers,
             )
+
+    def _probe_decode(self, tokens: int) -> None:
+        """Decode ``tokens`` tokens in slot 0 and remove them (for :func:`.speculative.row_cost`)."""
+        import llama_cpp
+
+        self._begin_batch()
+        for position in range(tokens):  # 1 + PROBE_DRAFT
+            self._add(self.model.token_bos() if position == 0 else 100 + position, position, 0, True)
+        self._decode()
+        llama_cpp.llama_memory_seq_rm(self.ctx.memory, 0, 0, -1)
 
     def _load_mode(self) -> int | None:
         """llama.cpp's ``load_mode`` from ``use_mmap``/``use_mlock`` (None: both unset: llama.cpp's)."""
@@ -717,7 +730,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         are cut to the shortest (:func:`~engines.generation.speculative.equal_lengths`).
         """
         room = self._n_batch - len(decoding)
-        worth = ROW_WORTH["cuda" if self.device.startswith("cuda") else "cpu"]
+        worth = self.row_cost
         limits: list[int] = []
         for sequence in decoding:
             state: _SlotState = sequence.engine_state

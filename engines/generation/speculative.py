@@ -49,11 +49,9 @@ from engines.errors import FailedPreconditionError
 MAX_NGRAM = 3  # longest n-gram prompt lookup matches (tokens)
 MIN_NGRAM = 2  # shortest: single tokens match too often in free text to pay off
 MIN_DRAFTED_FOR_CUTOFF = 16  # drafted tokens before the acceptance rate may stop a sequence drafting
-#: Smallest chance that a draft token is reached and accepted for it to be worth a row, by device.
-#: A row's cost relative to a one-token step: on 2 CPU cores a 9-token verify took 5x a 1-token step
-#: (33 against 6.6 ms, SmolLM2-135M), so each extra row costs about half a step and pays off only
-#: when it is accepted with probability 0.5 or more; on a GPU a few more rows cost almost nothing.
-ROW_WORTH = {"cpu": 0.5, "cuda": 0.1}
+#: Probe of :func:`row_cost`: a step of one token against one of ``1 + PROBE_DRAFT`` tokens.
+PROBE_DRAFT = 8
+PROBE_REPEATS = 3  # each timed this often; the fastest counts (other processes only slow it)
 PRIOR_TRIALS = 4  # pseudo-observations of the acceptance estimate before a sequence's own
 PRIOR_ACCEPTANCE = 0.8  # their acceptance: a new sequence drafts a few tokens at first
 
@@ -91,19 +89,46 @@ class SpeculationState:
             self.active = False
 
     def length(self, worth: float) -> int:
-        """Draft tokens worth proposing this step: 1 to ``num_tokens``.
+        """Draft tokens worth proposing this step: 0 to ``num_tokens``.
 
         The chance that draft token ``j`` is reached and accepted is ``a ** j`` for a per-token
         acceptance ``a`` (estimated from this sequence's verifications, with a prior of
         ``PRIOR_TRIALS`` at ``PRIOR_ACCEPTANCE``); tokens are proposed while it is at least
-        ``worth`` (:data:`ROW_WORTH`), the cost of one more verified row in one-token steps.
+        ``worth``, the cost of one more verified row in one-token steps (:func:`row_cost`): an
+        accepted token saves a step. Where rows cost a step or more, nothing is drafted.
         """
         rate = (self.accepted + PRIOR_ACCEPTANCE * PRIOR_TRIALS) / (self.trials + PRIOR_TRIALS)
-        length, reach = 1, rate * rate
+        length, reach = 0, rate
         while length < self.num_tokens and reach >= worth:  # at most num_tokens (16)
             length += 1
             reach *= rate
         return length
+
+
+def row_cost(decode_tokens: Any) -> float:
+    """What one more token of a sequence in a step costs, in one-token steps (blocking, at load).
+
+    ``decode_tokens(n)`` decodes ``n`` tokens of one sequence (and removes them). The cost is
+    ``(t(1 + PROBE_DRAFT) - t(1)) / PROBE_DRAFT / t(1)``, each the fastest of ``PROBE_REPEATS``
+    after a warm-up of each shape. Measured: about 0.5 on 2 CPU cores with SmolLM2-135M (9 tokens
+    33 ms, 1 token 6.6 ms), about 0.9 on one core, where decoding is bound by arithmetic; on a GPU
+    a few more rows cost little. Clamped to 0.01..2.
+    """
+    import time
+
+    def fastest(n: int) -> float:
+        times = []
+        for _ in range(PROBE_REPEATS):  # PROBE_REPEATS decodes
+            start = time.perf_counter()
+            decode_tokens(n)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    decode_tokens(1)
+    decode_tokens(1 + PROBE_DRAFT)  # the first of a shape builds its graph
+    one = fastest(1)
+    many = fastest(1 + PROBE_DRAFT)
+    return min(2.0, max(0.01, (many - one) / PROBE_DRAFT / max(one, 1e-9)))
 
 
 def equal_lengths(drafts: list[list[int]]) -> list[list[int]]:

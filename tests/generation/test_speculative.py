@@ -37,6 +37,7 @@ from tests.conftest import GGUF_SOURCE
 from tests.scrape import moved, scrape
 
 NUM_TOKENS = 4
+ROW_COST = 0.5  # a verified row costs half a one-token step (2 CPU cores; see speculative.row_cost)
 DOCUMENT = (
     "Invoice number: INV-2024-0193\nCustomer: Acme Robotics GmbH, Hauptstrasse 12, 10115 Berlin\n"
     "Date of issue: 14 March 2024\nTotal due: 969.00 EUR\nContact: Maria Keller, maria.keller@acme-robotics.de"
@@ -57,6 +58,10 @@ def make_engine(**options) -> LlamaCppGenerationEngine:
     LlamaCppGenerationEngine.check_spec(spec)
     engine = LlamaCppGenerationEngine(spec, "cpu", DeviceExecutor("cpu"))
     engine.load()
+    assert 0.01 <= engine.row_cost <= 2.0
+    # The measured cost of a verified row depends on the machine's load; a fixed one keeps the
+    # draft lengths (and the counts asserted here) the same on every run.
+    engine.row_cost = ROW_COST
     return engine
 
 
@@ -135,15 +140,17 @@ def test_acceptance_is_the_common_prefix_and_a_poor_rate_stops_drafting():
 def test_drafts_are_as_long_as_their_acceptance_makes_worth_it():
     fresh = SpeculationState(num_tokens=8, min_acceptance_rate=0)
     assert fresh.length(0.5) == 3  # the prior (0.8): 0.8, 0.64 and 0.51 are worth a row
-    assert fresh.length(0.1) == 8  # a GPU's rows are cheap: up to num_tokens
+    assert fresh.length(0.1) == 8  # cheap rows (a GPU's): up to num_tokens
+    assert fresh.length(1.2) == 0  # rows dearer than a step: no drafts
     copying = SpeculationState(num_tokens=8, min_acceptance_rate=0)
     copying.record(8, 8)
     copying.record(8, 8)
     assert copying.length(0.5) == 8
     failing = SpeculationState(num_tokens=8, min_acceptance_rate=0)
     failing.record(3, 0)
+    assert failing.length(0.5) == 1
     failing.record(1, 0)
-    assert failing.length(0.5) == 1  # the first draft token is always tried (the cut-off ends it)
+    assert failing.length(0.5) == 1  # 3.2 / 6 = 0.53
     assert equal_lengths([[1, 2, 3], [], [4, 5]]) == [[1, 2], [], [4, 5]]
     assert equal_lengths([[1, 2], []]) == [[1, 2], []]
 
@@ -274,13 +281,19 @@ async def test_greedy_output_is_the_same_under_concurrency(engine):
 async def test_a_sequence_whose_drafts_keep_failing_stops_drafting(engine, monkeypatch):
     # Drafts of a token the model never picks (banned by the request's logit bias): all rejected.
     banned = 1000
+    bias = {banned: -100.0}
     monkeypatch.setattr(speculative.NgramDrafter, "draft", lambda self, limit: [banned] * limit)
-    tokens, usage = await generate(engine, COPY, True, logit_bias={banned: -100.0})
-    monkeypatch.undo()
-    assert tokens == await reference(engine, COPY, logit_bias={banned: -100.0})
-    assert len(tokens) > 20  # many more steps than the 4 drafting ones
-    # 3 drafts, then 1 a step (the acceptance estimate falls) until 16 were drafted with none
-    # accepted (rate 0 < 0.5), then none.
+    # Rows at half a step: 3 drafts (the prior), then 1, 1, then the acceptance estimate (3.2 / 7)
+    # is worth no row.
+    tokens, usage = await generate(engine, COPY, True, logit_bias=bias)
+    assert tokens == await reference(engine, COPY, logit_bias=bias)
+    assert len(tokens) > 20  # many more steps than the drafting ones
+    assert (usage.draft_tokens, usage.accepted_draft_tokens) == (5, 0)
+    # Rows almost free: 4 drafts a step until 16 were drafted with none accepted (0 < 0.5), then
+    # min_acceptance_rate stops the sequence drafting.
+    monkeypatch.setattr(engine, "row_cost", 0.01)
+    tokens, usage = await generate(engine, COPY, True, logit_bias=bias)
+    assert tokens == await reference(engine, COPY, logit_bias=bias)
     assert (usage.draft_tokens, usage.accepted_draft_tokens) == (MIN_DRAFTED_FOR_CUTOFF, 0)
 
 
