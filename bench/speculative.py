@@ -19,10 +19,14 @@ tokens over the run's wall time; the ratio is speculation's over the reference's
 repetition, median. Every run's outputs are compared token for token with the reference's: the
 ``equal`` figure is 1 when all were identical.
 
-``--threads N`` sets the engine's ``n_threads`` (default: every core); on a shared machine 1 thread
-keeps other processes from stalling llama.cpp's thread barrier (steps of a second were seen).
+The engine drafts only where a verified row is worth it: it measures a row's cost at load
+(:func:`engines.generation.speculative.row_cost`, recorded in the settings) and drafts a token only
+while its chance of acceptance is at least that. ``--row-cost X`` replaces the measured cost (e.g.
+0.2 to see what drafting does on a machine where it measured rows as dear). ``--threads N`` sets
+the engine's ``n_threads`` (default: every core).
 
-Usage: ``python -m bench.speculative [--quick|--tiny] [--threads N] [--out DIR] [--allow-dirty]``.
+Usage: ``python -m bench.speculative [--quick|--tiny] [--threads N] [--row-cost X] [--out DIR]
+[--allow-dirty]``.
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ def chat_prompts() -> list[list[dict[str, str]]]:
 class Bench:
     """The engine, an event loop to drive it, and each contender's outputs for the equality check."""
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, row_cost: float | None = None) -> None:
         from engines.base import ModelSpec
         from engines.executor import DeviceExecutor
         from engines.generation.llama_cpp_engine import LlamaCppGenerationEngine
@@ -124,6 +128,9 @@ class Bench:
         )
         self.engine = LlamaCppGenerationEngine(spec, "cpu", DeviceExecutor("cpu"))
         self.engine.load()
+        self.measured_row_cost = self.engine.row_cost
+        if row_cost is not None:
+            self.engine.row_cost = row_cost
         self.loop = asyncio.new_event_loop()
         self.outputs: dict[tuple[str, str], list[list[int]]] = {}
 
@@ -199,6 +206,11 @@ class Bench:
 WORKLOADS = {"extraction": extraction_prompts, "chat": chat_prompts}
 
 
+def _arguments(parser: Any) -> None:
+    parser.add_argument("--threads", type=int, default=None, help="the engine's n_threads")
+    parser.add_argument("--row-cost", type=float, default=None, help="replaces the measured row cost")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure with and without speculation on each workload at 1 and 8 streams; write the results."""
     cfg = parse_config(
@@ -206,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         argv,
         __doc__,
         reps={"full": 5, "quick": 3, "tiny": 1},
-        add_arguments=lambda parser: parser.add_argument("--threads", type=int, default=None),
+        add_arguments=_arguments,
     )
     threads = cfg.args.threads
     count = cfg.pick(full=12, quick=8, tiny=2)
@@ -218,14 +230,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "prompts_per_run": count,
     }
     model = {"name": "SmolLM2-135M-Instruct", "file": GGUF_SOURCE, "format": "GGUF Q4_1"}
-    bench = Bench(threads)
+    bench = Bench(threads, cfg.args.row_cost)
+    settings.update(measured_row_cost=bench.measured_row_cost, row_cost=bench.engine.row_cost)
     with Report(cfg, TITLE, HEADLINE, model, settings) as report:
         off = report.add(bench.contender("reference", "without speculation", "reference", False))
         label = f"prompt lookup, {NUM_TOKENS} draft tokens"
         on = report.add(bench.contender("speculative", label, "ours", True))
         report.note(
             "one engine (flash attention on) for both; each request turns speculation on or off. equal: the "
-            "outputs of the run were token for token those of the run without speculation"
+            "outputs of the run were token for token those of the run without speculation. Row cost "
+            f"measured at load {bench.measured_row_cost:.2f} one-token steps, used "
+            f"{bench.engine.row_cost:.2f}"
         )
         for workload in WORKLOADS:
             for streams in (1, 8):
