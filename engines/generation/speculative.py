@@ -31,6 +31,14 @@ Draft sources:
 * :class:`DraftModel`, a small GGUF with the target's vocabulary (:func:`check_vocabularies`),
   run greedily for ``num_tokens`` steps in a llama.cpp context of its own, one KV stream per slot.
 
+How many tokens to draft: each verified row costs compute, which :func:`row_cost` measures at
+load (in one-token steps: about 0.2-0.5 on 2 CPU cores with SmolLM2-135M depending on the machine's
+load, 0.9 or more on one core, where decoding is bound by arithmetic). Draft token ``j`` is
+proposed only while its chance of being reached and accepted (``a ** j``, ``a`` the sequence's
+per-token acceptance so far) is at least that cost (:meth:`SpeculationState.length`), so where
+rows cost a step or more nothing is drafted, and a step's drafts are cut to one length
+(:func:`equal_lengths`: llama.cpp splits a multi-stream batch per distinct length).
+
 A sequence whose acceptance rate (accepted / drafted, :class:`SpeculationState`) falls below
 ``min_acceptance_rate`` once it drafted ``MIN_DRAFTED_FOR_CUTOFF`` tokens stops drafting, so a
 generation that does not copy pays for at most that many rejected rows.
