@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -62,9 +63,22 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransform
         if self.options.max_seq_length is not None:
             self.model.max_seq_length = self.options.max_seq_length
         self.tokens = TokenCounter(self.model.tokenizer, self.model.max_seq_length, self.spec.name)
+        self._default_prompt, self._prompt_length = self._default_prompt_of(self.model)
         self.batcher = self.make_batcher(self._encode_batch)
         self._calibration: np.ndarray | None = None  # raw vectors of the int8/uint8 calibration set
         self._calibration_lock = asyncio.Lock()
+
+    @staticmethod
+    def _default_prompt_of(model: Any) -> tuple[str, int | None]:
+        """The prompt ``SentenceTransformer.encode`` prefixes by default ("" if none), and its tokens.
+
+        The token count is what the library gives its pooling (``prompt_length``), which leaves the
+        prompt's tokens out when the model's pooling has ``include_prompt: false``.
+        """
+        name = getattr(model, "default_prompt_name", None)
+        prompt = (model.prompts or {}).get(name, "") if name else ""
+        measure = getattr(model[0], "_get_prompt_length", None)
+        return prompt, (measure(prompt) if prompt and measure is not None else None)
 
     @property
     def dimensions(self) -> int:
@@ -90,7 +104,9 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransform
         """
         import torch
 
-        features = self.tokens.padding.tensors(batch, self.device)
+        features: dict[str, Any] = self.tokens.padding.tensors(batch, self.device)
+        if self._prompt_length is not None:  # every text starts with the default prompt
+            features["prompt_length"] = self._prompt_length
         with torch.inference_mode():
             vectors = self.model(features)["sentence_embedding"]
         return list(vectors.float().cpu().numpy())
@@ -112,10 +128,8 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransform
             ResourceExhaustedError: the batch queue is full (OVERLOADED).
 
         """
-        default = getattr(self.model, "default_prompt_name", None)
-        if default:
-            prefix = (self.model.prompts or {}).get(default, "")
-            texts = [prefix + text for text in texts]
+        if self._default_prompt:
+            texts = [self._default_prompt + text for text in texts]
         # Places first: a request refused for a full queue is refused before it is tokenized.
         with self.batcher.reserve(len(texts)) as places:
             encoded = await self.tokens.encode_async(texts, truncation, field=field)

@@ -116,6 +116,37 @@ async def test_start_truncation_keeps_the_last_tokens_like_the_library(embedders
     assert cosines(got[:1], got[1:2])[0] < 0.9999
 
 
+async def test_a_default_prompt_left_out_of_pooling_stays_out(tmp_path, executor):
+    """A model whose default prompt is prefixed to every text and excluded from its mean pooling."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    model.prompts, model.default_prompt_name = {"query": "query: a question about "}, "query"
+    model[1].include_prompt = False
+    model.save(str(tmp_path))
+    engine = SentenceTransformersEmbeddingEngine(
+        spec("prompted", "sentence_transformers", Task.EMBED, str(tmp_path)), "cpu", executor
+    )
+    engine.load()
+    try:
+        assert engine.model[1].include_prompt is False and engine._prompt_length
+        got, _ = await engine.encode(list(TEXTS))
+        want = library_vectors(engine, TEXTS)
+        assert cosines(got, want).min() >= 0.9999
+        # Pooled over the prompt too, the vectors would differ.
+        assert cosines(got, library_vectors_with_prompt_pooled(engine)).min() < 0.9999
+    finally:
+        engine.unload()
+
+
+def library_vectors_with_prompt_pooled(engine) -> np.ndarray:
+    engine.model[1].include_prompt = True
+    try:
+        return library_vectors(engine, TEXTS)
+    finally:
+        engine.model[1].include_prompt = False
+
+
 async def test_nothing_a_client_sends_reaches_the_runtime_untokenized(embedders, monkeypatch):
     engine = embedders["torch"]
 
