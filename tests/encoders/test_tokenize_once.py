@@ -182,9 +182,13 @@ def random_texts(seed: int, count: int) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(rng.randint(0, 20))) for _ in range(count)]
 
 
+@pytest.mark.parametrize("path", ["rust", "wrapper"])
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_truncation_on_ids_matches_the_tokenizers_own(counter, side):
+def test_truncation_on_ids_matches_the_tokenizers_own(counter, side, path):
     tokens, tokenizer = counter
+    if path == "wrapper":  # the path of a slow (Python) tokenizer, which has no Rust tokenizer
+        tokens = TokenCounter(tokenizer, 12, "minilm")
+        tokens._raw = None
     truncation = Truncation.START if side == "left" else Truncation.END
     texts = random_texts(1, 200)
     queries, documents = random_texts(2, 20), random_texts(3, 20)
