@@ -128,9 +128,9 @@ class Bench:
         )
         self.engine = LlamaCppGenerationEngine(spec, "cpu", DeviceExecutor("cpu"))
         self.engine.load()
-        self.measured_row_cost = self.engine.row_cost
+        self.measured_row_costs = self.engine.row_costs
         if row_cost is not None:
-            self.engine.row_cost = row_cost
+            self.engine.row_costs = (row_cost, row_cost)
         self.loop = asyncio.new_event_loop()
         self.outputs: dict[tuple[str, str], list[list[int]]] = {}
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     model = {"name": "SmolLM2-135M-Instruct", "file": GGUF_SOURCE, "format": "GGUF Q4_1"}
     bench = Bench(threads, cfg.args.row_cost)
-    settings.update(measured_row_cost=bench.measured_row_cost, row_cost=bench.engine.row_cost)
+    settings.update(measured_row_costs=bench.measured_row_costs, row_costs=bench.engine.row_costs)
     with Report(cfg, TITLE, HEADLINE, model, settings) as report:
         off = report.add(bench.contender("reference", "without speculation", "reference", False))
         label = f"prompt lookup, {NUM_TOKENS} draft tokens"
@@ -239,8 +239,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report.note(
             "one engine (flash attention on) for both; each request turns speculation on or off. equal: the "
             "outputs of the run were token for token those of the run without speculation. Row cost "
-            f"measured at load {bench.measured_row_cost:.2f} one-token steps, used "
-            f"{bench.engine.row_cost:.2f}"
+            f"(1 sequence, 8) measured at load {bench.measured_row_costs}, used {bench.engine.row_costs}"
         )
         for workload in WORKLOADS:
             for streams in (1, 8):

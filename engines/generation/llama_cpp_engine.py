@@ -57,6 +57,7 @@ from engines.generation.speculative import (
     decode,
     equal_lengths,
     row_cost,
+    step_row_cost,
 )
 from engines.generation.structured import output_constraint
 from engines.registry import register_backend
@@ -403,8 +404,14 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         )
         self._setup_reasoning()
         # Speculation needs flash attention (see _speculation): only then is the row cost measured.
-        self.row_cost = row_cost(self._probe_decode) if self.options.flash_attn else 1.0
-        log.info("speculation row cost", extra={"model": self.spec.name, "row_cost": round(self.row_cost, 3)})
+        # A verified row's cost for one sequence and for a full batch (stepped between by step_row_cost).
+        self.row_costs = (1.0, 1.0)
+        if self.options.flash_attn:
+            self.row_costs = (
+                row_cost(self._probe_decode, 1),
+                row_cost(self._probe_decode, self.max_sequences),
+            )
+        log.info("speculation row cost", extra={"model": self.spec.name, "row_costs": self.row_costs})
         self._draft_model: DraftModel | None = None
         draft = self._draft_path()
         if draft is not None:
@@ -420,15 +427,17 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
                 n_gpu_layers=layers,
             )
 
-    def _probe_decode(self, tokens: int) -> None:
-        """Decode ``tokens`` tokens in slot 0 and remove them (for :func:`.speculative.row_cost`)."""
+    def _probe_decode(self, counts: list[int]) -> None:
+        """Decode ``counts[s]`` tokens in slot ``s`` and remove them (for :func:`.speculative.row_cost`)."""
         import llama_cpp
 
         self._begin_batch()
-        for position in range(tokens):  # 1 + PROBE_DRAFT
-            self._add(self.model.token_bos() if position == 0 else 100 + position, position, 0, True)
+        for slot, tokens in enumerate(counts):  # max_sequences slots, 1 + PROBE_DRAFT tokens at most
+            for position in range(tokens):
+                self._add(self.model.token_bos() if position == 0 else 100 + position, position, slot, True)
         self._decode()
-        llama_cpp.llama_memory_seq_rm(self.ctx.memory, 0, 0, -1)
+        for slot in range(len(counts)):
+            llama_cpp.llama_memory_seq_rm(self.ctx.memory, slot, 0, -1)
 
     def _load_mode(self) -> int | None:
         """llama.cpp's ``load_mode`` from ``use_mmap``/``use_mlock`` (None: both unset: llama.cpp's)."""
@@ -730,7 +739,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         are cut to the shortest (:func:`~engines.generation.speculative.equal_lengths`).
         """
         room = self._n_batch - len(decoding)
-        worth = self.row_cost
+        worth = step_row_cost(self.row_costs, len(decoding), self.max_sequences)
         limits: list[int] = []
         for sequence in decoding:
             state: _SlotState = sequence.engine_state

@@ -113,30 +113,43 @@ class SpeculationState:
         return length
 
 
-def row_cost(decode_tokens: Any) -> float:
-    """What one more token of a sequence in a step costs, in one-token steps (blocking, at load).
+def row_cost(decode_plan: Any, sequences: int) -> float:
+    """What one more token of a sequence costs in a step of ``sequences``, in tokens' shares (blocking).
 
-    ``decode_tokens(n)`` decodes ``n`` tokens of one sequence (and removes them). The cost is
-    ``(t(1 + PROBE_DRAFT) - t(1)) / PROBE_DRAFT / t(1)``, each the fastest of ``PROBE_REPEATS``
-    after a warm-up of each shape. Measured: about 0.5 on 2 CPU cores with SmolLM2-135M (9 tokens
-    33 ms, 1 token 6.6 ms), about 0.9 on one core, where decoding is bound by arithmetic; on a GPU
-    a few more rows cost little. Clamped to 0.01..2.
+    ``decode_plan(counts)`` decodes ``counts[s]`` tokens in slot ``s`` (and removes them). With
+    ``t0`` a step of one token per sequence and ``t1`` the same with ``PROBE_DRAFT`` more tokens in
+    the last, the cost is ``(t1 - t0) / PROBE_DRAFT`` over a token's share of a step,
+    ``t0 / sequences``: an accepted draft token saves that share. Each time is the fastest of
+    ``PROBE_REPEATS`` after a warm-up of each shape. Measured on 2 shared CPU cores with
+    SmolLM2-135M: 0.2-0.8 for one sequence (by the machine's load), about 0.7 for 8; about 0.9
+    and more on one core, where decoding is bound by arithmetic. Clamped to 0.01..2.
     """
     import time
 
-    def fastest(n: int) -> float:
+    def fastest(counts: list[int]) -> float:
         times = []
         for _ in range(PROBE_REPEATS):  # PROBE_REPEATS decodes
             start = time.perf_counter()
-            decode_tokens(n)
+            decode_plan(counts)
             times.append(time.perf_counter() - start)
         return min(times)
 
-    decode_tokens(1)
-    decode_tokens(1 + PROBE_DRAFT)  # the first of a shape builds its graph
-    one = fastest(1)
-    many = fastest(1 + PROBE_DRAFT)
-    return min(2.0, max(0.01, (many - one) / PROBE_DRAFT / max(one, 1e-9)))
+    plain = [1] * sequences
+    drafted = [*plain[:-1], 1 + PROBE_DRAFT]
+    decode_plan(plain)
+    decode_plan(drafted)  # the first of a shape builds its graph
+    base = fastest(plain)
+    more = fastest(drafted)
+    return min(2.0, max(0.01, (more - base) / PROBE_DRAFT / max(base / sequences, 1e-9)))
+
+
+def step_row_cost(costs: tuple[float, float], decoding: int, max_sequences: int) -> float:
+    """The row cost in a step of ``decoding`` sequences: ``costs`` (1 and ``max_sequences``) interpolated."""
+    one, full = costs
+    if max_sequences <= 1:
+        return one
+    share = (min(decoding, max_sequences) - 1) / (max_sequences - 1)
+    return one + (full - one) * share
 
 
 def equal_lengths(drafts: list[list[int]]) -> list[list[int]]:

@@ -58,10 +58,10 @@ def make_engine(**options) -> LlamaCppGenerationEngine:
     LlamaCppGenerationEngine.check_spec(spec)
     engine = LlamaCppGenerationEngine(spec, "cpu", DeviceExecutor("cpu"))
     engine.load()
-    assert 0.01 <= engine.row_cost <= 2.0
+    assert all(0.01 <= cost <= 2.0 for cost in engine.row_costs)
     # The measured cost of a verified row depends on the machine's load; a fixed one keeps the
     # draft lengths (and the counts asserted here) the same on every run.
-    engine.row_cost = ROW_COST
+    engine.row_costs = (ROW_COST, ROW_COST)
     return engine
 
 
@@ -291,7 +291,7 @@ async def test_a_sequence_whose_drafts_keep_failing_stops_drafting(engine, monke
     assert (usage.draft_tokens, usage.accepted_draft_tokens) == (5, 0)
     # Rows almost free: 4 drafts a step until 16 were drafted with none accepted (0 < 0.5), then
     # min_acceptance_rate stops the sequence drafting.
-    monkeypatch.setattr(engine, "row_cost", 0.01)
+    monkeypatch.setattr(engine, "row_costs", (0.01, 0.01))
     tokens, usage = await generate(engine, COPY, True, logit_bias=bias)
     assert tokens == await reference(engine, COPY, logit_bias=bias)
     assert (usage.draft_tokens, usage.accepted_draft_tokens) == (MIN_DRAFTED_FOR_CUTOFF, 0)
