@@ -32,8 +32,9 @@ Draft sources:
   run greedily for ``num_tokens`` steps in a llama.cpp context of its own, one KV stream per slot.
 
 How many tokens to draft: each verified row costs compute, which :func:`row_cost` measures at
-load (in one-token steps: about 0.2-0.5 on 2 CPU cores with SmolLM2-135M depending on the machine's
-load, 0.9 or more on one core, where decoding is bound by arithmetic). Draft token ``j`` is
+load for one sequence and for a full batch, in a token's share of a step (on 2 CPU cores with
+SmolLM2-135M about 0.2-0.5 for one sequence, by the machine's load, and 2 or more for 8; 0.9 or
+more on one core, where decoding is bound by arithmetic). Draft token ``j`` is
 proposed only while its chance of being reached and accepted (``a ** j``, ``a`` the sequence's
 per-token acceptance so far) is at least that cost (:meth:`SpeculationState.length`), so where
 rows cost a step or more nothing is drafted, and a step's drafts are cut to one length
