@@ -226,7 +226,7 @@ def merge_fragments(lines: list[OcrLine]) -> list[OcrLine]:
 
 #: Peak working memory of one page (640 x 480) over the model files: ONNX Runtime's buffers for the
 #: detector's feature maps and the recognizer's line batches (measured, see required_memory).
-RAPIDOCR_PAGE_BYTES = 270 * 1024 * 1024
+RAPIDOCR_PAGE_BYTES = 250 * 1024 * 1024
 
 
 @register_backend
@@ -239,7 +239,8 @@ class RapidOcrEngine(OcrEngine[RapidOcrOptions]):
         """The three ONNX files (the sessions' weights) plus the working memory of one page, in host RAM.
 
         :data:`RAPIDOCR_PAGE_BYTES` is the peak over the files measured for a 640 x 480 page
-        (``python -m bench.memory_estimate``: 234-303 MiB from run to run); the detector works on
+        (``python -m bench.memory_estimate``: the peak is transient and varies from 218 to 350 MiB
+        from run to run, median about 255, whatever the thread count); the detector works on
         the page at no less than 736 pixels a side, so larger pages need more.
 
         Raises:
