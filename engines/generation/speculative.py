@@ -119,29 +119,32 @@ def row_cost(decode_plan: Any, sequences: int) -> float:
 
     ``decode_plan(counts)`` decodes ``counts[s]`` tokens in slot ``s`` (and removes them). With
     ``t0`` a step of one token per sequence and ``t1`` the same with ``PROBE_DRAFT`` more tokens in
-    the last, the cost is ``(t1 - t0) / PROBE_DRAFT`` over a token's share of a step,
-    ``t0 / sequences``: an accepted draft token saves that share. Each time is the fastest of
-    ``PROBE_REPEATS`` after a warm-up of each shape. Measured on 2 shared CPU cores with
-    SmolLM2-135M: 0.2-0.8 for one sequence (by the machine's load), about 0.7 for 8; about 0.9
-    and more on one core, where decoding is bound by arithmetic. Clamped to 0.01..2.
+    the last, the cost is what the drafted step and the plain step after it take beyond two plain
+    steps (llama.cpp builds its graph again whenever a step's shape changes, as speculation's
+    steps do), ``/ PROBE_DRAFT``, over a token's share of a step, ``t0 / sequences``: an
+    accepted draft token saves that share. Each time is the fastest of ``PROBE_REPEATS``.
+    Measured on 2 shared CPU cores with SmolLM2-135M: 0.4-1.0 for one sequence (by the machine's
+    load), 2 (the clamp) for 8; about 0.9 and more on one core, where decoding is bound by
+    arithmetic. Clamped to 0.01..2.
     """
     import time
 
-    def fastest(counts: list[int]) -> float:
-        times = []
-        for _ in range(PROBE_REPEATS):  # PROBE_REPEATS decodes
-            start = time.perf_counter()
-            decode_plan(counts)
-            times.append(time.perf_counter() - start)
-        return min(times)
+    def timed(counts: list[int]) -> float:
+        start = time.perf_counter()
+        decode_plan(counts)
+        return time.perf_counter() - start
 
     plain = [1] * sequences
     drafted = [*plain[:-1], 1 + PROBE_DRAFT]
-    decode_plan(plain)
     decode_plan(drafted)  # the first of a shape builds its graph
-    base = fastest(plain)
-    more = fastest(drafted)
-    return min(2.0, max(0.01, (more - base) / PROBE_DRAFT / max(base / sequences, 1e-9)))
+    base, more, back = [], [], []
+    for _ in range(PROBE_REPEATS):  # 1 + 3 decodes each
+        decode_plan(plain)
+        base.append(timed(plain))  # the same shape again: llama.cpp reuses its graph
+        more.append(timed(drafted))  # another shape: the graph is built again, as after a draft
+        back.append(timed(plain))  # and once more going back
+    extra = min(more) + min(back) - 2 * min(base)
+    return min(2.0, max(0.01, extra / PROBE_DRAFT / max(min(base) / sequences, 1e-9)))
 
 
 def step_row_cost(costs: tuple[float, float], decoding: int, max_sequences: int) -> float:
