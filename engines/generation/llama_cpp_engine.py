@@ -60,8 +60,9 @@ from engines.generation.speculative import (
     step_row_cost,
 )
 from engines.generation.structured import output_constraint
+from engines.memory_estimate import device_bytes
 from engines.registry import register_backend
-from engines.sources import path_size_bytes, resolve_source
+from engines.sources import resolve_source
 from engines.stats import KvCacheStats
 from engines.tokenization import Offsets, offsets_from_pieces, offsets_not_supported
 from engines.types import MAX_DRAFT_TOKENS, GenerationRequest, MemoryUsage, SamplingParams
@@ -232,11 +233,8 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         return str(model_file(self._gguf_file(self.spec), self.options))
 
     def estimated_load_bytes(self) -> int:
-        """The GGUF file size plus the draft model's (weights are memory-mapped, resident once used)."""
-        resolved = resolve_source(self.spec.source)
-        total = path_size_bytes(resolved.path) if resolved.path else 0
-        draft = self._draft_path()
-        return total + (path_size_bytes(draft) if draft is not None else 0)
+        """The part of :meth:`required_memory` on the engine's own device (RAM on the CPU)."""
+        return device_bytes(self.required_memory(), self.device)
 
     def required_memory(self) -> MemoryUsage:
         """Weights, KV, output and compute buffers on RAM and VRAM (:mod:`engines.generation.gguf_memory`).

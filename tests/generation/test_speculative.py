@@ -309,7 +309,7 @@ async def test_a_draft_model_with_the_same_vocabulary_drafts_and_keeps_greedy_ou
     path = resolve_source(GGUF_SOURCE).path
     drafted = make_engine(max_sequences=2, speculative={"draft_model": str(path), "num_tokens": NUM_TOKENS})
     try:
-        assert drafted.estimated_load_bytes() == 2 * path.stat().st_size
+        assert drafted.estimated_load_bytes() == drafted.required_memory().ram_bytes > 2 * path.stat().st_size
         assert drafted.memory_usage().ram_bytes > 2 * drafted.model.size()
         # Two models' weights against one: more than the 4-sequence engine's estimate.
         assert drafted.required_memory().ram_bytes > engine.required_memory().ram_bytes
