@@ -231,6 +231,15 @@ class ManagedModel:
         return format_status(self.state)
 
     @property
+    def settled(self) -> bool:
+        """Whether its status stays as it is until a new load or unload.
+
+        READY, ERROR, or NOT_LOADED with no load starting (its lock free).
+        """
+        starting = self.state is ModelState.NOT_LOADED and self.lock.locked()
+        return self.state in (ModelState.READY, ModelState.ERROR, ModelState.NOT_LOADED) and not starting
+
+    @property
     def evictable(self) -> bool:
         """Whether the server may unload it to make room: loaded, idle, neither pinned nor kept forever."""
         return (
@@ -934,12 +943,7 @@ class ModelManager:
             if detail != last:
                 last = detail
                 yield managed
-            settled = (
-                (loading is None or loading.done())
-                and managed.state in (ModelState.READY, ModelState.ERROR, ModelState.NOT_LOADED)
-                and not (managed.state is ModelState.NOT_LOADED and managed.lock.locked())
-            )
-            if settled or time.monotonic() >= deadline:
+            if ((loading is None or loading.done()) and managed.settled) or time.monotonic() >= deadline:
                 return
             waiting = asyncio.ensure_future(changed.wait())
             wake = {waiting} if loading is None or loading.done() else {waiting, loading}

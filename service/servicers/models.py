@@ -16,9 +16,6 @@ from service.model_manager import WATCH_MAX_S, ManagedModel, ModelManager, Model
 from service.request_context import note_model
 from service.status import rich_status, set_status
 
-#: States after which a model's status changes only when someone loads or unloads it again.
-_SETTLED = (ModelState.READY, ModelState.ERROR, ModelState.NOT_LOADED)
-
 
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
     """Implements ``universal_runtime.v1.ModelService`` over the model manager."""
@@ -104,7 +101,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
             final = model_message(self._manager, loading.result())
             if _differs(final, sent):
                 yield pb.WatchModelResponse(model=final)
-        elif loading is not None or not _settled(managed):
+        elif loading is not None or not managed.settled:
             message = (
                 f"watched model {request.name!r} for {WATCH_MAX_S:.0f} s, the longest one stream may last; "
                 "watch again"
@@ -136,12 +133,6 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         load.add_done_callback(_drop_outcome)
         self._manager.spawn(load)  # the manager's close waits for it
         return load
-
-
-def _settled(managed: ManagedModel) -> bool:
-    """Whether the model's status stays as it is until a new load or unload (no load starting)."""
-    starting = managed.state is ModelState.NOT_LOADED and managed.lock.locked()
-    return managed.state in _SETTLED and not starting
 
 
 def _differs(model: pb.Model, sent: pb.Model) -> bool:
