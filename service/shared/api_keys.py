@@ -81,6 +81,17 @@ class ApiKeys:
                 found = name
         return None if found is None else (found, token)
 
+    def secret(self, name: str) -> str | None:
+        """The key named ``name``, or ``None`` when no key has that name.
+
+        For work the server does later on a key's behalf (a batch's lines run under the key that
+        submitted it, which the batch records by name only). Never log or return what it gives.
+        """
+        for entry_name, key in self.entries:
+            if entry_name == name:
+                return key.decode()
+        return None
+
 
 def load_api_keys(api_key: str | None = None, keys_file: Path | str | None = None) -> ApiKeys:
     """The keys of a face: its single key (named ``default``) and those of its keys file.
