@@ -119,6 +119,33 @@ class Padding:
         return {name: torch.from_numpy(array).to(device) for name, array in self.collate(batch).items()}
 
 
+@dataclass(frozen=True, slots=True)
+class TextWindows:
+    """One whole text as a token-classification model reads it: overlapping windows of its ids.
+
+    The windows are the fast tokenizer's overflowing encodings (``return_overflowing_tokens`` with
+    a ``stride``), as the ``token-classification`` pipeline makes them: each has the special tokens
+    and at most ``max_length`` ids, and repeats the last ``stride`` text tokens of the one before.
+
+    Attributes:
+        windows: each window's ids, in text order (at least one, empty text included).
+        offsets: each window's ``(start, end)`` character offsets into the text, one per id
+            (``(0, 0)`` for special tokens).
+        special_tokens_mask: each window's 1 per special token, 0 per text token.
+        tokens: the text's tokens plus one window's special tokens (overlaps counted once).
+
+    """
+
+    windows: list[TokenIds]
+    offsets: list[list[tuple[int, int]]]
+    special_tokens_mask: list[list[int]]
+    tokens: int
+
+    def __len__(self) -> int:
+        """Ids of all the windows together (what the model reads)."""
+        return sum(len(window) for window in self.windows)
+
+
 def padded_tokens(lengths: Sequence[int]) -> int:
     """Tokens a batch of inputs of ``lengths`` tokens occupies once padded to its longest."""
     return len(lengths) * max(lengths, default=0)
@@ -152,6 +179,7 @@ class TokenCounter:
         # rules (``longest_first`` for pairs), so nothing is tokenized twice. None: a slow tokenizer.
         self._raw: Any = None
         self._cut: dict[bool, Any] = {}
+        self._windows: dict[int, Any] = {}  # by stride: Rust copies that cut texts into windows
         backend = (
             getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
         )
@@ -282,6 +310,58 @@ class TokenCounter:
             self.check(lengths, truncation, field=field, what=what)
             cut = self._cut[truncation is Truncation.START]
             return [_token_ids(cut.post_process(first, e)) for e in rest]
+
+    def encode_windows(self, texts: Sequence[str], stride: int) -> list[TextWindows]:
+        """Each whole text as overlapping windows of ids with offsets (blocking; fast tokenizers only).
+
+        Equal to the fast tokenizer's ``truncation=True, return_overflowing_tokens=True,
+        stride=stride, return_offsets_mapping=True, return_special_tokens_mask=True`` (the
+        ``token-classification`` pipeline's own call) with ``max_length`` the model's, from one
+        tokenization per text. Texts are not cut to :attr:`max_chars`: the caller bounds their
+        characters (every window is read).
+
+        Raises:
+            InvalidArgumentError: the special tokens leave no more than ``stride`` ids per window
+                (the windows could not advance).
+            RuntimeError: a slow tokenizer (no Rust tokenizer to take offsets and windows from).
+
+        """
+        with self._lock:
+            if self._raw is None:
+                raise RuntimeError(f"model {self.model!r}: windows with offsets need a fast tokenizer")
+            special = self._special_tokens(pair=False)
+            if self.max_length - special <= stride:
+                raise InvalidArgumentError(
+                    f"model {self.model!r}: a stride of {stride} tokens leaves no room in a window of "
+                    f"{self.max_length} tokens"
+                )
+            cut = self._windows.get(stride)
+            if cut is None:
+                from tokenizers import Tokenizer
+
+                cut = Tokenizer.from_str(self._raw.to_str())
+                cut.no_padding()
+                cut.enable_truncation(
+                    self.max_length, stride=stride, strategy="longest_first", direction="right"
+                )
+                self._windows[stride] = cut
+            out = []
+            for raw in self._raw.encode_batch(list(texts), add_special_tokens=False):  # bounded by texts
+                first = cut.post_process(raw)
+                parts = [first, *first.overflowing]
+                out.append(
+                    TextWindows(
+                        windows=[_token_ids(part) for part in parts],
+                        offsets=[part.offsets for part in parts],
+                        special_tokens_mask=[part.special_tokens_mask for part in parts],
+                        tokens=len(raw.ids) + special,
+                    )
+                )
+            return out
+
+    async def encode_windows_async(self, texts: Sequence[str], stride: int) -> list[TextWindows]:
+        """:meth:`encode_windows` in a worker thread, or on the event loop for a small request."""
+        return await self._off_loop(_characters(texts), self.encode_windows, texts, stride)
 
     def _special_tokens(self, *, pair: bool) -> int:
         """Special tokens the model adds to one text or a pair (lock held).

@@ -13,13 +13,12 @@ from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter, TokenIds
 from engines.device import torch_dtype_for
 from engines.encoder_types import RerankRequest, RerankResult
-from engines.errors import InvalidArgumentError
 from engines.registry import register_backend
 from engines.rerank.options import CrossEncoderOptions
 from engines.rerank.ranking import ranked
 from engines.scoring import softmax
 from engines.sources import resolve_source
-from engines.types import Task, Truncation
+from engines.types import Task
 
 
 @register_backend
@@ -79,19 +78,17 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine[CrossEncoderOptions]):
     async def rerank(self, request: RerankRequest) -> RerankResult:
         """Score every (query, document) pair and sort.
 
-        Truncation END lets the tokenizer cut over-long pairs (longest side first); ERROR
-        refuses them.
+        Over-long pairs are cut on the ids by the tokenizer's own ``longest_first`` rule (the
+        longer side loses tokens first, so a short query stays whole): ``END`` cuts from the end,
+        ``START`` from the start (the tokenizer's ``truncation_side="left"``), as
+        text-embeddings-inference's rerank ``truncation_direction`` Right/Left does (its
+        ``TruncationParams`` with ``LongestFirst``, core/src/tokenization.rs). ERROR refuses them.
 
         Raises:
-            InvalidArgumentError: truncation START (not defined for a query+document pair).
             InputTooLongError: a pair over the model's maximum length with truncation ERROR.
             ResourceExhaustedError: the batch queue is full (OVERLOADED).
 
         """
-        if request.truncation is Truncation.START:
-            raise InvalidArgumentError(
-                "truncation START is not supported for rerank: use END or ERROR", field="truncation"
-            )
         with self.batcher.reserve(len(request.documents)) as places:  # refused before tokenizing when full
             pairs = await self.tokens.encode_pairs_async(request.query, request.documents, request.truncation)
             used = [len(pair) for pair in pairs]

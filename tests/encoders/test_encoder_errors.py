@@ -53,12 +53,6 @@ TWO_CLASSES = [("good morning", "greeting"), ("the bill is wrong", "billing")]
         ("Rerank", e.RerankRequest(model=EMBED, query="q", documents=[])),
         ("Rerank", e.RerankRequest(model=EMBED, query="", documents=["d"])),
         ("Rerank", e.RerankRequest(model=EMBED, query="q", documents=["d"], top_n=-1)),
-        (
-            "Rerank",
-            e.RerankRequest(
-                model=CROSS_ENCODER, query="q", documents=["d"], truncation=e.TRUNCATION_POLICY_START
-            ),
-        ),
         ("Classify", e.ClassifyRequest(model=INTENT, inputs=[])),
         ("Classify", e.ClassifyRequest(model=INTENT, inputs=[""])),
         ("Classify", e.ClassifyRequest(model=INTENT, inputs=["x"] * (MAX_INPUTS + 1))),

@@ -236,6 +236,40 @@ async def test_cross_encoder_scores_equal_the_librarys_predict(cross_encoder_dir
         engine.unload()
 
 
+async def test_rerank_truncation_start_equals_the_librarys_left_truncation(cross_encoder_dir, executor):
+    # START on a pair is the tokenizer's longest_first from the left (text-embeddings-inference's
+    # truncation_direction Left): the long document loses its beginning, the short query stays whole.
+    from engines.rerank.cross_encoder_engine import CrossEncoderRerankEngine
+
+    engine = CrossEncoderRerankEngine(
+        spec("ce", "cross_encoder", Task.RERANK, str(cross_encoder_dir), max_length=64), "cpu", executor
+    )
+    engine.load()
+    tokenizer = engine.model.tokenizer
+    try:
+        ending = " The answer: Paris is the capital of France."
+        documents = [LONG + ending, ending + " " + LONG, DOCUMENTS[0]]
+        result = await engine.rerank(
+            RerankRequest(query=QUERY, documents=documents, truncation=Truncation.START)
+        )
+        got = np.array([r.relevance_score for r in sorted(result.results, key=lambda r: r.index)])
+        pairs = [(QUERY, d) for d in documents]
+        tokenizer.truncation_side = "left"
+        want = engine.model.predict(pairs, batch_size=len(pairs), show_progress_bar=False)
+        ids = tokenizer(QUERY, documents[0], truncation="longest_first", max_length=64)["input_ids"]
+        tokenizer.truncation_side = "right"
+        ends = engine.model.predict(pairs, batch_size=len(pairs), show_progress_bar=False)
+        np.testing.assert_allclose(got, np.asarray(want, dtype=np.float64), rtol=0, atol=1e-6)
+        assert abs(got[0] - ends[0]) > 1e-4  # START kept another part of the document than END
+        assert result.prompt_tokens == 3 * 64 - (64 - len(tokenizer(QUERY, documents[2])["input_ids"]))
+        query = tokenizer(QUERY)["input_ids"]
+        assert ids[: len(query)] == query  # the query whole, then the document's last tokens
+        assert ids[-len(tokenizer(ending)["input_ids"]) + 1 :] == tokenizer(ending)["input_ids"][1:]
+    finally:
+        tokenizer.truncation_side = "right"
+        engine.unload()
+
+
 async def test_classifier_probabilities_equal_the_models_own_call(text_classifier_dir, executor):
     import torch
 
