@@ -21,11 +21,13 @@ from gateway.json_body import DEFAULT_MAX_OBJECT_KEYS
 from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from gateway.routes import (
     anomaly,
+    batches,
     chat,
     classify,
     completions,
     documents,
     embeddings,
+    files,
     health,
     messages,
     metrics,
@@ -72,8 +74,9 @@ def create_app(
     (also at ``/rerank``), ``POST /v2/rerank`` (Cohere v2's shape), ``POST /v1/classify``,
     ``POST|GET /v1/classifiers``, ``DELETE /v1/classifiers/{name}``, ``POST /v1/ner``; files:
     ``POST /v1/ocr``, ``POST /v1/documents/{analyze,ask,extract,classify}``; tokenizers:
-    ``POST /tokenize``, ``POST /detokenize``. Every response carries an ``x-request-id`` header (the
-    client's, or a new one), also sent to the server as gRPC metadata.
+    ``POST /tokenize``, ``POST /detokenize``; the Batch API: ``/v1/files`` and ``/v1/batches``
+    (:mod:`gateway.routes.files`, :mod:`gateway.routes.batches`). Every response carries an
+    ``x-request-id`` header (the client's, or a new one), also sent to the server as gRPC metadata.
 
     Args:
         grpc_target: ``host:port`` of the Universal Runtime gRPC server.
@@ -182,6 +185,8 @@ def create_app(
         ner,
         tokenize,
         responses,
+        files,
+        batches,
     ):
         app.include_router(module.router, dependencies=authenticated, responses=ERROR_RESPONSES)
     # The Anthropic Messages API: its router lists Anthropic's error shape, not OpenAI's.

@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Collection
 from typing import Any
 
 import httpx
@@ -37,24 +38,6 @@ from gateway.middleware import REQUEST_ID_HEADER
 from gateway.settings import GatewayConfig
 
 logger = logging.getLogger(__name__)
-
-BATCH_URLS = frozenset(
-    {
-        "/v1/chat/completions",
-        "/v1/completions",
-        "/v1/embeddings",
-        "/v1/rerank",
-        "/v1/classify",
-        "/v1/ocr",
-        "/v1/documents/analyze",
-        "/v1/documents/ask",
-        "/v1/documents/extract",
-        "/v1/documents/classify",
-    }
-)
-"""The routes a batch line may name: every task that answers one JSON body per request (the
-OpenAI endpoints and ours). Routes that manage state (classifiers, detectors, stored responses,
-files and batches themselves) are left out: a batch must not create batches."""
 
 PRIORITY_HEADER = "x-ur-priority"
 """HTTP header (and gRPC metadata key) that lowers a call's priority class; batch lines send ``batch``."""
@@ -84,6 +67,9 @@ class BatchLineExecutor:
     Args:
         app: A gateway app (:func:`gateway.app.create_app`) built with the server's keys and limits.
             Its lifespan must not be running elsewhere: the executor runs it.
+        urls: The routes a line may name (the server's list of batch endpoints): every other url
+            is refused, so that a line cannot reach the routes that manage state (classifiers,
+            files, batches themselves: a batch must not create batches).
         timeout_s: Seconds one line may take in all, retries included; must be positive.
 
     Raises:
@@ -91,10 +77,13 @@ class BatchLineExecutor:
 
     """
 
-    def __init__(self, app: FastAPI, *, timeout_s: float = DEFAULT_LINE_TIMEOUT_S) -> None:
+    def __init__(
+        self, app: FastAPI, *, urls: Collection[str], timeout_s: float = DEFAULT_LINE_TIMEOUT_S
+    ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self._app = app
+        self._urls = frozenset(urls)
         self._timeout_s = timeout_s
         self._stack: contextlib.AsyncExitStack | None = None
         self._client: httpx.AsyncClient | None = None
@@ -129,7 +118,7 @@ class BatchLineExecutor:
         """Run one batch line: ``POST url`` with ``body`` under the key named ``key_name``.
 
         Args:
-            url: The line's route, one of :data:`BATCH_URLS` (e.g. ``/v1/embeddings``).
+            url: The line's route, one of ``urls`` (e.g. ``/v1/embeddings``).
             body: The line's JSON body, as the route takes it.
             key_name: The name of the key that submitted the batch; ``""`` when the server has no
                 keys (authentication off).
@@ -139,12 +128,12 @@ class BatchLineExecutor:
             ``(http_status, json_body)``: the route's answer as a client would have read it (an
             OpenAI error body for any failure), which OpenAI's batch output records as the line's
             ``response.status_code`` and ``response.body``. Refusals of the executor itself: 400
-            ``invalid_url`` (a route not in :data:`BATCH_URLS`), 400 ``streaming_unsupported``, 401
+            ``invalid_url`` (a route not in ``urls``), 400 ``streaming_unsupported``, 401
             ``invalid_api_key`` (the key is gone from the keys file), 504 ``timeout`` (past
             ``timeout_s``), 503 ``unavailable`` (the executor is not started).
 
         """
-        if url not in BATCH_URLS:
+        if url not in self._urls:
             return _refusal(400, f"url {url!r} cannot run in a batch", "invalid_url", param="url")
         if body.get("stream") is True:
             return _refusal(400, "stream: a batch line cannot stream", "streaming_unsupported", "body.stream")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 from universal_runtime.v1 import (
+    batch_pb2_grpc,
     inference_service_pb2_grpc,
     model_service_pb2_grpc,
     response_store_pb2_grpc,
@@ -61,6 +62,7 @@ class GrpcClients:
         responses: ``universal_runtime.v1.ResponseStoreService`` stub (the Responses API's stored
             responses: ``PutStoredResponse``, ``GetStoredResponse``, ``DeleteStoredResponse``).
         health: ``grpc.health.v1.Health`` stub.
+        batches: ``universal_runtime.v1.BatchService`` stub (the Batch API's files and batches).
 
     """
 
@@ -69,6 +71,7 @@ class GrpcClients:
     models: model_service_pb2_grpc.ModelServiceStub
     responses: response_store_pb2_grpc.ResponseStoreServiceStub
     health: health_pb2_grpc.HealthStub
+    batches: batch_pb2_grpc.BatchServiceStub
 
     @classmethod
     def open(
@@ -125,6 +128,7 @@ class GrpcClients:
             models=model_service_pb2_grpc.ModelServiceStub(channel),
             responses=response_store_pb2_grpc.ResponseStoreServiceStub(channel),
             health=health_pb2_grpc.HealthStub(channel),
+            batches=batch_pb2_grpc.BatchServiceStub(channel),
         )
 
     async def close(self) -> None:

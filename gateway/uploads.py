@@ -14,7 +14,7 @@ import json
 import re
 import types
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import grpc
@@ -172,11 +172,14 @@ def upload_messages(message_type: Callable[..., Message], options: Any, data: by
 
 
 @contextmanager
-def too_large_as_413() -> Iterator[None]:
-    """Turn a failed call's RESOURCE_EXHAUSTED with a reason of :data:`TOO_LARGE_REASONS` into 413.
+def resource_reasons_as(status_code: int, reasons: frozenset[str]) -> Iterator[None]:
+    """Turn a failed call's RESOURCE_EXHAUSTED with a reason in ``reasons`` into ``status_code``.
+
+    For RESOURCE_EXHAUSTED that retrying cannot fix: :mod:`gateway.errors` answers 429 for it,
+    which clients retry.
 
     Raises:
-        GatewayError: 413 with the server's message and its reason lowercased as ``code``.
+        GatewayError: ``status_code`` with the server's message and its reason lowercased as ``code``.
         grpc.aio.AioRpcError: every other failure, unchanged.
 
     """
@@ -184,13 +187,14 @@ def too_large_as_413() -> Iterator[None]:
         yield
     except grpc.aio.AioRpcError as err:
         info = error_info_from_rpc_error(err)
-        if (
-            err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            and info is not None
-            and info.reason in TOO_LARGE_REASONS
-        ):
-            raise GatewayError(413, err.details() or "input too large", code=info.reason.lower()) from None
+        if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and info is not None and info.reason in reasons:
+            raise GatewayError(status_code, err.details() or info.reason, code=info.reason.lower()) from None
         raise
+
+
+def too_large_as_413() -> AbstractContextManager[None]:
+    """:func:`resource_reasons_as` 413 for :data:`TOO_LARGE_REASONS` (an input too big)."""
+    return resource_reasons_as(413, TOO_LARGE_REASONS)
 
 
 def upload_openapi(schema: type[FileUploadRequest]) -> dict[str, Any]:
