@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from engines.converted_cache import build_once, converted_root, source_fingerprint
+from engines.converted_cache import build_once, converted_root, source_fingerprint, source_identity
 from engines.errors import FailedPreconditionError
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,10 @@ def export_encoder(
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         return root / f"{Path(str(source)).name}-{output}-{variant.label()}-{digest}"
 
+    def identity_of(variant: RuntimeChoice) -> str:
+        # Not the export format: a new format supersedes the old one's copies.
+        return f"{source_identity(source)}|{output}|{variant.label()}|{type(model).__name__}"
+
     def export(folder: Path) -> None:
         log.info("exporting encoder to ONNX (cached in %s)", folder)
         inputs = _export_onnx(model, sample, output, folder / "model.onnx")
@@ -188,7 +192,7 @@ def export_encoder(
     # Every variant derives from the float32 ONNX export, made once (the slow step: ~10-20 s for
     # MiniLM on 2 cores); quantizing or converting it for OpenVINO takes a few seconds more.
     onnx = folder_for(RuntimeChoice("onnx"))
-    build_once(onnx, export, progress)
+    build_once(onnx, export, progress, identity_of(RuntimeChoice("onnx")))
     target = folder_for(choice)
     if target != onnx:
 
@@ -200,7 +204,7 @@ def export_encoder(
                 _quantize_onnx(onnx / "model.onnx", folder / "model.onnx")
             shutil.copy(onnx / META_FILE, folder / META_FILE)
 
-        build_once(target, derive, progress)
+        build_once(target, derive, progress, identity_of(choice))
     meta = json.loads((target / META_FILE).read_text())
     run = _onnx_runner(target, threads) if choice.runtime == "onnx" else _openvino_runner(target, threads)
     return ExportedModel(run, meta["inputs"], meta["output"], getattr(model, "config", None), target)

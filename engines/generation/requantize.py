@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engines.converted_cache import build_once, converted_root, source_fingerprint
+from engines.converted_cache import build_once, converted_root, source_fingerprint, source_identity
 from engines.generation.options import LlamaCppOptions, QuantizeType
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,10 @@ def requantized(
     ftype = QUANTIZE_TYPES[quantize]
     target = cached_path(source, quantize, cache_dir)
     start = time.monotonic()
-    if build_once(target.parent, lambda folder: quantizer(source, folder / target.name, ftype), progress):
+    identity = f"{source_identity(source)}|{quantize}"
+    if build_once(
+        target.parent, lambda folder: quantizer(source, folder / target.name, ftype), progress, identity
+    ):
         elapsed = time.monotonic() - start
         log.info("requantized %s to %s in %.1f s (cached in %s)", source, quantize, elapsed, target)
     return target

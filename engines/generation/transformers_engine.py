@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.base import ModelSpec
-from engines.converted_cache import CONVERTING, converted_root, source_fingerprint
+from engines.converted_cache import (
+    CONVERTING,
+    converted_root,
+    mark_used,
+    remove_superseded,
+    source_fingerprint,
+    source_identity,
+)
 from engines.device import torch_dtype_for, torch_module_memory
 from engines.errors import ModelLoadError
 from engines.generation.base import GenerationEngine, SequenceState
@@ -219,6 +226,7 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
             return tokenizer, model
         converted = self._converted_dir(gguf)
         if (converted / "config.json").is_file():
+            mark_used(converted)
             self.loaded_from = str(converted)
             tokenizer = AutoTokenizer.from_pretrained(converted, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, local_files_only=True)
@@ -228,17 +236,21 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
         self.loaded_from = str(gguf)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
-        self._save_converted(tokenizer, model, converted)
+        if self._save_converted(tokenizer, model, converted):
+            remove_superseded(converted, f"{source_identity(gguf)}|transformers")
         return tokenizer, model.to(dtype)
 
     @staticmethod
-    def _save_converted(tokenizer: Any, model: Any, target: Path) -> None:
-        """Save a dequantized GGUF model as safetensors, atomically (temp folder, then rename)."""
+    def _save_converted(tokenizer: Any, model: Any, target: Path) -> bool:
+        """Save a dequantized GGUF model as safetensors, atomically (temp folder, then rename).
+
+        Returns True when the copy was saved (False: packed weights, a lost race, a read-only cache).
+        """
         quantizer = getattr(model, "hf_quantizer", None)
         if quantizer is not None:
             if getattr(quantizer, "packed_modules", None):
                 log.info("GGUF weights stay packed; not caching a converted copy")
-                return
+                return False
             quantizer.remove_quantization_config(model)  # dense weights: save as a plain model
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -246,8 +258,10 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             os.replace(tmp, target)
+            return True
         except OSError as exc:  # another process won the race, or the cache is not writable
             log.warning("could not cache converted model in %s: %s", target, exc)
+            return False
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

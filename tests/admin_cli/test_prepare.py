@@ -21,6 +21,7 @@ from engines.errors import FailedPreconditionError
 from service.admin.main import run
 from tests.admin_cli.conftest import Result, write_catalog
 from tests.conftest import GGUF_SOURCE, MINILM_SOURCE
+from tests.converted_copies import converted_copies
 
 OPENVINO = "minilm-openvino"
 TORCH = "minilm-torch"
@@ -135,12 +136,12 @@ def test_without_its_record_an_export_is_found_by_loading(first_run, cache_home,
     folder = json.loads(record.read_text())["folder"]
     assert "-openvino-" in folder and (converted / folder / "model.xml").is_file()
     record.unlink()  # as when the server's first load, not prepare, made the export
-    exports = {p.name: p.stat().st_mtime_ns for p in converted.iterdir() if p.is_dir()}
+    exports = converted_copies(converted)
     result = prepare("--catalog", str(catalog_file))
     assert result.code == 0, result.err
     assert re.search(rf"^{OPENVINO}: openvino export cached \(\d+\.\d s\)$", result.out, re.MULTILINE)
     assert json.loads(record.read_text())["folder"] == folder  # written again, for the next run
-    assert {p.name: p.stat().st_mtime_ns for p in converted.iterdir() if p.is_dir()} == exports
+    assert converted_copies(converted) == exports  # found, not built again
 
 
 def test_a_catalog_without_converted_copies_has_nothing_to_prepare(tmp_path, env):

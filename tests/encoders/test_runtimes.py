@@ -21,6 +21,7 @@ from engines.errors import FailedPreconditionError
 from service.server import start_server
 from service.settings import Settings
 from tests.conftest import MINILM_SOURCE, error_info
+from tests.converted_copies import converted_copies
 from tests.encoders.conftest import CROSS_ENCODER, EMBED, TEXT_CLASSIFIER
 from tests.encoders.test_rerank import DOCUMENTS, QUERY
 from tests.encoders.training import CLASSIFIER_EXAMPLES
@@ -142,13 +143,16 @@ async def test_second_load_reuses_the_cached_export(runtime_stubs, cache_dir):
     models, inference = runtime_stubs
     model = name("embed", "onnx")
     await inference.Embed(e.EmbedRequest(model=model, inputs=["warm"]))
-    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache_dir.iterdir() if p.is_dir()}
+    before = converted_copies(cache_dir)
     assert any("-last_hidden_state-onnx-" in n for n in before)
+    used_before = {p.name: p.stat().st_mtime_ns for p in cache_dir.iterdir() if p.is_dir()}
     await models.UnloadModel(m.UnloadModelRequest(name=model))
     loaded = await models.LoadModel(m.LoadModelRequest(name=model))
     assert loaded.model.status == m.MODEL_STATUS_READY
-    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache_dir.iterdir() if p.is_dir()}
-    assert after == before  # nothing exported again, no folder replaced
+    assert converted_copies(cache_dir) == before  # nothing exported again, no folder or file replaced
+    used_after = {p.name: p.stat().st_mtime_ns for p in cache_dir.iterdir() if p.is_dir()}
+    # The load marked its copy used (the folder's mtime), so no build removes it as superseded.
+    assert any(used_after[n] > used_before[n] for n in before)
     assert len((await inference.Embed(e.EmbedRequest(model=model, inputs=["again"]))).embeddings) == 1
 
 
