@@ -7,7 +7,9 @@ encoder histograms below; vLLM's ``vllm:request_success_total{finished_reason}``
 ``ur_generation_sequences_finished_total{reason}``, and its per-step batch figures
 ``ur_generation_batch_size``. Metrics
 read from state at scrape time (queue depth, sequences running, KV cells) are not recorded here:
-``service.metrics`` collects them from the loaded engines when Prometheus scrapes.
+``service.metrics`` collects them from the loaded engines when Prometheus scrapes, and
+:class:`QueueDepthCollector` the fair queues' depths per key and class (``ur_queue_depth``;
+their waits are ``ur_queue_wait_seconds``, issue 35).
 
 Recording can be switched off for the whole process (:func:`set_enabled`), which is how the
 bench measures what metrics cost.
@@ -15,8 +17,15 @@ bench measures what metrics cost.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import weakref
+from collections.abc import Iterator
+from typing import Protocol
 
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from engines.fair_share import Priority
 from engines.types import FinishReason
 
 _enabled = True
@@ -78,6 +87,16 @@ SPECULATIVE_ACCEPTED_TOKENS = Counter(
     "Of ur_speculative_draft_tokens_total, the tokens the target model accepted.",
     ["model"],
 )
+QUEUE_WAIT = Histogram(
+    "ur_queue_wait_seconds",
+    "Time work waited in a model's or lane's fair queue before it was served (an encoder input's "
+    "batch, a generation request's slot, a lane job's turn), by API key name and priority class.",
+    ["model", "key", "priority"],
+    buckets=LATENCY_BUCKETS,
+)
+
+# Whether the fair queues' series name API keys (the setting metrics_key_names; off: key="").
+_key_names = False
 
 
 def set_enabled(enabled: bool) -> None:
@@ -138,3 +157,66 @@ def observe_speculation(model: str, drafted: int, accepted: int) -> None:
         return
     SPECULATIVE_DRAFT_TOKENS.labels(model).inc(drafted)
     SPECULATIVE_ACCEPTED_TOKENS.labels(model).inc(accepted)
+
+
+def name_keys(on: bool) -> None:
+    """Label the fair queues' series with API key names (the setting ``metrics_key_names``).
+
+    Off (the default), their ``key`` label is empty: no series names a key unless the operator
+    asked, as for ``ur_requests_by_api_key_total``. Key names come from the keys file, never from
+    the client, so the label's values are bounded by the configured keys.
+    """
+    global _key_names
+    _key_names = on
+
+
+class QueueDepths(Protocol):
+    """A queue whose depths per key and class are read at scrapes (:class:`engines.fair_queue.FairQueue`)."""
+
+    name: str
+
+    def depths(self) -> list[tuple[str, Priority, int]]:
+        """``(key, priority, items queued)`` for each key and class with items queued."""
+
+
+_queues: weakref.WeakSet[QueueDepths] = weakref.WeakSet()
+
+
+def track_queue_depth(queue: QueueDepths) -> None:
+    """Report ``queue``'s depths in ``ur_queue_depth`` while it lives (read at each scrape)."""
+    _queues.add(queue)
+
+
+class QueueDepthCollector(Collector):
+    """``ur_queue_depth{model,key,priority}``: items queued in the live fair queues, read at scrape time.
+
+    Nothing is recorded on the request path; a scrape sums each queue's per-key counts (the key
+    label empty unless :func:`name_keys` is on, so those sum over keys).
+    """
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the gauge (called by prometheus_client on each scrape, from its thread)."""
+        family = GaugeMetricFamily(
+            "ur_queue_depth",
+            "Work queued for a model or lane, by API key name and priority class: encoder inputs, "
+            "generation requests waiting for a slot, lane jobs waiting for their turn (the key "
+            "label is empty unless metrics_key_names is on).",
+            labels=["model", "key", "priority"],
+        )
+        totals: dict[tuple[str, str, str], int] = {}
+        for queue in list(_queues):  # bounded by the live queues (models and lanes loaded)
+            for key, priority, count in queue.depths():
+                labels = (queue.name, key if _key_names else "", priority.name.lower())
+                totals[labels] = totals.get(labels, 0) + count
+        for labels, count in totals.items():
+            family.add_metric(list(labels), count)
+        yield family
+
+
+REGISTRY.register(QueueDepthCollector())
+
+
+def observe_fair_queue_wait(model: str, key: str, priority: Priority, seconds: float) -> None:
+    """Record that an item of ``key`` and ``priority`` waited ``seconds`` in ``model``'s fair queue."""
+    if _enabled:
+        QUEUE_WAIT.labels(model, key if _key_names else "", priority.name.lower()).observe(seconds)

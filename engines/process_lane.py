@@ -26,12 +26,13 @@ import os
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, ParamSpec, TypeVar
 
 from engines.errors import RuntimeServiceError
+from engines.fair_queue import FairQueue
+from engines.fair_share import Share, current_share
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -68,67 +69,68 @@ caller_var: contextvars.ContextVar[str] = contextvars.ContextVar("lane_caller", 
 
 
 class FairTurns:
-    """Whose job runs next on a lane: the waiting caller that has used the lane least.
+    """Whose job runs next on a lane: a :class:`~engines.fair_queue.FairQueue` of the waiting callers' turns.
 
-    Least attained service over the callers with jobs waiting or running (a caller's count starts
-    at 0 when it has none), so one caller's slow jobs (six PDF pages at their time limit) do not
-    queue another caller's behind all of them: the other waits for the job running when it came,
-    then goes first. Ties go to the caller that came first. The next job is picked a loop turn
+    Priority classes first (every interactive job before any batch one, by the caller's
+    :class:`~engines.fair_share.Share`), then start-time fair queuing between callers where a job
+    costs the seconds it held the lane divided by its key's weight, charged when it ends. A caller
+    with nothing waiting or running starts level with the least-served one, so one caller's slow
+    jobs (six PDF pages at their time limit) do not queue another caller's behind all of them: the
+    other waits for the job running when it came, then goes first. Ties go to the caller that
+    came first; one caller's jobs run in the order they came. The next job is picked a loop turn
     after a job ends, so that the caller whose job ended can queue its next one (a document's
-    next page) and be counted. Use from one event loop.
+    next page) and be counted. A caller's state lives while it has a job waiting or running. Use
+    from one event loop.
+
+    Args:
+        name: the lane's name (the ``model`` label of the queue's metrics).
+
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "") -> None:
         self._busy = False
-        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
-        self._used_s: dict[str, float] = {}
-        self._jobs: dict[str, int] = {}
+        self._queue: FairQueue[asyncio.Future[None]] = FairQueue(name)
 
-    async def acquire(self, caller: str) -> None:
-        """Wait for ``caller``'s turn (cancellable: a cancelled wait gives its turn on)."""
-        self._jobs[caller] = self._jobs.get(caller, 0) + 1
-        self._used_s.setdefault(caller, 0.0)
-        if not self._busy and not self._waiting:
-            self._busy = True
-            return
+    async def acquire(self, caller: str, share: Share | None = None) -> None:
+        """Wait for ``caller``'s turn (cancellable: a cancelled wait gives its turn on).
+
+        Args:
+            caller: who the job is for (:data:`caller_var`): the fair-share identity.
+            share: its key's class and weight (the current call's when None).
+
+        """
+        share = share or current_share()
         turn = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(caller, deque()).append(turn)
+        self._queue.push(turn, share, cost=0.0, flow=caller)  # its cost is charged at release
+        if not self._busy:  # nothing runs, so nothing waits: this turn is the only one queued
+            self._busy = True
+            self._queue.pop(hold=True)
+            return
         try:
             await turn
         except BaseException:
             if turn.done() and not turn.cancelled():
-                self.release(caller, 0.0)  # the turn came as the caller left: pass it on
+                self.release(caller, 0.0, share)  # the turn came as the caller left: pass it on
             else:
-                queue = self._waiting.get(caller)
-                if queue is not None and turn in queue:
-                    queue.remove(turn)
-                    if not queue:
-                        del self._waiting[caller]
-                self._forget(caller)
+                self._queue.discard(turn)
             raise
 
-    def release(self, caller: str, used_s: float) -> None:
-        """End ``caller``'s job, which held the lane for ``used_s`` seconds; the next is picked soon."""
-        if caller in self._used_s:
-            self._used_s[caller] += used_s
-        self._forget(caller)
+    def release(self, caller: str, used_s: float, share: Share | None = None) -> None:
+        """End ``caller``'s job, which held the lane for ``used_s`` seconds; the next is picked soon.
+
+        ``share`` is the one the job's turn was acquired with (the current call's when None).
+        """
+        self._queue.charge(share or current_share(), used_s, flow=caller)
         asyncio.get_running_loop().call_soon(self._grant)
 
-    def _forget(self, caller: str) -> None:
-        self._jobs[caller] -= 1
-        if not self._jobs[caller]:
-            del self._jobs[caller], self._used_s[caller]
-
     def _grant(self) -> None:
-        while self._waiting:
-            caller = min(self._waiting, key=self._used_s.__getitem__)  # dicts keep arrival order
-            queue = self._waiting[caller]
-            turn = queue.popleft()
-            if not queue:
-                del self._waiting[caller]
-            if not turn.done():
-                turn.set_result(None)
-                return
+        while (turn := self._queue.peek()) is not None:  # bounded by the turns queued
+            if turn.done():  # its caller was cancelled and has not removed it yet
+                self._queue.discard(turn)
+                continue
+            self._queue.pop(hold=True)
+            turn.set_result(None)
+            return
         self._busy = False
 
 
@@ -156,8 +158,9 @@ def _serve(conn: Connection, niceness: int) -> None:
 class ProcessLane:
     """One child process that runs jobs one at a time, killed when a job overruns or is cancelled.
 
-    Use from one event loop; callers (:data:`caller_var`) take turns (:class:`FairTurns`), one
-    caller's jobs in the order they were awaited.
+    Use from one event loop; callers (:data:`caller_var`) take turns (:class:`FairTurns`: by
+    their shares' priority class, then fair share by lane time), one caller's jobs in the order
+    they were awaited.
 
     Args:
         name: the child's process name (``ps``, logs).
@@ -173,7 +176,7 @@ class ProcessLane:
         preload_modules(*preload)
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
-        self._turns = FairTurns()
+        self._turns = FairTurns(name)
         self._start_lock = threading.Lock()
 
     @property
@@ -198,8 +201,8 @@ class ProcessLane:
             ChildProcessError: the child died by itself (killed by the OS, a crash in C code).
 
         """
-        caller = caller_var.get()
-        await self._turns.acquire(caller)
+        caller, share = caller_var.get(), current_share()
+        await self._turns.acquire(caller, share)
         started = time.monotonic()
         try:
             # In a thread: the first start waits for the forkserver to import the lanes' modules
@@ -218,7 +221,7 @@ class ProcessLane:
                 self.stop()
                 raise
         finally:
-            self._turns.release(caller, time.monotonic() - started)
+            self._turns.release(caller, time.monotonic() - started, share)
         if answer[0] == "error":
             _, cls, message, reason, metadata = answer
             raise cls(message, reason=reason, **metadata)

@@ -29,11 +29,20 @@ single-sentence gRPC clients on 2 cores: the lane sat idle 10% of the time betwe
 the collector ran one batch at a time. A job is queued only for items that arrived after the last
 one was (or that will not fit its batch), so a lone request costs one job, not two.
 
+Priorities and fair share (issue 35): the queue is a :class:`~engines.fair_queue.FairQueue`. Every
+input carries its call's share (:func:`~engines.fair_share.current_share`, read in the caller's
+context when it is queued) and costs its tokens. A batch holds inputs of one priority class: the
+first class with inputs queued (all interactive inputs go before any batch-class input; a batch
+already on the lane is never interrupted). Within the class the order is start-time fair queuing
+between API keys, by tokens and the keys' weights, first in first out within a key: one key's
+flood of 64 callers delays another key's input by about one batch, not by the whole flood.
+
 Length-aware batching: a batch is padded to its longest input, so inputs of very different
-lengths are not run together. The oldest queued input heads every batch (so an input only ever
-waits behind older ones: a stream of short inputs cannot hold a long one back; once its wait
-window is over it runs in the next batch the lane takes); the batch then takes the queued inputs
-nearest to it in length (the older first among equals) while every input keeps at least
+lengths are not run together. The input first in the fair order heads every batch (with one key,
+the oldest: an input only ever waits behind older inputs of its key and about one turn of each
+other key, so a stream of short inputs cannot hold a long one back; once its wait window is over
+it runs in the next batch the lane takes); the batch then takes the queued inputs of its class
+nearest to it in length (the earlier in the fair order first among equals) while every input keeps at least
 :data:`LENGTH_RATIO` of the batch's longest input's tokens, so at most half of a batch is
 padding. Inputs of other lengths wait for the next job (queued behind the running one at once,
 so the lane does not idle for them). Measured with ``python -m bench.embeddings --mixed-lengths``
@@ -58,7 +67,6 @@ import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -68,6 +76,8 @@ from engines import tracing
 from engines.batching.options import BatchingConfig
 from engines.errors import ResourceExhaustedError, UnavailableError, queue_wait_exceeded
 from engines.executor import DeviceExecutor
+from engines.fair_queue import FairQueue
+from engines.fair_share import current_share
 from engines.metrics import observe_encoder_batch
 
 log = logging.getLogger(__name__)
@@ -156,7 +166,7 @@ class DynamicBatcher(Generic[I, O]):
         self._executor = executor
         self.config = config or BatchingConfig()
         self.name = name
-        self._queue: deque[_Entry[I]] = deque()
+        self._queue: FairQueue[_Entry[I]] = FairQueue(name)
         # Places held by requests still preparing their items; they count against max_queue.
         self._reserved = 0
         # Requests holding such places, and the batch on the lane now (read by request_counts).
@@ -192,7 +202,7 @@ class DynamicBatcher(Generic[I, O]):
         """
         with self._lock:
             running = {entry.request for entry in self._computing}
-            queued = {entry.request for entry in self._queue if not entry.future.done()}
+            queued = {entry.request for entry in self._queue.ordered() if not entry.future.done()}
         return len(running), len(queued - running) + self._preparing
 
     def reserve(self, count: int) -> QueuePlaces:
@@ -271,6 +281,7 @@ class DynamicBatcher(Generic[I, O]):
         else:
             places.release()  # from here on its items are counted in the queue itself
         loop = asyncio.get_running_loop()
+        share = current_share()
         now, now_ns = time.monotonic(), time.time_ns()
         futures = [loop.create_future() for _ in items]
         self._submits += 1
@@ -279,7 +290,8 @@ class DynamicBatcher(Generic[I, O]):
             for item, cost, future in zip(items, costs, futures, strict=True)
         ]
         with self._lock:
-            self._queue.extend(entries)
+            for entry in entries:  # bounded by max_queue (or one request's inputs when larger)
+                self._queue.push(entry, share, cost=entry.cost, now=now)
         self._arrivals += len(entries)
         assert self._wakeup is not None
         self._wakeup.set()
@@ -322,7 +334,11 @@ class DynamicBatcher(Generic[I, O]):
                 wakeup.clear()
                 await wakeup.wait()
                 continue
-            deadline = self._queue[0].enqueued_at + self.config.max_wait_ms / 1000
+            with self._lock:
+                oldest = self._queue.oldest_enqueued_at()
+            if oldest is None:  # cancelled meanwhile
+                continue
+            deadline = oldest + self.config.max_wait_ms / 1000
             while not self._full() and (remaining := deadline - time.monotonic()) > 0:
                 wakeup.clear()
                 with contextlib.suppress(TimeoutError):
@@ -354,18 +370,16 @@ class DynamicBatcher(Generic[I, O]):
         with self._lock:
             now = time.monotonic()
             expired = self._pop_expired(now)
-            self._queue = deque(entry for entry in self._queue if not entry.future.done())
+            self._queue.remove_where(lambda entry: entry.future.done())
         self._expire(expired, now)
 
     def _pop_expired(self, now: float) -> list[_Entry[I]]:
         """Pop the items that waited past ``max_queue_wait_s`` by ``now`` (lock held).
 
-        The queue is oldest first, so they are at its head.
+        Each key's inputs are oldest first, so they are at the heads of the keys' queues.
         """
-        limit, expired = self.config.max_queue_wait_s, []
-        while limit and self._queue and now - self._queue[0].enqueued_at > limit:
-            expired.append(self._queue.popleft())
-        return expired
+        limit = self.config.max_queue_wait_s
+        return self._queue.expire(now, limit) if limit else []
 
     def _fits(self, count: int, longest: int) -> bool:
         return count <= self.config.max_batch_size and count * longest <= self.config.max_batch_tokens
@@ -373,17 +387,21 @@ class DynamicBatcher(Generic[I, O]):
     def _plan(self) -> tuple[list[_Entry[I]], bool, int]:
         """The next batch, whether it is full, and the live entries left out of it (lock held).
 
-        The batch is the oldest live entry and the live entries nearest to it in length (the
-        older first among equals) that keep the batch within :data:`LENGTH_RATIO` and the limits.
-        Full: no more entries fit by ``max_batch_size`` or ``max_batch_tokens`` (entries of other
-        lengths wait for their own batch, and do not make this one full). Work: a sort of the
-        live entries, at most ``max_queue`` (or one request's inputs when larger).
+        The batch is the live entry first in the fair queue's order and the live entries of its
+        priority class nearest to it in length (the earlier in that order first among equals)
+        that keep the batch within :data:`LENGTH_RATIO` and the limits. Full: no more entries fit
+        by ``max_batch_size`` or ``max_batch_tokens`` (entries of other lengths or of the other
+        class wait for their own batch, and do not make this one full). Work: a merge and a sort
+        of the live entries, at most ``max_queue`` (or one request's inputs when larger).
         """
-        live = [entry for entry in self._queue if not entry.future.done()]
-        if not live:
+        classes = [[e for e in group if not e.future.done()] for group in self._queue.ordered_by_class()]
+        classes = [group for group in classes if group]
+        if not classes:
             return [], False, 0
-        head, *others = live
-        others.sort(key=lambda entry: (abs(math.log(entry.cost / head.cost)), entry.enqueued_at))
+        live = sum(len(group) for group in classes)
+        head, *others = classes[0]
+        turn = {id(entry): at for at, entry in enumerate(others)}
+        others.sort(key=lambda entry: (abs(math.log(entry.cost / head.cost)), turn[id(entry)]))
         batch, longest, shortest, full = [head], head.cost, head.cost, False
         for entry in others:  # bounded by the queue
             if len(batch) >= self.config.max_batch_size:
@@ -400,7 +418,7 @@ class DynamicBatcher(Generic[I, O]):
             batch.append(entry)
             longest, shortest = longest_with, shortest_with
         full = full or len(batch) >= self.config.max_batch_size
-        return batch, full, len(live) - len(batch)
+        return batch, full, live - len(batch)
 
     def _full(self) -> bool:
         with self._lock:
@@ -416,10 +434,8 @@ class DynamicBatcher(Generic[I, O]):
             now = time.monotonic()
             expired = self._pop_expired(now)
             batch, _, _ = self._plan()
-            chosen = {id(entry) for entry in batch}
-            self._queue = deque(
-                entry for entry in self._queue if id(entry) not in chosen and not entry.future.done()
-            )
+            self._queue.take(batch)  # served: the fair queue's virtual time moves on
+            self._queue.remove_where(lambda entry: entry.future.done())
             self._computing = batch  # its requests count as running from here (request_counts)
         if expired and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
@@ -473,7 +489,7 @@ class DynamicBatcher(Generic[I, O]):
                 # The lane refused the job before it took anything (executor shut down): fail what
                 # waits rather than queue a new job for it at once, and again.
                 with self._lock:
-                    batch, self._queue = list(self._queue), deque()
+                    batch = self._queue.clear()
             else:
                 log.warning("batch of %d failed on model %s: %r", len(batch), self.name, exc)
             self._fail(batch, exc)
@@ -520,6 +536,5 @@ class DynamicBatcher(Generic[I, O]):
             job.cancel()
         error = UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING")
         with self._lock:
-            waiting = list(self._queue)
-            self._queue.clear()
+            waiting = self._queue.clear()
         self._fail(waiting, error)

@@ -16,14 +16,21 @@ max_waiting`` are admitted and the rest are refused at once, with no work done f
 With a shared KV pool (``kv_pool_cells``, the llama.cpp engine's ``kv_pool_tokens``) a waiting
 sequence also needs room: it joins the running batch only when the KV cells it can ever hold
 (:attr:`GenerationSequence.kv_cells_needed`) fit beside what the running ones reserved. The
-queue stays first in, first out: a sequence that does not fit yet holds back the ones behind
-it, so a long request is not starved by a stream of short ones.
+sequence next in the queue's order that does not fit yet holds back the ones behind it, so a
+long request is not starved by a stream of short ones.
+
+The waiting queue is a :class:`~engines.fair_queue.FairQueue` (issue 35): waiting requests join
+the batch in priority-class order (every interactive request before any batch one), then by
+start-time fair queuing between API keys (one admission each, weighted by the key's share),
+first in first out within a key. So one key's hundred queued requests delay another key's single
+request by about one admission, not a hundred. Running sequences are never preempted: only the
+order in which waiting ones take free slots changes. The share is read when the request arrives
+(:func:`~engines.fair_share.current_share`, in the caller's context).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -33,6 +40,8 @@ from typing import Protocol
 from engines import metrics, tracing
 from engines.errors import ResourceExhaustedError, kv_pool_exhausted, queue_wait_exceeded
 from engines.executor import DeviceExecutor
+from engines.fair_queue import FairQueue
+from engines.fair_share import current_share
 from engines.generation.sequence import GenerationSequence
 from engines.types import FinishReason, GenerationDelta, GenerationRequest, TokenLogprobs
 
@@ -124,7 +133,7 @@ class ContinuousBatchScheduler:
         self._max_sequences = max_sequences
         self._max_waiting = max_waiting
         self._max_queue_wait_s = max_queue_wait_s
-        self._waiting: collections.deque[_Entry] = collections.deque()
+        self._waiting: FairQueue[_Entry] = FairQueue(model.model_name)
         self._active: list[_Entry] = []
         # Requests holding a place (preparing, waiting or running), counted before any await.
         self._admitted = 0
@@ -180,12 +189,13 @@ class ContinuousBatchScheduler:
             )
         # Taken before the first await: no other request can pass the check meanwhile.
         self._admitted += 1
+        share = current_share()
         admitted_ns, admitted_at = time.time_ns(), time.monotonic()
         first_ns = 0
         try:
             sequence = await self._model.executor.run(self._model.prepare, request)
             entry = _Entry(sequence, postprocess=postprocess, admitted_at=admitted_at)
-            self._waiting.append(entry)
+            self._waiting.push(entry, share, cost=1.0, now=admitted_at)  # one admission each
             self._ensure_loop()
             try:
                 while True:
@@ -202,8 +212,7 @@ class ContinuousBatchScheduler:
                 if sequence.finish_reason is None:
                     # The caller went away: the loop drops the sequence before its next step.
                     sequence.cancel()
-                    if entry in self._waiting:
-                        self._waiting.remove(entry)
+                    if self._waiting.discard(entry):
                         self._record([sequence])
         finally:
             self._admitted -= 1
@@ -273,8 +282,11 @@ class ContinuousBatchScheduler:
         if self._max_queue_wait_s:
             self._expire_waiting()
         self._refuse_over_pool()
-        while self._waiting and len(self._active) < self._max_sequences and self._fits(self._waiting[0]):
-            entry = self._waiting.popleft()
+        # Bounded by max_sequences: each pass fills a free slot (the fair queue's order).
+        while (head := self._waiting.peek()) is not None and len(self._active) < self._max_sequences:
+            if not self._fits(head):
+                break  # it holds back the ones behind it until its cells fit
+            entry = self._waiting.pop()
             entry.scheduled_ns = time.time_ns()
             self._active.append(entry)
         leaving = [e for e in self._active if e.sequence.finish_reason is not None]
@@ -336,8 +348,7 @@ class ContinuousBatchScheduler:
         They hold no slot yet, so nothing needs releasing; their callers get the error at once.
         """
         now = time.monotonic()
-        while self._waiting and now - self._waiting[0].admitted_at > self._max_queue_wait_s:
-            entry = self._waiting.popleft()
+        for entry in self._waiting.expire(now, self._max_queue_wait_s):  # bounded by the queue
             entry.sequence.cancel()
             self._record([entry.sequence])
             waited = now - entry.admitted_at
@@ -353,8 +364,7 @@ class ContinuousBatchScheduler:
         pool = self.kv_pool_cells
         if pool is None:
             return
-        for entry in [e for e in self._waiting if e.sequence.kv_cells_needed > pool]:
-            self._waiting.remove(entry)
+        for entry in self._waiting.remove_where(lambda e: e.sequence.kv_cells_needed > pool):
             sequence = entry.sequence
             sequence.cancel()
             self._record([sequence])
@@ -376,9 +386,8 @@ class ContinuousBatchScheduler:
             len(self._active) + len(self._waiting),
             exc_info=exc,
         )
-        entries = [*self._active, *self._waiting]
+        entries = [*self._active, *self._waiting.clear()]
         self._active.clear()
-        self._waiting.clear()
         sequences = [e.sequence for e in entries]
         for entry in entries:
             entry.sequence.cancel()
