@@ -53,15 +53,46 @@ async def get_call_metadata(request: Request) -> CallMetadata:
 
     Always ``x-request-id``; plus ``authorization: Bearer <token>`` when the app has API keys and
     the client presented one of them: the client's own token, so the server can name its key, in
-    canonical form (``Bearer`` and one space) even if the client wrote ``bearer`` or extra spaces.
+    canonical form (``Bearer`` and one space) even if the client wrote ``bearer`` or extra spaces;
+    plus ``x-ur-priority`` when the client sent ``X-UR-Priority`` (:func:`_priority`).
+
+    Raises:
+        GatewayError: 400 ``invalid_priority`` for an ``X-UR-Priority`` other than ``batch`` or
+            ``interactive``.
+
     """
     request_id = (REQUEST_ID_HEADER, get_request_id(request))
+    priority = _priority(request)
     if not get_config(request).api_keys:  # the common case: nothing to check or forward
-        return (request_id,)
+        return (request_id, *priority)
     matched = _matched_key(request)
     if matched is None:
-        return (request_id,)
-    return (request_id, ("authorization", f"Bearer {matched[1]}"))
+        return (request_id, *priority)
+    return (request_id, ("authorization", f"Bearer {matched[1]}"), *priority)
+
+
+PRIORITY_HEADER = "x-ur-priority"
+"""The header (and gRPC metadata) with which a call lowers its class to ``batch`` (never raises it)."""
+
+
+def _priority(request: Request) -> CallMetadata:
+    """The ``x-ur-priority`` metadata for the request's ``X-UR-Priority`` header; ``()`` without one.
+
+    Checked here, not only by the server: a header value that is not ASCII cannot travel as gRPC
+    metadata.
+    """
+    value = request.headers.get(PRIORITY_HEADER)
+    if value is None:
+        return ()
+    normalized = value.strip().lower()
+    if normalized not in ("batch", "interactive"):
+        raise GatewayError(
+            400,
+            "Header X-UR-Priority must be 'batch' (run this call at batch priority) or 'interactive'",
+            code="invalid_priority",
+            param="X-UR-Priority",
+        )
+    return ((PRIORITY_HEADER, normalized),)
 
 
 API_KEY_HEADER = "x-api-key"

@@ -12,6 +12,7 @@ ErrorInfo metadata entry ``field`` when the server named the offending field.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from http import HTTPStatus
 from typing import Any
@@ -46,6 +47,10 @@ request over a size limit (FILE_TOO_LARGE, MESSAGE_TOO_LARGE…) that retrying c
 RETRY_LATER_REASONS = frozenset({OVERLOADED_REASON, "QUEUE_WAIT_EXCEEDED"})
 """RESOURCE_EXHAUSTED reasons that mean "busy now": a full queue, or a wait past the queue's
 limit. They get ``Retry-After``; size and memory limits do not."""
+
+QUOTA_EXCEEDED_REASON = "QUOTA_EXCEEDED"
+"""ErrorInfo reason of a call over its API key's quota (:mod:`service.quotas`): HTTP 429 with
+``Retry-After`` from the status's ``google.rpc.RetryInfo`` and OpenAI's ``x-ratelimit-*`` headers."""
 
 _HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -156,6 +161,16 @@ def error_info_from_rpc_error(err: grpc.RpcError) -> error_details_pb2.ErrorInfo
     cannot read) and for sync call errors. A malformed status payload counts as no detail: the
     status code alone still yields a correct HTTP answer.
     """
+    return _status_detail(err, error_details_pb2.ErrorInfo)
+
+
+def retry_info_from_rpc_error(err: grpc.RpcError) -> error_details_pb2.RetryInfo | None:
+    """The ``google.rpc.RetryInfo`` detail of a failed call (its ``retry_delay``), or ``None``."""
+    return _status_detail(err, error_details_pb2.RetryInfo)
+
+
+def _status_detail(err: grpc.RpcError, message_type: type[Any]) -> Any:
+    """The first detail of type ``message_type`` in the call's ``google.rpc.Status``, or ``None``."""
     trailing = err.trailing_metadata() if callable(getattr(err, "trailing_metadata", None)) else None
     for key, value in trailing or ():
         if key != STATUS_DETAILS_KEY or not isinstance(value, bytes):
@@ -165,11 +180,11 @@ def error_info_from_rpc_error(err: grpc.RpcError) -> error_details_pb2.ErrorInfo
         except Exception:  # a broken peer must not turn a clean error into a 500
             logger.warning("unparseable %s trailer ignored", STATUS_DETAILS_KEY)
             return None
-        for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                return info
+        for detail in status.details:  # a few details at most
+            if detail.Is(message_type.DESCRIPTOR):
+                found = message_type()
+                detail.Unpack(found)
+                return found
     return None
 
 
@@ -240,16 +255,66 @@ def _responses_param(param: str | None) -> str | None:
 def retry_after_headers(err: grpc.RpcError) -> dict[str, str]:
     """HTTP headers telling the client when to retry a failed call: ``{"Retry-After": "1"}``.
 
-    Only for RESOURCE_EXHAUSTED with a reason of :data:`RETRY_LATER_REASONS` (a full queue, a wait
-    past the queue's limit); every other error
-    (size limits, not enough memory to load a model, ...) gets ``{}``.
+    For RESOURCE_EXHAUSTED with a reason of :data:`RETRY_LATER_REASONS` (a full queue, a wait
+    past the queue's limit), and for :data:`QUOTA_EXCEEDED_REASON` (:func:`quota_headers`);
+    every other error (size limits, not enough memory to load a model, ...) gets ``{}``.
     """
     if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
         return {}
     info = error_info_from_rpc_error(err)
+    if info is not None and info.reason == QUOTA_EXCEEDED_REASON:
+        return quota_headers(info, retry_info_from_rpc_error(err))
     if info is None or info.reason not in RETRY_LATER_REASONS:
         return {}
     return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+
+def quota_headers(
+    info: error_details_pb2.ErrorInfo, retry: error_details_pb2.RetryInfo | None
+) -> dict[str, str]:
+    """The headers of a 429 for a call over its key's quota, as OpenAI sends them.
+
+    ``Retry-After`` (whole seconds, rounded up; RFC 9110 section 10.2.3) and ``retry-after-ms``
+    (read by OpenAI's SDKs) from the RetryInfo's ``retry_delay``, when the server gave one (not
+    for a request over the whole allowance, nor for a stream limit: waiting a known time cannot
+    help there). ``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests`` and
+    ``x-ratelimit-reset-requests`` when the key has a request rate (the limit is the bucket's
+    size, the reset the time until it is full again, in OpenAI's form ``1s``, ``6m0s``,
+    ``250ms``), and the ``-tokens`` variants when it has ``tokens_per_minute``; all from the
+    ErrorInfo metadata that :mod:`service.quotas` fills in.
+    """
+    headers: dict[str, str] = {}
+    if retry is not None and retry.HasField("retry_delay"):
+        delay = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9
+        headers["Retry-After"] = str(math.ceil(delay))
+        headers["retry-after-ms"] = str(math.ceil(delay * 1000))
+    metadata = info.metadata
+    for name in ("requests", "tokens"):
+        limit, remaining = metadata.get(f"limit_{name}"), metadata.get(f"remaining_{name}")
+        reset = metadata.get(f"reset_{name}_s")
+        if limit is None or remaining is None or reset is None:
+            continue
+        headers[f"x-ratelimit-limit-{name}"] = limit
+        headers[f"x-ratelimit-remaining-{name}"] = remaining
+        try:
+            headers[f"x-ratelimit-reset-{name}"] = openai_duration(float(reset))
+        except ValueError:  # a peer's malformed figure: the other headers still hold
+            continue
+    return headers
+
+
+def openai_duration(seconds: float) -> str:
+    """A duration as OpenAI's ``x-ratelimit-reset-*`` headers write it: ``250ms``, ``1.5s``, ``6m0s``.
+
+    Under a second, whole milliseconds rounded up; else minutes and seconds (to the millisecond).
+    """
+    if not math.isfinite(seconds) or seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    minutes, rest = divmod(round(seconds, 3), 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".")
+    return f"{int(minutes)}m{text}s" if minutes else f"{text}s"
 
 
 def context_length_message(info: error_details_pb2.ErrorInfo | None, route: str | None) -> str | None:

@@ -1,9 +1,9 @@
 """Server interceptors (grpc-interceptor): request context and logging, auth, and error mapping.
 
 Order (outermost first): :class:`RequestContextInterceptor` →
-:class:`service.concurrency.ConcurrencyLimitInterceptor` → :class:`AuthInterceptor` →
-:class:`ErrorMappingInterceptor` → :class:`RequestParsingInterceptor` → servicer. Streaming handlers
-are iterated, never awaited.
+:class:`service.concurrency.ConcurrencyLimitInterceptor` → :class:`AuthInterceptor` (or, without
+keys, :class:`PriorityInterceptor`) → :class:`QuotaInterceptor` → :class:`ErrorMappingInterceptor`
+→ :class:`RequestParsingInterceptor` → servicer. Streaming handlers are iterated, never awaited.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from typing import Any
 import grpc
 from grpc_interceptor import AsyncServerInterceptor
 
-from engines.errors import InvalidArgumentError, ResourceExhaustedError, RuntimeServiceError
+from engines.errors import InvalidArgumentError, ResourceExhaustedError, RuntimeServiceError, clip_text
+from engines.fair_share import Priority, Share, share_var
 from service import metrics
+from service.quotas import QUOTA_EXCEEDED, Admission, QuotaRefusal, Quotas, encoder_inputs, usage_tokens
 from service.request_context import (
     REQUEST_ID_METADATA_KEY,
     api_key_name_var,
@@ -27,7 +29,7 @@ from service.request_context import (
     model_var,
     request_id_var,
 )
-from service.shared.api_keys import ApiKeys, load_api_keys
+from service.shared.api_keys import ApiKeys, KeyPolicy, load_api_keys
 from service.status import internal_status, is_error_set, rich_status, set_status, status_for_error
 
 log = logging.getLogger("universal_runtime.rpc")
@@ -141,9 +143,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     whose request is a stream before reading any message, so the refusal is a handler of that kind
     without a deserializer. For a unary request it reads nothing (a 15 MB request with a wrong key
     costs the server its metadata, not a parse of 15 MB); a client stream is received, unparsed
-    and bounded, before the refusal (see :func:`_refuse_unauthenticated_upload`). A call with a
+    and bounded, before the refusal (see :func:`_read_upload_then_refuse`). A call with a
     valid key gets the method's own handler, which sets the key's name in ``api_key_name_var`` for
-    the RPC's log line.
+    the RPC's log line, and the call's :class:`engines.fair_share.Share` in ``share_var`` for the
+    queues: the key's name, its policy's priority and weight, the priority lowered to ``batch``
+    when the call asks for it in ``x-ur-priority`` metadata (:func:`call_share`; a value other
+    than ``batch`` or ``interactive`` is refused INVALID_ARGUMENT).
 
     The scheme is matched in any case (``bearer``, ``BEARER``: RFC 7235 section 2.1), as the
     gateway does, and the token against every key in constant time (:meth:`ApiKeys.match`).
@@ -170,9 +175,73 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         matched = self._keys.match(authorization)
         handler = await continuation(handler_call_details)
         if matched is None:
-            streaming = handler is not None and handler.request_streaming
-            return _UNAUTHENTICATED_UPLOAD if streaming else _UNAUTHENTICATED
-        return None if handler is None else _naming_key(handler, matched[0])
+            return _refusal(_unauthenticated_status, handler)
+        if handler is None:
+            return None
+        name = matched[0]
+        share = call_share(name, self._keys.policy(name), metadata)
+        if isinstance(share, InvalidArgumentError):
+            return _refusal(lambda: status_for_error(share), handler)
+        return _naming_key(handler, name, share)
+
+
+PRIORITY_METADATA_KEY = "x-ur-priority"
+"""Call metadata (HTTP header ``X-UR-Priority`` at the gateway) that lowers a call to ``batch``."""
+
+_PRIORITY_BY_NAME = {"interactive": Priority.INTERACTIVE, "batch": Priority.BATCH}
+
+
+def call_share(key_name: str, policy: KeyPolicy, metadata: Any) -> Share | InvalidArgumentError:
+    """The :class:`Share` of a call of key ``key_name``: its policy's class and weight, maybe lowered.
+
+    ``x-ur-priority: batch`` lowers the call to the batch class; ``interactive`` asks for the
+    key's own class (a batch key stays batch: a call may lower its class, never raise it). The
+    value is matched in any case, spaces around it ignored.
+
+    Args:
+        key_name: The key's name ("" on a server without keys).
+        policy: The key's policy (:meth:`ApiKeys.policy`).
+        metadata: The call's invocation metadata, ``(key, value)`` pairs.
+
+    Returns:
+        The share, or the INVALID_ARGUMENT error (reason INVALID_PRIORITY, metadata ``field``
+        ``x-ur-priority``) of a value that is neither ``batch`` nor ``interactive``.
+
+    """
+    priority = _PRIORITY_BY_NAME[policy.priority]
+    asked = _text_metadata(metadata or ()).get(PRIORITY_METADATA_KEY)
+    if asked is not None:
+        lowered = _PRIORITY_BY_NAME.get(asked.strip().lower())
+        if lowered is None:
+            return InvalidArgumentError(
+                f"metadata {PRIORITY_METADATA_KEY} (HTTP header X-UR-Priority) must be 'batch' or "
+                f"'interactive', got {clip_text(asked, 64)!r}",
+                reason="INVALID_PRIORITY",
+                field=PRIORITY_METADATA_KEY,
+            )
+        priority = max(priority, lowered)  # BATCH > INTERACTIVE: the lower class of the two
+    return Share(key_name, priority, policy.weight)
+
+
+class PriorityInterceptor(grpc.aio.ServerInterceptor):
+    """On a server without API keys: the call's :class:`Share` from ``x-ur-priority`` alone.
+
+    Every call shares one key (""), weight 1, class interactive unless it asks for ``batch``
+    (:func:`call_share`); a bad value is refused INVALID_ARGUMENT before the message is read.
+    """
+
+    async def intercept_service(
+        self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        """The method's handler, setting the call's share, or a refusal of a bad ``x-ur-priority``."""
+        handler = await continuation(handler_call_details)
+        metadata = handler_call_details.invocation_metadata or ()
+        if handler is None or not any(key == PRIORITY_METADATA_KEY for key, _ in metadata):
+            return handler  # the default share (engines.fair_share.DEFAULT_SHARE) is the answer
+        share = call_share("", _DEFAULT_POLICY, metadata)
+        if isinstance(share, InvalidArgumentError):
+            return _refusal(lambda: status_for_error(share), handler)
+        return _naming_key(handler, "", share)
 
 
 #: Bounds of the upload a refused client stream is read for (never parsed): bytes, then seconds.
@@ -180,14 +249,33 @@ REFUSED_UPLOAD_MAX_BYTES = 64 * 1024 * 1024
 REFUSED_UPLOAD_MAX_S = 2.0
 
 
-async def _refuse_unauthenticated(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-    """End the call UNAUTHENTICATED without reading ``request_iterator`` (no message is received)."""
-    status = rich_status(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED")
-    set_status(context, status)
+def _unauthenticated_status() -> grpc.Status:
+    return rich_status(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED")
 
 
-async def _refuse_unauthenticated_upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-    """End the call UNAUTHENTICATED once the client's stream is sent, its messages received but never parsed.
+def _refusal(
+    status: Callable[[], grpc.Status], handler: grpc.RpcMethodHandler | None
+) -> grpc.RpcMethodHandler:
+    """A handler that ends the call with ``status()`` (built in the call) without parsing a message.
+
+    A request-streaming ``handler`` is refused once its upload is received (see
+    :func:`_read_upload_then_refuse`); any other without reading a message.
+    """
+    upload = handler is not None and handler.request_streaming
+
+    async def refuse(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        if upload:
+            await _read_upload_then_refuse(request_iterator)
+        set_status(context, status())
+
+    # Request-streaming, without a deserializer: grpc.aio calls it before reading a message (for
+    # any method kind: the wire does not say whether a call streams, and a refused call's answer
+    # is its status), and nothing it reads is parsed.
+    return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+async def _read_upload_then_refuse(request_iterator: Any) -> None:
+    """Receive the client's stream, its messages never parsed, before its call is refused.
 
     grpc-python's client answers its own INTERNAL ("Internal error from Core") instead of the
     server's status when a call ends while it is still sending a stream (seen in nearly every
@@ -202,32 +290,103 @@ async def _refuse_unauthenticated_upload(request_iterator: Any, context: grpc.ai
                 received += len(raw)
                 if received > REFUSED_UPLOAD_MAX_BYTES:
                     break
-    await _refuse_unauthenticated(request_iterator, context)
 
-
-# Request-streaming handlers, without a deserializer: grpc.aio calls them before reading a
-# message (for any method kind: the wire does not say whether a call streams, and an aborted
-# call's answer is its status), and nothing they read is parsed.
-_UNAUTHENTICATED = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
-_UNAUTHENTICATED_UPLOAD = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated_upload)
 
 _BEHAVIOURS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+_DEFAULT_POLICY = KeyPolicy()
 
 
-def _naming_key(handler: grpc.RpcMethodHandler, key_name: str) -> grpc.RpcMethodHandler:
-    """``handler`` whose behaviour first sets ``api_key_name_var`` to ``key_name``.
+def _naming_key(handler: grpc.RpcMethodHandler, key_name: str, share: Share) -> grpc.RpcMethodHandler:
+    """``handler`` whose behaviour first sets ``api_key_name_var`` and ``share_var`` (the call's share).
 
-    Set when the behaviour is called (inside :class:`RequestContextInterceptor`, which resets it
-    per call), in the call's own task.
+    Set when the behaviour is called (inside :class:`RequestContextInterceptor`, which resets the
+    name per call), in the call's own task: the queues read the share there when they enqueue.
     """
     kind = next(kind for kind in _BEHAVIOURS if getattr(handler, kind) is not None)
     behaviour = getattr(handler, kind)
 
     def named(request: Any, context: grpc.aio.ServicerContext) -> Any:
         api_key_name_var.set(key_name)
+        share_var.set(share)
         return behaviour(request, context)
 
     return handler._replace(**{kind: named})
+
+
+class QuotaInterceptor(grpc.aio.ServerInterceptor):
+    """Holds each call to its API key's quotas (:mod:`service.quotas`; per server process).
+
+    Before the handler runs, :meth:`service.quotas.Quotas.admit` takes one request from the
+    key's bucket, counts the request's encoder inputs and a streaming call's slot; a refused call
+    ends RESOURCE_EXHAUSTED, reason ``QUOTA_EXCEEDED``, with RetryInfo (HTTP 429 with
+    ``Retry-After`` and ``x-ratelimit-*`` at the gateway), its status set, not sent (see
+    :class:`ErrorMappingInterceptor`). When the call ends (answered, failed or cancelled) its
+    tokens (the answer's ``usage``: a stream's last message) are charged and its slot freed.
+
+    Install it after :class:`AuthInterceptor`, whose behaviour sets the key's name that this one
+    reads, and outside the error mapping (it sets its own status). Health and reflection RPCs are
+    neither counted nor refused.
+
+    Args:
+        quotas: The keys' quota state.
+
+    """
+
+    def __init__(self, quotas: Quotas) -> None:
+        self._quotas = quotas
+
+    async def intercept_service(
+        self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        """The method's handler, its behaviour held to the key's quota."""
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(PUBLIC_METHOD_PREFIXES):
+            return handler
+        kind = next(kind for kind in _BEHAVIOURS if getattr(handler, kind) is not None)
+        behaviour = getattr(handler, kind)
+        quotas = self._quotas
+        stream = handler.request_streaming or handler.response_streaming
+
+        def admit(request: Any, context: grpc.aio.ServicerContext) -> Admission | None:
+            inputs = 0 if handler.request_streaming else encoder_inputs(method, request)
+            admission = quotas.admit(api_key_name_var.get(), inputs=inputs, stream=stream)
+            if isinstance(admission, QuotaRefusal):
+                metrics.rpc_rejected(_short(method), QUOTA_EXCEEDED)
+                set_status(context, admission.status())
+                return None
+            return admission
+
+        if handler.response_streaming:
+
+            async def limited_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                admission = admit(request, context)
+                if admission is None:
+                    return
+                # Safety net: a response stream never iterated never runs its finally below.
+                context.add_done_callback(lambda _context: admission.finish())
+                tokens = 0
+                try:
+                    async for item in behaviour(request, context):
+                        tokens = usage_tokens(item) or tokens
+                        yield item
+                finally:
+                    admission.finish(tokens)
+
+            return handler._replace(**{kind: limited_stream})
+
+        async def limited(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            admission = admit(request, context)
+            if admission is None:
+                return None
+            response = None
+            try:
+                response = await behaviour(request, context)
+                return response
+            finally:
+                admission.finish(usage_tokens(response))
+
+        return handler._replace(**{kind: limited})
 
 
 class ErrorMappingInterceptor(AsyncServerInterceptor):

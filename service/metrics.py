@@ -80,6 +80,13 @@ REJECTIONS = Counter(
     "(INSUFFICIENT_MEMORY), message_too_large, storage_quota_exceeded, ...",
     ["method", "reason"],
 )
+QUOTA_REFUSALS = Counter(
+    "ur_quota_exceeded",
+    "RPCs refused by their API key's quota (reason QUOTA_EXCEEDED), by the limit that refused them: "
+    "requests_per_second, tokens_per_minute, inputs_per_minute, max_concurrent_streams; the key's "
+    'name only with the setting metrics_key_names (else "").',
+    ["api_key", "limit"],
+)
 TIME_TO_FIRST_TOKEN = _per_model_histogram(
     "ur_time_to_first_token_seconds",
     "Time from a generation request's start to its first token.",
@@ -162,6 +169,12 @@ def rpc_rejected(method: str, reason: str) -> None:
     """Record an RPC refused with RESOURCE_EXHAUSTED and its ErrorInfo ``reason``."""
     if enabled():
         REJECTIONS.labels(method, _REJECTION_REASONS.get(reason, reason.lower() or "unknown")).inc()
+
+
+def quota_exceeded(api_key_name: str, limit: str) -> None:
+    """Record a call refused by its key's quota: the key's name (with metrics_key_names) and the limit."""
+    if enabled():
+        QUOTA_REFUSALS.labels(api_key_name if _by_key_name else "", limit).inc()
 
 
 def generation_token(model: str, since_previous_s: float | None, since_start_s: float) -> None:

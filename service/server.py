@@ -38,11 +38,14 @@ from service.in_process_calls import InProcessCalls
 from service.interceptors import (
     AuthInterceptor,
     ErrorMappingInterceptor,
+    PriorityInterceptor,
+    QuotaInterceptor,
     RequestContextInterceptor,
     RequestParsingInterceptor,
 )
 from service.metrics_server import start_metrics_server
 from service.model_manager import ModelManager
+from service.quotas import Quotas
 from service.servicers.inference import InferenceServicer
 from service.servicers.models import ModelServicer
 from service.servicers.response_store import ResponseStoreServicer
@@ -350,6 +353,11 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         interceptors.append(ConcurrencyLimitInterceptor(settings.max_concurrent_requests))
     if api_keys:
         interceptors.append(AuthInterceptor(api_keys, public_health=settings.auth_public_health))
+    else:
+        interceptors.append(PriorityInterceptor())  # x-ur-priority without keys
+    quotas = Quotas(api_keys)  # per process: one state per key with a quota in the keys file
+    if quotas:
+        interceptors.append(QuotaInterceptor(quotas))
     interceptors.append(ErrorMappingInterceptor())
     interceptors.append(
         RequestParsingInterceptor(dict.fromkeys(TEXT_METHODS, settings.max_text_request_bytes))

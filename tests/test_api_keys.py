@@ -74,7 +74,7 @@ BAD_FILES = {
     "empty mapping": ("{}\n", "expected a non-empty mapping"),
     "a scalar": (f"{TEAM_A}\n", "expected a non-empty mapping"),
     "number as key": ("team-a: 12345678\n", "must be a string (quote it)"),
-    "nested key": (f"team-a:\n  key: {TEAM_A}\n", "must be a string (quote it)"),
+    "mapping without 'key'": (f"team-a:\n  secret: {TEAM_A}\n", "'key' must be set"),
     "number as name": (f'42: "{TEAM_A}"\n', "key names must be strings"),
     "empty key": ('team-a: ""\n', "the key of 'team-a' is empty"),
     "key with a space": (f'team-a: "{TEAM_A} x"\n', "printable ASCII characters without spaces"),
