@@ -2,9 +2,15 @@
 
 Steps, each bounded in time and timed:
 
+0. ``storage``: removes what earlier runs left in podman's image store (images labelled
+   :data:`IMAGE_LABEL`, and dangling images), then checks that the store's file system has
+   :data:`BUILD_FREE_BYTES` free, else fails at once naming both figures: a build that runs out
+   of space fails minutes in, while committing a multi-GB layer;
 1. ``base``: the local Debian bookworm base images (deploy/image/base.sh; kept when present);
 2. ``build``: ``podman build`` of deploy/Dockerfile on those bases, with the build arguments and
-   build-time volumes given (``--build-flags``);
+   build-time volumes given (``--build-flags``), labelled :data:`IMAGE_LABEL`, without keeping a
+   cache of intermediate layers (``--layers=false``: the sources are copied before ``make
+   install``, so a new commit rebuilds every layer anyway and a kept cache only fills the disk);
 3. ``start``: ``podman run`` with the three ports published on 127.0.0.1 at free high ports, then
    polling the gRPC health service until InferenceService is SERVING (what deploy/healthcheck.py
    asks), and the image's own HEALTHCHECK once through ``podman healthcheck run``;
@@ -17,7 +23,8 @@ Steps, each bounded in time and timed:
    down", then "stopped") with no traceback.
 
 Prints a table of the steps and their seconds, and exits 1 on the first failure with the
-container's log tail. The container is removed whatever happens.
+container's log tail. The container is removed whatever happens, and the image too unless
+``--keep-image`` (each run's image is about 4.3 GB; CI runs one after another on one disk).
 
 Usage (from the repository root, the project's venv; `make image-test` passes these)::
 
@@ -32,6 +39,7 @@ import base64
 import contextlib
 import importlib.util
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -74,6 +82,15 @@ PROTOCOL_GAUGES = (
     "vllm:num_requests_running",
     "vllm:kv_cache_usage_perc",
 )
+
+
+#: The label every image this script builds carries, so that cleaning up removes only those.
+IMAGE_LABEL = "org.universal-runtime.image-test=true"
+#: Free bytes the build needs in podman's store: 17-18 GB were taken at the peak of a cold build
+#: here (README "Built and run here"): the builder stage's venv layer (about 4.2 GB) is written
+#: twice while committed (the container's diff, then the layer), the runtime image holds another
+#: copy, and the pip cache mount grows beside.
+BUILD_FREE_BYTES = 20 * 1024**3
 
 
 class SmokeError(RuntimeError):
@@ -130,6 +147,34 @@ class Smoke:
         return "\n".join(lines)
 
 
+def clean_up(smoke: Smoke, image: str) -> None:
+    """Removes ``image``, every image labelled :data:`IMAGE_LABEL` and dangling images; never fails.
+
+    Dangling images (untagged, no child) are what an interrupted or superseded build leaves; the
+    base images are tagged and stay.
+    """
+    smoke.run("rmi", "--force", image, timeout=300, check=False)
+    smoke.run("image", "prune", "--force", "--filter", f"label={IMAGE_LABEL}", timeout=300, check=False)
+    smoke.run("image", "prune", "--force", timeout=300, check=False)
+
+
+def free_bytes_in_store(smoke: Smoke) -> tuple[str, int]:
+    """The folder of podman's image store (its graph root) and the bytes free on its file system."""
+    root = smoke.run("info", "--format", "{{.Store.GraphRoot}}", timeout=60).stdout.strip()
+    return root, shutil.disk_usage(root).free
+
+
+def storage(smoke: Smoke, args: argparse.Namespace) -> None:
+    """Step ``storage``: what earlier runs left is removed; then enough free space, or a clear failure."""
+    with smoke.step("storage") as note:
+        clean_up(smoke, args.image)
+        root, free = free_bytes_in_store(smoke)
+        assert free >= BUILD_FREE_BYTES, (
+            f"{root} has {free / 1024**3:.1f} GiB free; the build needs {BUILD_FREE_BYTES / 1024**3:.0f} GiB"
+        )
+        note["note"] = f"{root}: {free / 1024**3:.1f} GiB free"
+
+
 def build(smoke: Smoke, args: argparse.Namespace) -> None:
     """Steps ``base`` and ``build``."""
     with smoke.step("base") as note:
@@ -143,6 +188,9 @@ def build(smoke: Smoke, args: argparse.Namespace) -> None:
         "build",
         "--format=docker",  # keeps HEALTHCHECK, which the OCI image format has no field for
         "--network=host",
+        "--layers=false",
+        "--label",
+        IMAGE_LABEL,
         "-f",
         str(ROOT / "deploy" / "Dockerfile"),
         "-t",
@@ -355,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         "--limits", default="", help="podman flags for the build's and the run's containers (--ulimit)"
     )
     parser.add_argument("--no-build", action="store_true", help="run the image already built")
+    parser.add_argument("--keep-image", action="store_true", help="keep the image when done (for --no-build)")
     parser.add_argument("--base-timeout-s", type=float, default=900.0)
     parser.add_argument("--build-timeout-s", type=float, default=3600.0)
     parser.add_argument("--health-timeout-s", type=float, default=300.0)
@@ -367,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     ports = {face: free_port() for face in CONTAINER_PORTS}
     try:
         if not args.no_build:
+            storage(smoke, args)
             build(smoke, args)
         start(smoke, args, name, ports)
         grpc_calls(smoke, f"127.0.0.1:{ports['grpc']}", args.call_timeout_s)
@@ -380,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         smoke.run("rm", "--force", "--time=0", name, timeout=120, check=False)
+        if not args.keep_image:
+            clean_up(smoke, args.image)
     print(smoke.summary())
     total = sum(seconds for _, seconds, _ in smoke.rows)
     print(f"image-test passed: {len(smoke.rows)} steps, {total:.0f} s")
