@@ -125,6 +125,20 @@ EVICTIONS = Counter(
     ["model", "reason"],
 )
 
+BATCHES = Counter(
+    "ur_batches",
+    "Batches (Batch API) by status: validating (created here), then how they ended on this replica: "
+    "failed, completed, expired, cancelled.",
+    ["status"],
+)
+BATCH_LINES = Counter(
+    "ur_batch_lines",
+    "Batch lines run on this replica, by outcome: completed (answered 2xx) or failed (another status, "
+    "or no answer).",
+    ["outcome"],
+)
+BATCHES_RUNNING = Gauge("ur_batches_running", "Batches this replica is running now (holds the lease of).")
+
 _REJECTION_REASONS = {
     "OVERLOADED": "queue_full",
     "QUEUE_WAIT_EXCEEDED": "queue_timeout",
@@ -213,6 +227,24 @@ def model_evicted(model: str, reason: str) -> None:
     """Record an eviction (``reason``: memory or max_loaded_models; see :mod:`service.memory_budget`)."""
     if enabled():
         EVICTIONS.labels(model, reason).inc()
+
+
+def batch_status(status: str) -> None:
+    """Count a batch created (``validating``) or ended (failed, completed, expired, cancelled)."""
+    if enabled():
+        BATCHES.labels(status).inc()
+
+
+def batch_line(outcome: str) -> None:
+    """Count a batch line run (``completed``: answered 2xx; ``failed``: otherwise)."""
+    if enabled():
+        BATCH_LINES.labels(outcome).inc()
+
+
+def batches_running(change: int) -> None:
+    """Move the count of batches this replica runs by ``change`` (+1 when one starts, -1 when it stops)."""
+    if enabled():
+        BATCHES_RUNNING.inc(change)
 
 
 _managers: list[ModelManager] = []

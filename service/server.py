@@ -14,6 +14,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 from universal_runtime.v1 import (
+    batch_pb2,
+    batch_pb2_grpc,
     inference_service_pb2,
     inference_service_pb2_grpc,
     model_service_pb2,
@@ -23,6 +25,8 @@ from universal_runtime.v1 import (
 )
 
 from engines.anomaly.store import DetectorStore
+from engines.batches.lines import InputLimits
+from engines.batches.store import BatchStore, StoreLimits
 from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
 from engines.metrics import set_enabled as set_metrics_enabled
@@ -32,6 +36,8 @@ from engines.response_store import ResponseLimits, ResponseStore
 from engines.state_store import StateStore, open_state_store
 from engines.storage import StoreQuota
 from service import metrics
+from service.batches.api import BatchApi
+from service.batches.runner import BatchRunner
 from service.catalog import load_catalog, user_catalog_path
 from service.concurrency import ConcurrencyLimitInterceptor
 from service.in_process_calls import InProcessCalls
@@ -46,6 +52,7 @@ from service.interceptors import (
 from service.metrics_server import start_metrics_server
 from service.model_manager import ModelManager
 from service.quotas import Quotas
+from service.servicers.batches import BatchServicer
 from service.servicers.inference import InferenceServicer
 from service.servicers.models import ModelServicer
 from service.servicers.response_store import ResponseStoreServicer
@@ -69,11 +76,13 @@ log = logging.getLogger(__name__)
 CLASSIFIERS_DIR = "classifiers"
 ANOMALY_DIR = "anomaly"
 RESPONSES_DIR = "responses"
+BATCHES_DIR = "batches"
 
 SERVICE_NAMES = (
     inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
     model_service_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
     response_store_pb2.DESCRIPTOR.services_by_name["ResponseStoreService"].full_name,
+    batch_pb2.DESCRIPTOR.services_by_name["BatchService"].full_name,
 )
 INFERENCE_SERVICE = SERVICE_NAMES[0]
 #: RPCs whose requests are texts, held to ``max_text_request_bytes`` (see RequestParsingInterceptor).
@@ -108,6 +117,8 @@ class RunningServer:
     internal_socket: InternalSocket | None = None
     #: The server's unary methods for a gateway in this process (:mod:`service.in_process_calls`).
     in_process: InProcessCalls | None = None
+    #: The Batch API's runner: it runs batches once ``batches.start(execute)`` gave it an executor.
+    batches: BatchRunner | None = None
 
     @property
     def metrics_port(self) -> int | None:
@@ -123,6 +134,8 @@ class RunningServer:
         grace = self.settings.shutdown_grace_s if grace is None else grace
         log.info("shutting down", extra={"grace_s": grace})
         await self.health.enter_graceful_shutdown()
+        if self.batches is not None:  # no new lines; those in flight run again after a restart
+            await self.batches.stop()
         if self.in_process is None:
             await self.server.stop(grace)
         else:  # in-process calls in flight get the same grace as the server's own
@@ -211,6 +224,35 @@ def response_store_servicer(settings: Settings, executors: ExecutorPool) -> Resp
         store, executors.lane("cpu", "task:responses-put"), executors.lane("cpu", "task:responses-read")
     )
     return ResponseStoreServicer(task)
+
+
+def batch_api(settings: Settings, executors: ExecutorPool) -> BatchApi:
+    """The Batch API's files and batches in the state store's ``batches/`` folder, and their runner.
+
+    The runner is not started: the composition root starts it with the executor of lines
+    (:meth:`BatchRunner.start`).
+    """
+    store = BatchStore(
+        state_store(settings).child(BATCHES_DIR),
+        StoreLimits(
+            InputLimits(
+                settings.batch_file_max_bytes, settings.batch_file_max_lines, settings.batch_line_max_bytes
+            ),
+            max_files=settings.batch_max_files,
+            max_batches=settings.batch_max_batches,
+        ),
+    )
+    runner = BatchRunner(
+        store,
+        executors.lane("cpu", "task:batches-run"),
+        line_concurrency=settings.batch_line_concurrency,
+        max_running=settings.batch_max_running,
+        lease_s=settings.batch_lease_s,
+        scan_interval_s=settings.batch_scan_interval_s,
+    )
+    return BatchApi(
+        store, executors.lane("cpu", "task:batches-write"), executors.lane("cpu", "task:batches-read"), runner
+    )
 
 
 def inference_servicer(
@@ -386,6 +428,8 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     response_store_pb2_grpc.add_ResponseStoreServiceServicer_to_server(
         response_store_servicer(settings, executors), services
     )
+    batches = batch_api(settings, executors)
+    batch_pb2_grpc.add_BatchServiceServicer_to_server(BatchServicer(batches), services)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, services)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
@@ -435,7 +479,16 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         "grpc server listening", extra={"address": f"{settings.grpc_host}:{port}", "tls": bool(tls_files)}
     )
     running = RunningServer(
-        server, port, manager, health_servicer, executors, settings, metrics_server, internal, in_process
+        server,
+        port,
+        manager,
+        health_servicer,
+        executors,
+        settings,
+        metrics_server,
+        internal,
+        in_process,
+        batches=batches.runner,
     )
     metrics.register_model_state(manager)  # once started: a failed start leaves nothing registered
     if metrics_server is not None:

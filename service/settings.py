@@ -252,6 +252,49 @@ class Settings(SharedSettings):
         description="Seconds a stored response is kept (30 days, as OpenAI); then NOT_FOUND "
         "`RESPONSE_EXPIRED` and it is deleted.",
     )
+    # The Batch API (engines.batches, service.batches): files and batches in the state store.
+    batch_file_max_bytes: int = Field(
+        100 * 1024 * 1024,
+        gt=0,
+        description="Most bytes of an uploaded batch input file; a larger one is refused, INVALID_ARGUMENT "
+        "`BATCH_FILE_TOO_LARGE` (400 at the gateway).",
+    )
+    batch_file_max_lines: int = Field(
+        50_000,
+        gt=0,
+        description="Most request lines of a batch input file (OpenAI's limit); more are refused, "
+        "INVALID_ARGUMENT `BATCH_FILE_TOO_MANY_LINES`.",
+    )
+    batch_line_max_bytes: int = Field(
+        16 * 1024 * 1024,
+        gt=0,
+        description="Most bytes of one line of a batch input file (an OCR line carries its image in base64).",
+    )
+    batch_max_files: int = Field(
+        1000,
+        gt=0,
+        description="Most files an API key keeps (uploads over it: RESOURCE_EXHAUSTED `TOO_MANY_FILES`).",
+    )
+    batch_max_batches: int = Field(
+        10_000,
+        gt=0,
+        description="Most batches an API key keeps; a new one over it forgets the key's oldest ended batch.",
+    )
+    batch_line_concurrency: int = Field(
+        4,
+        gt=0,
+        description="Most lines of one batch running at once, so a batch never fills the model queues.",
+    )
+    batch_max_running: int = Field(4, gt=0, description="Most batches one server runs at once (others wait).")
+    batch_lease_s: TimeLimitS = Field(
+        60.0,
+        description="Seconds a server's claim on a running batch lasts unless renewed (every third of it); "
+        "a batch of a server that died resumes this long after.",
+    )
+    batch_scan_interval_s: TimeLimitS = Field(
+        10.0,
+        description="Seconds between two looks for batches to run (new ones start at once on their server).",
+    )
     # The gateway started beside the server: the same UR_GATEWAY_TLS_* names as the gateway alone,
     # so one environment configures either way of running it; the refresh interval is the server's.
     gateway_tls_cert_file: Path | None = Field(

@@ -1,0 +1,154 @@
+"""BatchService: the OpenAI Batch API's files and batches, for the gateway and internal callers.
+
+Every call acts for the caller's API key (``api_key_name_var``; "" without keys): it sees and
+changes only its own files and batches. Errors (statuses with ``google.rpc.ErrorInfo`` reasons)
+are listed in ``protos/universal_runtime/v1/batch.proto``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from universal_runtime.v1 import batch_pb2 as pb
+from universal_runtime.v1 import batch_pb2_grpc
+
+from service.batches.api import Batch, BatchApi, BatchError, FileInfo, invalid_argument
+from service.convert.messages import MessageCopy
+from service.request_context import api_key_name_var
+
+#: Bytes of each GetFileContent message.
+CONTENT_CHUNK_BYTES = 1024 * 1024
+#: Most messages of one upload: a 100 MiB file in chunks of 1 KiB; more (a stream of empty
+#: messages) is refused rather than read forever.
+MAX_UPLOAD_MESSAGES = 100_000
+
+_STATUS = {
+    "validating": pb.BATCH_STATUS_VALIDATING,
+    "failed": pb.BATCH_STATUS_FAILED,
+    "in_progress": pb.BATCH_STATUS_IN_PROGRESS,
+    "finalizing": pb.BATCH_STATUS_FINALIZING,
+    "completed": pb.BATCH_STATUS_COMPLETED,
+    "expired": pb.BATCH_STATUS_EXPIRED,
+    "cancelling": pb.BATCH_STATUS_CANCELLING,
+    "cancelled": pb.BATCH_STATUS_CANCELLED,
+}
+
+
+file_pb = MessageCopy(pb.File, FileInfo)
+"""A stored file as its message."""
+_ERROR = MessageCopy(pb.BatchError, BatchError)
+# The record's owner and planned file ids stay in the server; the counts become request_counts.
+_BATCH = MessageCopy(
+    pb.Batch,
+    Batch,
+    given=("errors", "status", "request_counts", "metadata"),
+    dropped=("owner", "total", "completed", "failed", "planned_output_file_id", "planned_error_file_id"),
+)
+
+
+def batch_pb(batch: Batch) -> pb.Batch:
+    """A batch as its message."""
+    return _BATCH(
+        batch,
+        errors=[_ERROR(error) for error in batch.errors],
+        status=_STATUS[batch.status],
+        request_counts=pb.BatchRequestCounts(
+            total=batch.total, completed=batch.completed, failed=batch.failed
+        ),
+        metadata=batch.metadata,
+    )
+
+
+def _ends(items: list[Any]) -> dict[str, str]:
+    """``first_id`` and ``last_id`` of a page (empty when it is)."""
+    return {"first_id": items[0].id if items else "", "last_id": items[-1].id if items else ""}
+
+
+def _bad_chunks(problem: str) -> Exception:
+    return invalid_argument(problem, "FILE_CHUNKS_INCONSISTENT")
+
+
+class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
+    """Implements ``universal_runtime.v1.BatchService`` over :class:`~service.batches.api.BatchApi`."""
+
+    def __init__(self, api: BatchApi) -> None:
+        self._api = api
+
+    async def CreateFile(self, request_iterator: AsyncIterator[pb.CreateFileRequest], context: Any):
+        """Upload an input file in chunks; checked whole, then stored."""
+        owner = api_key_name_var.get()
+        filename = purpose = None
+        data = bytearray()
+        messages = 0
+        async for message in request_iterator:  # bounded: MAX_UPLOAD_MESSAGES, and the size limit
+            messages += 1
+            if filename is None:
+                filename, purpose = message.filename, message.purpose
+                self._api.check_upload(filename, purpose, 0)
+            elif message.filename or message.purpose:
+                raise _bad_chunks("filename and purpose go in the first message only")
+            if messages > MAX_UPLOAD_MESSAGES:
+                raise _bad_chunks(f"an upload may be at most {MAX_UPLOAD_MESSAGES} messages")
+            chunk = message.data  # read once: each read copies the bytes
+            self._api.check_upload(filename, purpose or "", len(data) + len(chunk))
+            data += chunk
+        if filename is None:
+            raise _bad_chunks("no message received: send the filename, the purpose and the file's bytes")
+        info = await self._api.create_file(owner, filename, bytes(data))
+        return pb.CreateFileResponse(file=file_pb(info))
+
+    async def ListFiles(self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext):
+        """The caller's files, a page at a time."""
+        if request.order not in ("", "asc", "desc"):
+            raise invalid_argument(
+                f"order must be 'asc' or 'desc', not {request.order[:32]!r}", "INVALID_PAGINATION"
+            )
+        files, more = await self._api.list_files(
+            api_key_name_var.get(), request.purpose, request.after, request.limit, request.order != "asc"
+        )
+        return pb.ListFilesResponse(data=[file_pb(f) for f in files], has_more=more, **_ends(files))
+
+    async def GetFile(self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext):
+        """One of the caller's files."""
+        return pb.GetFileResponse(file=file_pb(await self._api.get_file(api_key_name_var.get(), request.id)))
+
+    async def GetFileContent(self, request: pb.GetFileContentRequest, context: grpc.aio.ServicerContext):
+        """One of the caller's files' bytes, 1 MiB a message, its description in the first."""
+        info, data = await self._api.file_content(api_key_name_var.get(), request.id)
+        yield pb.GetFileContentResponse(file=file_pb(info), data=data[:CONTENT_CHUNK_BYTES])
+        for start in range(CONTENT_CHUNK_BYTES, len(data), CONTENT_CHUNK_BYTES):  # bounded by the file's size
+            yield pb.GetFileContentResponse(data=data[start : start + CONTENT_CHUNK_BYTES])
+
+    async def DeleteFile(self, request: pb.DeleteFileRequest, context: grpc.aio.ServicerContext):
+        """Delete one of the caller's files."""
+        await self._api.delete_file(api_key_name_var.get(), request.id)
+        return pb.DeleteFileResponse(id=request.id, deleted=True)
+
+    async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext):
+        """Create a batch over one of the caller's input files."""
+        batch = await self._api.create_batch(
+            api_key_name_var.get(),
+            request.input_file_id,
+            request.endpoint,
+            request.completion_window,
+            dict(request.metadata),
+        )
+        return pb.CreateBatchResponse(batch=batch_pb(batch))
+
+    async def GetBatch(self, request: pb.GetBatchRequest, context: grpc.aio.ServicerContext):
+        """One of the caller's batches."""
+        return pb.GetBatchResponse(
+            batch=batch_pb(await self._api.get_batch(api_key_name_var.get(), request.id))
+        )
+
+    async def ListBatches(self, request: pb.ListBatchesRequest, context: grpc.aio.ServicerContext):
+        """The caller's batches, newest first, a page at a time."""
+        batches, more = await self._api.list_batches(api_key_name_var.get(), request.after, request.limit)
+        return pb.ListBatchesResponse(data=[batch_pb(b) for b in batches], has_more=more, **_ends(batches))
+
+    async def CancelBatch(self, request: pb.CancelBatchRequest, context: grpc.aio.ServicerContext):
+        """Cancel one of the caller's batches."""
+        batch = await self._api.cancel_batch(api_key_name_var.get(), request.id)
+        return pb.CancelBatchResponse(batch=batch_pb(batch))

@@ -1,0 +1,48 @@
+"""Shared pieces of the batch tests: a store on a temporary folder with a clock the test moves, and JSONL files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from engines.batches.lines import InputLimits
+from engines.batches.store import BatchStore, StoreLimits
+from engines.state_store import LocalStateStore
+
+LIMITS = StoreLimits(
+    InputLimits(max_bytes=64 * 1024, max_lines=50, line_max_bytes=4096), max_files=8, max_batches=4
+)
+
+
+class Clock:
+    """Seconds since the epoch that move only when the test says."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self, seconds: float = 1.0) -> None:
+        self.now += seconds
+
+
+def make_store(folder: Path, clock: Clock, limits: StoreLimits = LIMITS) -> BatchStore:
+    """A batch store in ``folder`` on ``clock``."""
+    return BatchStore(LocalStateStore(folder), limits, clock)
+
+
+def line(custom_id: str, url: str = "/v1/embeddings", **body: Any) -> dict[str, Any]:
+    """One request line."""
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body or {"input": custom_id}}
+
+
+def jsonl(*lines: Any) -> bytes:
+    """Lines as a JSONL file (a str is written as it is)."""
+    return "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines).encode()
+
+
+def parse_jsonl(data: bytes) -> list[dict[str, Any]]:
+    """A JSONL file's objects."""
+    return [json.loads(x) for x in data.decode().splitlines() if x.strip()]
