@@ -86,6 +86,10 @@ def usage_tokens(message: Any) -> int:
     return max(0, usage.prompt_tokens) + max(0, usage.completion_tokens)
 
 
+FLOAT_SLACK = 1e-9
+"""Tokens a bucket may lack and still allow a call: float rounding, not a real shortfall."""
+
+
 class TokenBucket:
     """A token bucket: ``capacity`` tokens, refilled at ``per_second``; its balance may go below 0.
 
@@ -111,10 +115,15 @@ class TokenBucket:
             self.updated = now
 
     def wait_s(self, amount: float) -> float:
-        """Seconds until the balance reaches ``amount`` (0: it has it now; ``inf``: over ``capacity``)."""
+        """Seconds until the balance reaches ``amount`` (0: it has it now; ``inf``: over ``capacity``).
+
+        A shortfall under :data:`FLOAT_SLACK` counts as none: refills that add up to a whole
+        token exactly (3 x 1/60 s at 20 a second) may sum to 0.9999999999 in floats.
+        """
         if amount > self.capacity:
             return math.inf
-        return max(0.0, (amount - self.balance) / self.per_second)
+        shortfall = amount - self.balance
+        return 0.0 if shortfall <= FLOAT_SLACK else shortfall / self.per_second
 
     def take(self, amount: float) -> None:
         """Take ``amount`` tokens; the balance may go negative (a debt later calls wait out)."""
