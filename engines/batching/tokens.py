@@ -279,7 +279,7 @@ class TokenCounter:
                 return self._encode_slow(texts, None, truncation, field=field, what="input")
             raw = self._raw.encode_batch(texts, add_special_tokens=False)
             special = self._special_tokens(pair=False)
-            self.check([len(e.ids) + special for e in raw], truncation, field=field)
+            self.check([len(e) + special for e in raw], truncation, field=field)
             cut = self._cut[truncation is Truncation.START]
             return [_token_ids(cut.post_process(e)) for e in raw]
 
@@ -306,7 +306,7 @@ class TokenCounter:
                 )
             first, *rest = self._raw.encode_batch([query, *documents], add_special_tokens=False)
             special = self._special_tokens(pair=True)
-            lengths = [len(first.ids) + len(e.ids) + special for e in rest]
+            lengths = [len(first) + len(e) + special for e in rest]
             self.check(lengths, truncation, field=field, what=what)
             cut = self._cut[truncation is Truncation.START]
             return [_token_ids(cut.post_process(first, e)) for e in rest]
