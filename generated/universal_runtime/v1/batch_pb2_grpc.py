@@ -39,10 +39,13 @@ class BatchServiceStub:
 
     Bounds (server settings): an input file at most `UR_BATCH_FILE_MAX_BYTES` bytes (default
     100 MiB) and `UR_BATCH_FILE_MAX_LINES` lines (default 50,000); one line at most
-    `UR_BATCH_LINE_MAX_BYTES` bytes; a `custom_id` at most 512 characters; at most
-    `UR_BATCH_MAX_FILES` files per key (outputs included); at most 16 metadata pairs on a batch
-    (keys up to 64 characters, values up to 512); lists at most 100 items a page for batches and
-    10,000 for files. Each batch runs at most `UR_BATCH_LINE_CONCURRENCY` lines at once.
+    `UR_BATCH_LINE_MAX_BYTES` bytes; a `custom_id` at most 512 characters; a file name at most 256;
+    at most `UR_BATCH_MAX_FILES` files per key (batch outputs count, but are never refused); at most
+    `UR_BATCH_MAX_BATCHES` batches per key (a new one over it forgets the key's oldest ended batch);
+    at most 16 metadata pairs on a batch (keys up to 64 characters, values up to 512); lists at
+    most 100 items a page for batches and 10,000 for files; an upload at most 100,000 messages.
+    Each batch runs at most `UR_BATCH_LINE_CONCURRENCY` lines at once, and a server at most
+    `UR_BATCH_MAX_RUNNING` batches.
 
     Input lines (OpenAI's format), one JSON object a line: `{"custom_id": "...", "method": "POST",
     "url": "/v1/embeddings", "body": {...}}`: `custom_id` a non-empty string, unique in the file;
@@ -60,12 +63,15 @@ class BatchServiceStub:
 
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_BATCH_FILE (not UTF-8, no
     lines), INVALID_BATCH_LINE (metadata `line`, 1-based, and `problem`), BATCH_FILE_TOO_LARGE,
-    BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_ID,
-    INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW, INVALID_BATCH_METADATA,
-    INVALID_PAGINATION, FILE_CHUNKS_INCONSISTENT; NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND;
-    FAILED_PRECONDITION BATCH_NOT_CANCELLABLE (the batch already ended), INPUT_FILE_NOT_BATCH (a
+    BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_NAME,
+    INVALID_FILE_ID, INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW,
+    INVALID_BATCH_METADATA, INVALID_PAGINATION (a limit out of range, an order other than asc or
+    desc), FILE_CHUNKS_INCONSISTENT (no message, filename or purpose after the first message, too
+    many messages); NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
+    BATCH_NOT_CANCELLABLE (the batch is finalizing or ended otherwise), INPUT_FILE_NOT_BATCH (a
     file of another purpose given as a batch's input); RESOURCE_EXHAUSTED TOO_MANY_FILES,
-    STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE.
+    TOO_MANY_BATCHES (metadata `limit`), STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE,
+    STATE_STORE_CONFLICT (a batch changed under 16 updates in a row: retry).
     """
 
     def __init__(self, channel):
@@ -135,10 +141,13 @@ class BatchServiceServicer:
 
     Bounds (server settings): an input file at most `UR_BATCH_FILE_MAX_BYTES` bytes (default
     100 MiB) and `UR_BATCH_FILE_MAX_LINES` lines (default 50,000); one line at most
-    `UR_BATCH_LINE_MAX_BYTES` bytes; a `custom_id` at most 512 characters; at most
-    `UR_BATCH_MAX_FILES` files per key (outputs included); at most 16 metadata pairs on a batch
-    (keys up to 64 characters, values up to 512); lists at most 100 items a page for batches and
-    10,000 for files. Each batch runs at most `UR_BATCH_LINE_CONCURRENCY` lines at once.
+    `UR_BATCH_LINE_MAX_BYTES` bytes; a `custom_id` at most 512 characters; a file name at most 256;
+    at most `UR_BATCH_MAX_FILES` files per key (batch outputs count, but are never refused); at most
+    `UR_BATCH_MAX_BATCHES` batches per key (a new one over it forgets the key's oldest ended batch);
+    at most 16 metadata pairs on a batch (keys up to 64 characters, values up to 512); lists at
+    most 100 items a page for batches and 10,000 for files; an upload at most 100,000 messages.
+    Each batch runs at most `UR_BATCH_LINE_CONCURRENCY` lines at once, and a server at most
+    `UR_BATCH_MAX_RUNNING` batches.
 
     Input lines (OpenAI's format), one JSON object a line: `{"custom_id": "...", "method": "POST",
     "url": "/v1/embeddings", "body": {...}}`: `custom_id` a non-empty string, unique in the file;
@@ -156,18 +165,22 @@ class BatchServiceServicer:
 
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_BATCH_FILE (not UTF-8, no
     lines), INVALID_BATCH_LINE (metadata `line`, 1-based, and `problem`), BATCH_FILE_TOO_LARGE,
-    BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_ID,
-    INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW, INVALID_BATCH_METADATA,
-    INVALID_PAGINATION, FILE_CHUNKS_INCONSISTENT; NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND;
-    FAILED_PRECONDITION BATCH_NOT_CANCELLABLE (the batch already ended), INPUT_FILE_NOT_BATCH (a
+    BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_NAME,
+    INVALID_FILE_ID, INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW,
+    INVALID_BATCH_METADATA, INVALID_PAGINATION (a limit out of range, an order other than asc or
+    desc), FILE_CHUNKS_INCONSISTENT (no message, filename or purpose after the first message, too
+    many messages); NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
+    BATCH_NOT_CANCELLABLE (the batch is finalizing or ended otherwise), INPUT_FILE_NOT_BATCH (a
     file of another purpose given as a batch's input); RESOURCE_EXHAUSTED TOO_MANY_FILES,
-    STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE.
+    TOO_MANY_BATCHES (metadata `limit`), STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE,
+    STATE_STORE_CONFLICT (a batch changed under 16 updates in a row: retry).
     """
 
     def CreateFile(self, request_iterator, context):
         """Upload a file. Client streaming: the first message names the file (`filename`, `purpose`)
-        and every message may carry a chunk of its bytes (at most 4 MiB each, the gRPC message
-        limit; a 100 MiB file does not fit one message, hence the stream). The whole file is
+        and every message may carry a chunk of its bytes (each message within the server's
+        `UR_MAX_RECEIVE_MESSAGE_BYTES`, 16 MiB by default; 1 MiB chunks are a good size: a 100 MiB
+        file does not fit one message, hence the stream). The whole file is
         validated before it is stored: a bad line refuses it all (INVALID_ARGUMENT naming the line).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -230,7 +243,7 @@ class BatchServiceServicer:
     def CancelBatch(self, request, context):
         """Cancel a batch: it turns `cancelling`, starts no more lines, lets the running ones finish,
         then turns `cancelled` with the output of what finished. Cancelling a batch already
-        cancelling or cancelled answers it as it is; one that ended otherwise is
+        cancelling or cancelled answers it as it is; one finalizing or that ended otherwise is
         FAILED_PRECONDITION BATCH_NOT_CANCELLABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -307,10 +320,13 @@ class BatchService:
 
     Bounds (server settings): an input file at most `UR_BATCH_FILE_MAX_BYTES` bytes (default
     100 MiB) and `UR_BATCH_FILE_MAX_LINES` lines (default 50,000); one line at most
-    `UR_BATCH_LINE_MAX_BYTES` bytes; a `custom_id` at most 512 characters; at most
-    `UR_BATCH_MAX_FILES` files per key (outputs included); at most 16 metadata pairs on a batch
-    (keys up to 64 characters, values up to 512); lists at most 100 items a page for batches and
-    10,000 for files. Each batch runs at most `UR_BATCH_LINE_CONCURRENCY` lines at once.
+    `UR_BATCH_LINE_MAX_BYTES` bytes; a `custom_id` at most 512 characters; a file name at most 256;
+    at most `UR_BATCH_MAX_FILES` files per key (batch outputs count, but are never refused); at most
+    `UR_BATCH_MAX_BATCHES` batches per key (a new one over it forgets the key's oldest ended batch);
+    at most 16 metadata pairs on a batch (keys up to 64 characters, values up to 512); lists at
+    most 100 items a page for batches and 10,000 for files; an upload at most 100,000 messages.
+    Each batch runs at most `UR_BATCH_LINE_CONCURRENCY` lines at once, and a server at most
+    `UR_BATCH_MAX_RUNNING` batches.
 
     Input lines (OpenAI's format), one JSON object a line: `{"custom_id": "...", "method": "POST",
     "url": "/v1/embeddings", "body": {...}}`: `custom_id` a non-empty string, unique in the file;
@@ -328,12 +344,15 @@ class BatchService:
 
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_BATCH_FILE (not UTF-8, no
     lines), INVALID_BATCH_LINE (metadata `line`, 1-based, and `problem`), BATCH_FILE_TOO_LARGE,
-    BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_ID,
-    INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW, INVALID_BATCH_METADATA,
-    INVALID_PAGINATION, FILE_CHUNKS_INCONSISTENT; NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND;
-    FAILED_PRECONDITION BATCH_NOT_CANCELLABLE (the batch already ended), INPUT_FILE_NOT_BATCH (a
+    BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_NAME,
+    INVALID_FILE_ID, INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW,
+    INVALID_BATCH_METADATA, INVALID_PAGINATION (a limit out of range, an order other than asc or
+    desc), FILE_CHUNKS_INCONSISTENT (no message, filename or purpose after the first message, too
+    many messages); NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
+    BATCH_NOT_CANCELLABLE (the batch is finalizing or ended otherwise), INPUT_FILE_NOT_BATCH (a
     file of another purpose given as a batch's input); RESOURCE_EXHAUSTED TOO_MANY_FILES,
-    STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE.
+    TOO_MANY_BATCHES (metadata `limit`), STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE,
+    STATE_STORE_CONFLICT (a batch changed under 16 updates in a row: retry).
     """
 
     @staticmethod
