@@ -8,7 +8,9 @@ Quality, on :data:`PAIRS` (30 fixed sentence pairs, 60 sentences): the cosine of
 vector to torch's for every sentence (goal >= 0.99, int8 >= 0.98); for how many of the 30 pairs'
 first sentences ranking all 30 second sentences by similarity (bi-encoder rerank) puts torch's
 first, and torch's first three in order, and Kendall's tau of each whole ranking against torch's;
-for how many of the 60 sentences the zero-shot label (nearest of :data:`LABELS`) is torch's.
+for how many of the 60 sentences the zero-shot label (nearest of :data:`LABELS`) is torch's, and
+the intent (of 157) that the default catalog's classifier head (``intent-clinc150``: the
+``rag-intent-classifier`` logistic regression over these vectors) gives is torch's.
 These figures are deterministic: measured once, in this process.
 Speed: sentences/s of ``encode`` at batch 32 over :data:`bench.workloads.SENTENCES`, each variant
 for a fixed time per repetition, interleaved repetitions, torch the reference.
@@ -30,7 +32,15 @@ import numpy as np
 from bench.runner import Contender, Report, item_metrics, parse_config
 from bench.workloads import EMBED_MODEL, minilm_dir, sentence_batch
 
-VARIANTS = [("torch", "none"), ("onnx", "none"), ("onnx", "int8"), ("openvino", "none"), ("openvino", "int8")]
+#: The last is no catalog option: torch's own dynamic int8 (per-tensor ``Linear`` weights), to compare.
+VARIANTS = [
+    ("torch", "none"),
+    ("onnx", "none"),
+    ("onnx", "int8"),
+    ("openvino", "none"),
+    ("openvino", "int8"),
+    ("torch", "int8"),
+]
 PAIRS = [
     ("How do I reset my password?", "Steps to recover access to your account."),
     ("What is the capital of France?", "Paris is the capital and largest city of France."),
@@ -69,6 +79,9 @@ LABELS = ["sports", "finance", "technology", "food", "travel", "weather", "scien
 def load(runtime: str, quantize: str, cache_dir: Path | None):
     """A SentenceTransformer whose transformers model runs on ``runtime`` (float32 or int8).
 
+    torch int8 is ``torch.ao.quantization.quantize_dynamic`` of the ``Linear`` layers (no catalog
+    option offers it; it is here so that every runtime has its int8 row).
+
     Exported as our encoder engines export it (same sample texts, source and threads), so with
     ``cache_dir`` None (the default converted cache) it reuses, or makes, the very copy our
     server loads for a catalog entry with that ``runtime`` and ``quantize``.
@@ -80,6 +93,16 @@ def load(runtime: str, quantize: str, cache_dir: Path | None):
     from engines.encoder_runtime import RuntimeChoice, export_encoder
 
     model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    if runtime == "torch" and quantize == "int8":
+        import torch
+
+        transformer = model[0]
+        quantized = torch.ao.quantization.quantize_dynamic(
+            transformer.model, {torch.nn.Linear}, dtype=torch.qint8
+        )
+        del transformer.model
+        transformer.model = quantized
+        return model
     choice = RuntimeChoice(runtime, quantize)
     if choice.exported:
         transformer = model[0]
@@ -129,7 +152,17 @@ def kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
     return float(agree.mean())
 
 
-def quality(model, reference: dict[str, np.ndarray] | None) -> dict[str, Any]:
+def intent_head():
+    """The default catalog's ``intent-clinc150`` head (scikit-learn, over all-MiniLM-L6-v2 vectors)."""
+    import joblib
+
+    from engines.sources import resolve_source
+
+    folder = resolve_source("pkg://rag_intent_classifier/models").path
+    return joblib.load(folder / "LogisticRegression.joblib")
+
+
+def quality(model, reference: dict[str, np.ndarray] | None, head: Any = None) -> dict[str, Any]:
     """``model``'s vectors of :data:`PAIRS`, rerank scores and zero-shot labels, against ``reference``'s.
 
     Returns the arrays (``vectors``; ``scores``: for each pair's first sentence, its similarity to
@@ -139,13 +172,16 @@ def quality(model, reference: dict[str, np.ndarray] | None) -> dict[str, Any]:
     ``rerank_top1_same`` and ``rerank_head_same`` (queries, of 30, whose best document, or whose
     first :data:`RERANK_HEAD` in order, are torch's); ``rerank_tau_mean``/``rerank_tau_min``
     (Kendall's tau of each query's 30 scores against torch's); ``zero_shot_labels_same``
-    (sentences, of 60).
+    (sentences, of 60); with ``head`` (see :func:`intent_head`), ``intent_labels_same`` (sentences,
+    of 60, whose predicted intent is torch's).
     """
     texts = [s for pair in PAIRS for s in pair]
     vectors = encode(model, texts)
     labels = encode(model, LABELS)
     scores = vectors[0::2] @ vectors[1::2].T
     arrays = {"vectors": vectors, "scores": scores, "zero_shot": np.argmax(vectors @ labels.T, axis=1)}
+    if head is not None:
+        arrays["intent"] = np.asarray(head.predict(vectors))
     ref = reference or arrays
     cosines = (vectors * ref["vectors"]).sum(axis=1)
     order, ref_order = np.argsort(-scores, axis=1), np.argsort(-ref["scores"], axis=1)
@@ -159,6 +195,9 @@ def quality(model, reference: dict[str, np.ndarray] | None) -> dict[str, Any]:
         "rerank_tau_mean": float(np.mean(taus)),
         "rerank_tau_min": float(np.min(taus)),
         "zero_shot_labels_same": int((arrays["zero_shot"] == ref["zero_shot"]).sum()),
+        **(
+            {"intent_labels_same": int((arrays["intent"] == ref["intent"]).sum())} if head is not None else {}
+        ),
     }
 
 
@@ -175,12 +214,13 @@ def quality_table(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
             f"{q['rerank_head_same']} of {len(PAIRS)}",
             f"{q['rerank_tau_mean']:.4f} ({q['rerank_tau_min']:.4f})",
             f"{q['zero_shot_labels_same']} of {sentences}",
+            f"{q['intent_labels_same']} of {sentences}" if "intent_labels_same" in q else "-",
         ]
         for name, q in figures.items()
     ]
     header = ["variant", "load s", "cosine to torch, min", "mean", "rerank top-1 as torch's"]
     header += [f"rerank top-{RERANK_HEAD} as torch's", "rerank Kendall's tau, mean (min)"]
-    header += ["zero-shot labels as torch's"]
+    header += ["zero-shot labels as torch's", "intent-clinc150 labels as torch's"]
     title = "Quality against torch float32 (deterministic: measured once)"
     return {"title": title, "header": header, "rows": rows}
 
@@ -233,13 +273,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with Report(cfg, TITLE, HEADLINE, model, settings) as report:
         figures: dict[str, dict[str, Any]] = {}
         contenders, reference = [], None
+        head = intent_head()
         for runtime, quantize in VARIANTS:
             name = variant_name(runtime, quantize)
             report.progress(f"loading {name} (exported on first use)")
             start = time.perf_counter()
             loaded = load(runtime, quantize, cfg.args.cache_dir)
             load_s = time.perf_counter() - start
-            measured = quality(loaded, reference)
+            measured = quality(loaded, reference, head)
             reference = reference or measured["arrays"]
             del measured["arrays"]
             figures[name] = {"load_s": load_s, **measured}

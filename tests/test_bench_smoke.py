@@ -122,10 +122,12 @@ def test_entry_point_alone_writes_json_plot_and_table(tmp_path, area):
     payload = json.loads((tmp_path / area / f"{area}.json").read_text())
     if area == "encoder_runtimes":
         quality = payload["quality"]
-        assert list(quality) == ["torch", "onnx", "onnx-int8", "openvino", "openvino-int8"]
+        assert list(quality) == ["torch", "onnx", "onnx-int8", "openvino", "openvino-int8", "torch-int8"]
         assert quality["torch"]["cosine_min"] > 0.9999 and quality["torch"]["rerank_head_same"] == 30
         assert quality["torch"]["rerank_tau_min"] == 1.0 and quality["torch"]["zero_shot_labels_same"] == 60
-        assert all(q["cosine_min"] > 0.9 for q in quality.values())
+        assert quality["torch"]["intent_labels_same"] == 60
+        # torch's per-tensor dynamic int8 is far below the exported runtimes' (no catalog option offers it)
+        assert all(q["cosine_min"] > 0.9 for name, q in quality.items() if name != "torch-int8")
         assert "| onnx-int8 |" in (tmp_path / area / "README.md").read_text()
     else:
         (scenario,) = payload["scenarios"]
