@@ -12,6 +12,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 from prometheus_client import REGISTRY
+from universal_runtime.v1 import common_pb2, tokenization_pb2
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc as isg
@@ -19,7 +20,7 @@ from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc as msg
 
 from service import server as server_module
-from service.quotas import NO_QUOTA, QuotaRefusal, Quotas, TokenBucket
+from service.quotas import NO_QUOTA, QuotaRefusal, Quotas, TokenBucket, encoder_inputs, usage_tokens
 from service.server import start_server
 from service.shared.api_keys import load_api_keys
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, RERANK_MODEL, error_info
@@ -305,3 +306,17 @@ async def test_max_concurrent_streams_and_a_streams_tokens(limited):
         )
     ]
     assert replies[-1].usage.completion_tokens == 1
+
+
+def test_usage_tokens_and_encoder_inputs_of_messages():
+    usage = common_pb2.Usage(prompt_tokens=7, completion_tokens=5, total_tokens=12)
+    assert usage_tokens(g.GenerateResponse(usage=usage)) == 12
+    assert usage_tokens(e.EmbedResponse(usage=common_pb2.Usage(prompt_tokens=9))) == 9  # encoders count
+    assert usage_tokens(g.GenerateStreamResponse(text="a")) == 0  # not the last message
+    assert usage_tokens(tokenization_pb2.TokenizeResponse()) == 0  # no usage field
+    assert usage_tokens(None) == 0  # a failed call
+    path = "/universal_runtime.v1.InferenceService/"
+    assert encoder_inputs(path + "Embed", e.EmbedRequest(inputs=["a", "b"])) == 2
+    assert encoder_inputs(path + "Rerank", e.RerankRequest(query="q", documents=["a", "b", "c"])) == 3
+    assert encoder_inputs(path + "Generate", g.GenerateRequest(prompt="a")) == 0
+    assert encoder_inputs(path + "Embed", ValueError("unparsed")) == 0  # a refused parse
