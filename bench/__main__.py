@@ -25,6 +25,7 @@ from bench import (
     metrics_cost,
     ocr,
     overhead,
+    quota_accuracy,
     routing,
     speculative,
 )
@@ -47,6 +48,7 @@ AREAS = {
     "routing": routing,
     "eviction": eviction,
     "speculative": speculative,
+    "quota_accuracy": quota_accuracy,
 }
 
 

@@ -29,7 +29,10 @@ _ERROR_STATUSES: dict[int, str] = {
     404: "Unknown model, classifier or detector.",
     413: "Request body over the gateway's size limit, or an input over a model's limit.",
     422: "Not sent: validation errors answer 400 (as OpenAI does); listed with the error schema for clients.",
-    429: "Overloaded: the model's queue is full; retry after the `Retry-After` seconds.",
+    429: (
+        "Overloaded (the model's queue is full), or over the API key's quota (`quota_exceeded`, with"
+        " OpenAI's `x-ratelimit-*` headers); retry after the `Retry-After` seconds."
+    ),
     500: "Internal error (details only in the server log, under the request id).",
     503: "The server is starting, shutting down, or the gRPC server is unreachable.",
     504: "The request's deadline passed before it finished.",
