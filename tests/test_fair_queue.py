@@ -313,14 +313,16 @@ async def admission_order(engine, requests: list[tuple[str, Share]]) -> list[str
 
 
 async def test_another_keys_request_takes_the_next_free_slot_before_a_keys_backlog(engine):
-    requests = [(f"a{i}", A) for i in range(6)] + [("b0", B)]
+    # "first" (a third key) takes the slot whenever the loop starts (first by class and arrival);
+    # then a0 and b0 have the same start tag, and a0 came first.
+    requests = [("first", C)] + [(f"a{i}", A) for i in range(5)] + [("b0", B)]
     order = await admission_order(engine, requests)
-    assert order == ["a0", "b0", "a1", "a2", "a3", "a4", "a5"]  # FIFO: b0 last
+    assert order == ["first", "a0", "b0", "a1", "a2", "a3", "a4"]  # FIFO: b0 last
 
 
 async def test_an_interactive_request_takes_the_next_slot_before_batch_class_ones(engine):
     # "first" takes the slot whenever the loop starts (it is first by class and by arrival).
-    requests = [("first", A)] + [(f"bulk{i}", BULK) for i in range(4)] + [("chat", C)]
+    requests = [("first", C)] + [(f"bulk{i}", BULK) for i in range(4)] + [("chat", A)]
     order = await admission_order(engine, requests)
     assert order == ["first", "chat", "bulk0", "bulk1", "bulk2", "bulk3"]  # FIFO: chat last
 
