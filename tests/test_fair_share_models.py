@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 
 import numpy as np
 import pytest
@@ -23,23 +22,12 @@ from engines.fair_share import Priority, Share, share_var
 from engines.generation.llama_cpp_engine import LlamaCppGenerationEngine
 from engines.types import EmbeddingRequest, GenerationRequest, SamplingParams, Task
 from tests.conftest import GGUF_SOURCE, MINILM_SOURCE
+from tests.generation.test_scheduler_admission import device_held
 
 A, B, C = Share("team-a"), Share("team-b"), Share("team-c")
 BULK = Share("nightly", Priority.BATCH)
 #: Inputs of the same token count (cost), so that fair shares are whole batches' worth.
 WORDS = ["apple", "river", "stone", "cloud", "green", "house", "light", "music", "paper", "table"]
-
-
-@contextlib.asynccontextmanager
-async def lane_held(executor: DeviceExecutor):
-    """Keep ``executor`` busy until the block ends, so that what arrives meanwhile queues up."""
-    gate = threading.Event()
-    blocker = asyncio.ensure_future(executor.run(gate.wait, 30))
-    try:
-        yield
-    finally:
-        gate.set()
-        await blocker
 
 
 async def until(condition, what: str) -> None:
@@ -101,7 +89,7 @@ async def run_batches(engine, arrivals: list[tuple[Share, list[str]]]) -> tuple[
     await engine.executor.run(lambda: None)
     engine.batches.clear()
     futures: list[asyncio.Future] = []
-    async with lane_held(engine.executor):
+    async with device_held(engine):
         for share, texts in arrivals:
             futures += await embed_as(engine, share, texts)
     vectors = await asyncio.gather(*futures)
@@ -175,7 +163,7 @@ async def start_order(engine, arrivals: list[tuple[str, Share]]) -> tuple[list[s
                 parts.append(delta.text)
         texts[request_id] = "".join(parts)
 
-    async with lane_held(engine.executor):
+    async with device_held(engine):
         tasks = [asyncio.ensure_future(stream(rid, share)) for rid, share in arrivals]
         await asyncio.sleep(0)  # each waits for its prepare on the lane, in this order
     await asyncio.gather(*tasks)
