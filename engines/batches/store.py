@@ -13,9 +13,12 @@ when ``UR_STATE_URL`` is set):
   runner's progress never overwrite each other;
 * ``active/<batch_id>``: a marker per batch not yet ended (naming its owner), written before the
   record and deleted after its last change: what runners scan for work, without listing every key;
-* ``results/<batch_id>/<index>``: one line's result (JSON; :class:`~engines.batches.lines.LineResult`),
-  created only if absent as the line completes, so a resumed run skips the lines that have one
-  and the output holds each ``custom_id`` exactly once; deleted once the output files are written;
+* ``results/<batch_id>/<first index>-<count>-<random>``: the results of lines that completed
+  together (JSON lines with each line's ``index``; :class:`~engines.batches.lines.LineResult`),
+  saved as they complete (a group commit: one durable write for every line that completed while
+  the previous write ran), so a resumed run skips the lines that have one; the output is built
+  per input line, so it holds each ``custom_id`` exactly once; deleted once the output files
+  are written;
 * ``leases/<batch_id>``: which runner runs the batch and until when (:meth:`BatchStore.take_lease`,
   a compare-and-swap), so two replicas never run one batch; a holder that died stops renewing,
   and its lease is taken over once expired.
@@ -626,18 +629,30 @@ class BatchStore:
 
     # Results.
 
-    def put_result(self, batch_id: str, index: int, result: LineResult) -> bool:
-        """Save line ``index``'s result, only if it has none: False when it had one."""
-        return self.store.create(f"results/{batch_id}/{index:09d}", result.to_json())
+    def put_results(self, batch_id: str, results: dict[int, LineResult]) -> None:
+        """Save the results of lines that completed together, by line index (one new key).
+
+        A group commit: one durable write (two flushes on a local disk, ~5 ms) covers every line
+        that completed while the previous write ran, instead of one write per line.
+        """
+        lines = [
+            json.dumps({"index": index, **json.loads(results[index].to_json())}) for index in sorted(results)
+        ]
+        name = f"{min(results):09d}-{len(results)}-{secrets.token_hex(6)}"  # unique: never overwrites
+        self.store.create(f"results/{batch_id}/{name}", "\n".join(lines).encode())
 
     def results(self, batch_id: str) -> dict[int, LineResult]:
-        """Every saved result of a batch, by line index."""
-        found = {}
-        for key in self.store.sizes(f"results/{batch_id}"):  # bounded by its lines
-            name = key.rpartition("/")[2]
-            data = self.store.read(key) if name.isdigit() else None
-            if data is not None:
-                found[int(name)] = LineResult.from_json(data)
+        """Every saved result of a batch, by line index.
+
+        A line saved twice (by two runners that both believed they held the lease) counts once:
+        the save whose key sorts first.
+        """
+        found: dict[int, LineResult] = {}
+        for key in sorted(self.store.sizes(f"results/{batch_id}")):  # bounded by its lines
+            data = self.store.read(key) if key.rpartition("/")[2][:1].isdigit() else None
+            for text in (data or b"").splitlines():  # bounded: the lines of one group
+                index = json.loads(text)["index"]
+                found.setdefault(int(index), LineResult.from_json(text))
         return found
 
     def write_outputs(self, batch: Batch, lines: list[InputLine], missing: tuple[str, str]) -> Outputs:
