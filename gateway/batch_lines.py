@@ -8,7 +8,8 @@ The call carries:
 
 - ``Authorization: Bearer <the key's secret>`` (:meth:`service.shared.api_keys.ApiKeys.secret`),
   so the line runs under the submitting key: its name in the log, its quotas;
-- ``X-UR-Priority: batch`` (:data:`PRIORITY_HEADER`), forwarded to the server as gRPC metadata,
+- ``X-UR-Priority: batch`` (:data:`gateway.dependencies.PRIORITY_HEADER`), forwarded to the server
+  as gRPC metadata,
   which lowers the call's class below interactive work in every queue;
 - ``x-request-id``: the line's own id when the runner gives one.
 
@@ -33,14 +34,12 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from gateway.dependencies import PRIORITY_HEADER
 from gateway.errors import error_body, error_type_for_status
 from gateway.middleware import REQUEST_ID_HEADER
 from gateway.settings import GatewayConfig
 
 logger = logging.getLogger(__name__)
-
-PRIORITY_HEADER = "x-ur-priority"
-"""HTTP header (and gRPC metadata key) that lowers a call's priority class; batch lines send ``batch``."""
 
 BATCH_PRIORITY = "batch"
 

@@ -35,7 +35,9 @@ from service.shared.tls import TlsConfigError
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from gateway.batch_lines import BatchLineExecutor
     from gateway.https import Https
+    from service.server import RunningServer
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,36 @@ def gateway_https(settings: Settings) -> Https | None:
     )
 
 
+async def start_batch_lines(
+    settings: Settings, target: str, running: RunningServer
+) -> BatchLineExecutor | None:
+    """Start the server's batch runner with the gateway's routes as its line executor.
+
+    The executor is a gateway app of its own (:func:`gateway_app`: the server's keys and limits,
+    in-process calls), run by :class:`gateway.batch_lines.BatchLineExecutor` whether or not the
+    HTTP gateway is served, so ``--no-gateway`` servers run batches too. Its lines may name the
+    batch endpoints (:data:`engines.batches.lines.SUPPORTED_URLS`) and take at most
+    ``batch_line_timeout_s`` each. Close it after the server stopped (the runner first).
+
+    Returns:
+        The started executor, or ``None`` when the server has no batch runner.
+
+    """
+    if running.batches is None:
+        return None
+    from engines.batches.lines import SUPPORTED_URLS
+    from gateway.batch_lines import BatchLineExecutor
+
+    executor = BatchLineExecutor(
+        gateway_app(settings, target, running.in_process),
+        urls=SUPPORTED_URLS,
+        timeout_s=settings.batch_line_timeout_s,
+    )
+    await executor.start()
+    running.batches.start(executor.execute)
+    return executor
+
+
 def in_process_calls(settings: Settings) -> bool:
     """Whether the gateway beside the server calls it in-process (see :func:`gateway_app`)."""
     return settings.gateway_in_process_calls and not settings.otlp_endpoint
@@ -126,23 +158,25 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     https = gateway_https(settings) if with_gateway else None
     loop = asyncio.get_running_loop()
     log.info("event loop", extra={"event_loop": loop_name(loop)})
-    running = await start_server(settings, internal_socket=with_gateway)
+    # The internal socket (TLS only) also serves the batch executor's gateway, gateway or not.
+    running = await start_server(settings, internal_socket=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    target = (
+        f"127.0.0.1:{running.port}"
+        if settings.grpc_host in ("0.0.0.0", "::")
+        else (f"{settings.grpc_host}:{running.port}")
+    )
+    if running.internal_socket is not None:  # the server speaks TLS: see service.tls.InternalSocket
+        target = running.internal_socket.target
+    batch_lines = await start_batch_lines(settings, target, running)
     gateway_server = None
     gateway_task = None
     if with_gateway:
         from gateway.https import uvicorn_server
         from gateway.tracing import instrument_app
 
-        target = (
-            f"127.0.0.1:{running.port}"
-            if settings.grpc_host in ("0.0.0.0", "::")
-            else (f"{settings.grpc_host}:{running.port}")
-        )
-        if running.internal_socket is not None:  # the server speaks TLS: see service.tls.InternalSocket
-            target = running.internal_socket.target
         app = gateway_app(settings, target, running.in_process)
         instrument_app(app)  # route spans, when tracing is on
         gateway_server = uvicorn_server(
@@ -168,6 +202,8 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
         gateway_server.handle_exit(signal.SIGTERM, None)
         draining.append(gateway_task)
     await asyncio.gather(*draining)
+    if batch_lines is not None:  # after the server: its runner stopped first (RunningServer.stop)
+        await batch_lines.close()
 
 
 def check_startup_settings(settings: Settings, *, with_gateway: bool) -> None:

@@ -295,6 +295,11 @@ class Settings(SharedSettings):
         10.0,
         description="Seconds between two looks for batches to run (new ones start at once on their server).",
     )
+    batch_line_timeout_s: TimeLimitS = Field(
+        600.0,
+        description="Seconds one batch line may take, retries after a 429 included; past it the line is "
+        "answered 504 `timeout` in the error file.",
+    )
     # The gateway started beside the server: the same UR_GATEWAY_TLS_* names as the gateway alone,
     # so one environment configures either way of running it; the refresh interval is the server's.
     gateway_tls_cert_file: Path | None = Field(

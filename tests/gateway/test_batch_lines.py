@@ -8,7 +8,8 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.app import create_app
-from gateway.batch_lines import MAX_ATTEMPTS, PRIORITY_HEADER, BatchLineExecutor
+from gateway.batch_lines import MAX_ATTEMPTS, BatchLineExecutor
+from gateway.dependencies import PRIORITY_HEADER
 from gateway.settings import GatewayConfig
 from service.shared.api_keys import ApiKeys, load_api_keys
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES
