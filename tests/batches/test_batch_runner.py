@@ -314,3 +314,64 @@ async def test_a_run_that_fails_on_the_store_is_retried_after_a_pause_not_at_onc
     done = store.get_batch("k", batch.id)
     assert (done.status, done.completed) == (COMPLETED, 2)
     assert sorted(c[0] for c in fake.calls) == ["a", "a", "b"]  # "a" was never saved: it ran again
+
+
+async def test_a_runner_whose_lease_is_taken_over_stops_and_the_new_holder_finishes(store, lane, clock):
+    file = store.create_file("k", "in", jsonl(*(line(f"r{i}") for i in range(6))))
+    batch = store.create_batch("k", file.id, "/v1/embeddings", "", {})
+    first, second = FakeExecutor(gated=True), FakeExecutor()
+    one = BatchRunner(
+        store,
+        lane,
+        line_concurrency=2,
+        max_running=1,
+        lease_s=0.3,
+        scan_interval_s=60,
+        clock=clock,
+        holder="stalled",
+    )
+    one.attach(first)
+    await one.scan()
+    await settle(2, first)
+    clock.tick(10)  # the store's time: "stalled" missed its renewals, its lease expired
+    assert store.take_lease(batch.id, "replica-2", 30.0)
+    await asyncio.sleep(1.0)  # "stalled" tries to renew (every 0.1 s: ten tries) and finds the lease gone
+    first.gate.set()
+    await one.wait_idle()
+    assert len(first.calls) == 2 and store.get_batch("k", batch.id).status == "in_progress"
+    two = runner(store, DeviceExecutor("cpu", "test:batches-2"), clock, second, holder="replica-2")
+    await two.scan()
+    await two.wait_idle()
+    done = store.get_batch("k", batch.id)
+    assert done.status == COMPLETED
+    out, _ = files(store, "k", done)
+    assert [x["custom_id"] for x in out] == [f"r{i}" for i in range(6)]
+
+
+async def test_a_batch_that_died_finalizing_ends_with_the_files_it_planned(store, lane, clock):
+    file = store.create_file("k", "in", jsonl(line("a"), line("b")))
+    batch = store.create_batch("k", file.id, "/v1/embeddings", "", {})
+    store.put_results(
+        batch.id, {0: LineResult(200, {"echo": "a"}, "q0"), 1: LineResult(200, {"echo": "b"}, "q1")}
+    )
+    planned = "file-000000000000plannedout01"
+    store.update_batch(
+        "k",
+        batch.id,
+        lambda b: replace(
+            b, status="finalizing", planned_output_file_id=planned, planned_error_file_id=planned[:-1] + "2"
+        ),
+    )
+    fake = FakeExecutor()
+    run = runner(store, lane, clock, fake)
+    await run.scan()
+    await run.wait_idle()
+    done = store.get_batch("k", batch.id)
+    assert (done.status, done.output_file_id, done.error_file_id, done.completed) == (
+        COMPLETED,
+        planned,
+        "",
+        2,
+    )
+    assert fake.calls == []
+    assert [x["custom_id"] for x in files(store, "k", done)[0]] == ["a", "b"]
