@@ -16,6 +16,7 @@ from bench import (
     embeddings,
     encoder_runtimes,
     eviction,
+    fairness,
     generation,
     gguf_quality,
     isolation,
@@ -49,6 +50,7 @@ AREAS = {
     "eviction": eviction,
     "speculative": speculative,
     "quota_accuracy": quota_accuracy,
+    "fairness": fairness,
 }
 
 
