@@ -154,3 +154,11 @@ async def test_retries_are_bounded():
 def test_timeout_must_be_positive():
     with pytest.raises(ValueError, match="timeout_s"):
         BatchLineExecutor(FastAPI(), urls=URLS, timeout_s=0)
+
+
+def test_the_servers_batch_endpoints_are_post_routes_of_the_gateway():
+    """Every url the server lets a batch name is a route the executor can run."""
+    from engines.batches.lines import SUPPORTED_URLS
+
+    paths = create_app("127.0.0.1:1").openapi()["paths"]
+    assert {path for path, operations in paths.items() if "post" in operations} >= set(SUPPORTED_URLS)

@@ -302,3 +302,21 @@ async def run_finished_batch(client: openai.AsyncOpenAI) -> openai.types.Batch:
         input_file_id=file.id, endpoint="/v1/embeddings", completion_window="24h"
     )
     return await finished(client, created.id)
+
+
+def batch_waits(model: str) -> float:
+    """Items of ``model`` served from its fair queue at batch priority, so far (any key)."""
+    from prometheus_client import REGISTRY
+
+    value = REGISTRY.get_sample_value(
+        "ur_queue_wait_seconds_count", {"model": model, "key": "", "priority": "batch"}
+    )
+    return value or 0.0
+
+
+async def test_lines_run_at_batch_priority(team_a):
+    before = batch_waits(EMBED_MODEL)
+    await live(team_a, "/v1/embeddings", EMBEDDINGS["embed-0"])
+    assert batch_waits(EMBED_MODEL) == before  # a live call is interactive
+    await run_batch(team_a, "/v1/embeddings", EMBEDDINGS)
+    assert batch_waits(EMBED_MODEL) >= before + len(EMBEDDINGS)
