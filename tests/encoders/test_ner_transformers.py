@@ -165,3 +165,25 @@ def test_a_long_texts_windows_run_in_forward_passes_within_the_token_bound():
     assert [[len(w) for w in g] for g in groups] == [[512, 512], [100, 512], [30], [600]]
     assert [w for g in groups for w in g] == windows
     assert all(len(g) * max(len(w) for w in g) <= 1024 for g in groups if len(g) > 1)
+
+
+def test_windows_refuse_a_stride_that_leaves_no_room_and_a_slow_tokenizer():
+    from transformers import AutoTokenizer
+
+    from engines.batching.tokens import TokenCounter
+    from engines.errors import InvalidArgumentError
+
+    tokens = TokenCounter(AutoTokenizer.from_pretrained(str(minilm_dir())), 12, "tiny")
+    assert (
+        len(
+            tokens.encode_windows(["one two three four five six seven eight nine ten eleven twelve"], 9)[
+                0
+            ].windows
+        )
+        > 1
+    )
+    with pytest.raises(InvalidArgumentError, match="stride of 10 tokens"):
+        tokens.encode_windows(["a text"], 10)  # 12 - [CLS] - [SEP] = 10 ids per window: no advance
+    tokens._raw = None  # a slow (Python) tokenizer has no offsets to read windows from
+    with pytest.raises(RuntimeError, match="fast tokenizer"):
+        tokens.encode_windows(["a text"], 2)
