@@ -24,6 +24,9 @@ from fastapi.responses import JSONResponse
 from google.rpc import error_details_pb2, status_pb2
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.shared.rate_limits import openai_duration as openai_duration  # re-exported
+from service.shared.rate_limits import rate_limit_headers
+
 logger = logging.getLogger(__name__)
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -281,40 +284,17 @@ def quota_headers(
     ``x-ratelimit-reset-requests`` when the key has a request rate (the limit is the bucket's
     size, the reset the time until it is full again, in OpenAI's form ``1s``, ``6m0s``,
     ``250ms``), and the ``-tokens`` variants when it has ``tokens_per_minute``; all from the
-    ErrorInfo metadata that :mod:`service.quotas` fills in.
+    ErrorInfo metadata that :mod:`service.quotas` fills in, written by
+    :func:`service.shared.rate_limits.rate_limit_headers` (the same headers a successful call
+    carries, see :func:`gateway.streaming.keep_rate_limit_headers`).
     """
     headers: dict[str, str] = {}
     if retry is not None and retry.HasField("retry_delay"):
         delay = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9
         headers["Retry-After"] = str(math.ceil(delay))
         headers["retry-after-ms"] = str(math.ceil(delay * 1000))
-    metadata = info.metadata
-    for name in ("requests", "tokens"):
-        limit, remaining = metadata.get(f"limit_{name}"), metadata.get(f"remaining_{name}")
-        reset = metadata.get(f"reset_{name}_s")
-        if limit is None or remaining is None or reset is None:
-            continue
-        headers[f"x-ratelimit-limit-{name}"] = limit
-        headers[f"x-ratelimit-remaining-{name}"] = remaining
-        try:
-            headers[f"x-ratelimit-reset-{name}"] = openai_duration(float(reset))
-        except ValueError:  # a peer's malformed figure: the other headers still hold
-            continue
+    headers.update(rate_limit_headers(info.metadata))
     return headers
-
-
-def openai_duration(seconds: float) -> str:
-    """A duration as OpenAI's ``x-ratelimit-reset-*`` headers write it: ``250ms``, ``1.5s``, ``6m0s``.
-
-    Under a second, whole milliseconds rounded up; else minutes and seconds (to the millisecond).
-    """
-    if not math.isfinite(seconds) or seconds <= 0:
-        return "0s"
-    if seconds < 1:
-        return f"{math.ceil(seconds * 1000)}ms"
-    minutes, rest = divmod(round(seconds, 3), 60)
-    text = f"{rest:.3f}".rstrip("0").rstrip(".")
-    return f"{int(minutes)}m{text}s" if minutes else f"{text}s"
 
 
 def context_length_message(info: error_details_pb2.ErrorInfo | None, route: str | None) -> str | None:

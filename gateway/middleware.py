@@ -1,4 +1,4 @@
-"""Pure ASGI middleware: request ids and the request body size limit.
+"""Pure ASGI middleware: request ids (and the calls' rate-limit headers) and the request body size limit.
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so that streaming responses and client disconnects pass
 through untouched.
@@ -21,6 +21,10 @@ logger = logging.getLogger(__name__)
 REQUEST_ID_HEADER = "x-request-id"
 """HTTP header and gRPC metadata key carrying the request id."""
 
+RATE_LIMIT_HEADERS_STATE = "rate_limit_headers"
+"""Request state entry (``request.state.rate_limit_headers``): the ``x-ratelimit-*`` headers of
+the request's latest gRPC call, by name (:func:`gateway.streaming.keep_rate_limit_headers`)."""
+
 # gRPC metadata values must be printable ASCII, and the id is echoed into logs and a response
 # header: anything else from the client is replaced rather than forwarded.
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
@@ -37,6 +41,11 @@ class RequestIdMiddleware:
     The id is the client's ``x-request-id`` header when it is 1-128 characters of
     ``[A-Za-z0-9._:/+=@-]``, a new random id otherwise. It is stored as ``request.state.request_id``
     (the routes forward it as gRPC metadata) and set on every response, errors included.
+
+    The same response start gets the ``x-ratelimit-*`` headers that the request's gRPC calls
+    received from the server (:data:`RATE_LIMIT_HEADERS_STATE`), unary and streamed answers
+    alike, as OpenAI sends them on every answer. A header the response already has (a 429's own,
+    from its refusal) is kept.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -54,11 +63,16 @@ class RequestIdMiddleware:
             if supplied is not None:
                 logger.warning("replacing malformed %s header", REQUEST_ID_HEADER)
             request_id = new_request_id()
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                headers = MutableHeaders(scope=message)
+                headers[REQUEST_ID_HEADER] = request_id
+                # Six entries at most (service.shared.rate_limits.RATE_LIMIT_HEADERS).
+                for name, value in state.get(RATE_LIMIT_HEADERS_STATE, {}).items():
+                    headers.setdefault(name, value)
             await send(message)
 
         await self.app(scope, receive, send_with_id)

@@ -2,6 +2,10 @@
 
 A client that goes away must stop the work it asked for: every gRPC call made on behalf of an
 HTTP request is cancelled when the HTTP client disconnects, so the server stops generating.
+
+Every call made here also hands its ``x-ratelimit-*`` headers (the server's initial metadata for
+a key with a request rate or ``tokens_per_minute``) to the HTTP answer: see
+:func:`keep_rate_limit_headers`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from gateway.errors import (
     route_path,
     rpc_error_to_http,
 )
+from gateway.middleware import RATE_LIMIT_HEADERS_STATE
+from service.shared.rate_limits import received_rate_limit_headers
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +105,31 @@ async def call_until_disconnect(request: Request, call: _Cancellable, awaitable:
         ) from None
     finally:
         watcher.cancel()
+
+
+async def keep_rate_limit_headers(request: Request, call: Any) -> None:
+    """Keep the ``x-ratelimit-*`` entries of ``call``'s initial metadata for the HTTP answer.
+
+    The server sends them for an admitted call of a key with a request rate or
+    ``tokens_per_minute`` (:class:`service.interceptors.QuotaInterceptor`): a unary answer's with
+    its message, a stream's before its first one. They are stored in the request's state
+    (:data:`gateway.middleware.RATE_LIMIT_HEADERS_STATE`, the latest call's replacing an earlier
+    one's) and :class:`gateway.middleware.RequestIdMiddleware` writes them into the response's
+    headers, whatever route made the answer. Only the six names of
+    :data:`service.shared.rate_limits.RATE_LIMIT_HEADERS` are read, with values of counts and
+    durations; a call without them (a key without those quotas) leaves the state as it is.
+
+    Args:
+        request: The HTTP request the call was made for.
+        call: A gRPC call that has its headers (a finished call, or a stream with a message read).
+
+    """
+    initial_metadata = getattr(call, "initial_metadata", None)
+    if initial_metadata is None:  # a call object without headers
+        return
+    headers = received_rate_limit_headers(await initial_metadata())
+    if headers:
+        setattr(request.state, RATE_LIMIT_HEADERS_STATE, headers)
 
 
 class StreamTranslator(Protocol):
@@ -283,6 +314,7 @@ async def stream_generation(
     """
     call = start_call()
     first = await call_until_disconnect(request, call, call.read())
+    await keep_rate_limit_headers(request, call)  # before the HTTP headers go out
     grace_s = request.app.state.config.shutdown_grace_s
     shutdown = anyio.Event()
     return EventSourceResponse(
@@ -321,7 +353,9 @@ async def unary_call(
 
     """
     call = method(message, metadata=metadata, timeout=deadline_s)
-    return await call_until_disconnect(request, call, call)
+    response = await call_until_disconnect(request, call, call)
+    await keep_rate_limit_headers(request, call)
+    return response
 
 
 async def _responses(call: grpc.aio.StreamStreamCall) -> list[Any]:
@@ -349,6 +383,8 @@ async def collect_stream(
     """
     call = method(messages, metadata=metadata)
     try:
-        return await call_until_disconnect(request, call, _responses(call))
+        responses = await call_until_disconnect(request, call, _responses(call))
+        await keep_rate_limit_headers(request, call)
+        return responses
     finally:
         call.cancel()  # no-op when finished; stops the server's work on any other way out

@@ -72,6 +72,7 @@ class InProcessContext:
         self._code: grpc.StatusCode | None = None
         self._details = ""
         self._trailing: Metadata = ()
+        self.initial: Metadata = ()
         self._callbacks: list[Callable[[Any], None]] = []
         self._cancelled = False
         self._done = False
@@ -112,7 +113,8 @@ class InProcessContext:
         return self._trailing
 
     async def send_initial_metadata(self, initial_metadata: Metadata) -> None:
-        """Accepted and dropped: the gateway reads no headers of a unary call."""
+        """Keep the headers (the key's ``x-ratelimit-*``) for :meth:`InProcessUnaryCall.initial_metadata`."""
+        self.initial = tuple(initial_metadata)
 
     def add_done_callback(self, callback: Callable[[Any], None]) -> None:
         """Call ``callback(self)`` when the call ends, however it ends."""
@@ -220,13 +222,15 @@ class InProcessCalls:
         self, method: UnaryMethod, request: Any, *, timeout: float | None, metadata: Metadata
     ) -> InProcessUnaryCall:
         """Start a unary call of ``method``; returns it (await it for the response message)."""
-        task = asyncio.get_running_loop().create_task(self._run(method, request, timeout, metadata))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        context = InProcessContext(metadata, deadline)
+        task = asyncio.get_running_loop().create_task(self._run(method, request, timeout, context))
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
-        return InProcessUnaryCall(task)
+        return InProcessUnaryCall(task, context)
 
     async def _run(
-        self, method: UnaryMethod, request: Any, timeout_s: float | None, metadata: Metadata
+        self, method: UnaryMethod, request: Any, timeout_s: float | None, context: InProcessContext
     ) -> Any:
         data = method.serialize(request)
         if len(data) > self._max_receive:
@@ -234,8 +238,6 @@ class InProcessCalls:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"Received message larger than max ({len(data)} vs. {self._max_receive})",
             )
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        context = InProcessContext(metadata, deadline)
         timeout = asyncio.timeout(timeout_s)
         ended = False  # the servicer's work ran to an answer or a status (else: cancelled)
         try:
@@ -332,11 +334,22 @@ class InProcessUnaryCall:
     Awaiting a cancelled call raises ``asyncio.CancelledError``, as ``grpc.aio`` does.
     """
 
-    def __init__(self, task: asyncio.Task[Any]) -> None:
+    def __init__(self, task: asyncio.Task[Any], context: InProcessContext) -> None:
         self._task = task
+        self._context = context
 
     def __await__(self):
         return self._task.__await__()
+
+    async def initial_metadata(self) -> grpc.aio.Metadata:
+        """The headers the server sent (the key's ``x-ratelimit-*``), once the call has ended.
+
+        An in-process answer's headers are known only at its end (a unary server sends them
+        with its answer); a failed or cancelled call may have none.
+        """
+        if not self._task.done():
+            await asyncio.wait((self._task,))
+        return grpc.aio.Metadata(*self._context.initial)
 
     def cancel(self) -> bool:
         """Cancel the call (the servicer's work is cancelled); False when it already ended."""

@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextvars import ContextVar
 from typing import Any
 
 import grpc
@@ -60,11 +61,57 @@ def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return _text_metadata(context.invocation_metadata() or ())
 
 
+class CallHeaders:
+    """One call's initial metadata: entries the interceptors add, sent at most once.
+
+    gRPC sends a call's initial metadata once (a second ``send_initial_metadata`` fails), so the
+    interceptors that have something for it add their entries here and one send carries them
+    all: :class:`RequestContextInterceptor` makes it for each call (``call_headers_var``) and
+    adds a stream's request id; :class:`QuotaInterceptor` adds the key's ``x-ratelimit-*`` state.
+    A stream's headers go out as its handler starts (:class:`ErrorMappingInterceptor`), after
+    every admission check, or at the latest with its first message; a unary answer's just before
+    its message, only when there is something to send.
+
+    Args:
+        context: The call's servicer context.
+
+    """
+
+    __slots__ = ("_context", "entries", "sent")
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+        self.entries: list[tuple[str, str]] = []
+        self.sent = False
+
+    def add(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Add ``(key, value)`` entries; ignored once the headers are sent (too late for them)."""
+        if not self.sent:
+            self.entries.extend(entries)
+
+    async def send(self) -> None:
+        """Send the entries as the call's initial metadata, unless already sent (then nothing)."""
+        if self.sent:
+            return
+        self.sent = True
+        # A call already gone (client left) cannot take them; it is still in the log.
+        with contextlib.suppress(Exception):
+            await self._context.send_initial_metadata(tuple(self.entries))
+
+
+call_headers_var: ContextVar[CallHeaders | None] = ContextVar("call_headers", default=None)
+"""The running call's :class:`CallHeaders` (``None`` outside :class:`RequestContextInterceptor`)."""
+
+
 class RequestContextInterceptor(AsyncServerInterceptor):
     """Sets the request id and logs one structured line per RPC.
 
     The id comes from ``x-request-id`` metadata or is new, and is echoed back: in the headers
     (initial metadata) of a streamed answer, in the trailers of a unary one and of every error.
+    The call's :class:`CallHeaders` are made here: a stream's go out as its handler starts, after
+    the admission checks (so a refused stream has its id in the trailers only); a unary answer
+    gets initial metadata only when an inner interceptor added to them (the key's rate limits),
+    sent just before its message, so the call stays uncommitted until it is answered.
     The log line has method, status code, duration, model and ``key_name`` (the name of the API
     key that authenticated the call, ``""`` without one; never the key).
     """
@@ -77,6 +124,8 @@ class RequestContextInterceptor(AsyncServerInterceptor):
         request_id_var.set(request_id)
         model_var.set("")
         api_key_name_var.set("")
+        headers = CallHeaders(context)
+        call_headers_var.set(headers)
         started = time.perf_counter()
         metrics.rpc_started(_short(method_name))
         try:
@@ -92,17 +141,22 @@ class RequestContextInterceptor(AsyncServerInterceptor):
             # answered, so a client's retry policy may resend it to another replica when this one
             # dies mid-call (gRPC retries only calls that have received no headers).
             context.set_trailing_metadata(((REQUEST_ID_METADATA_KEY, request_id),))
+            if headers.entries:  # the key's rate limits: sent now, with the answer ready
+                await headers.send()
             self._log(context, method_name, started, None)
             return result
-        return self._stream(result, context, method_name, started)
+        # First of the stream's headers; nothing inner has run yet (streams are lazy).
+        headers.entries.insert(0, (REQUEST_ID_METADATA_KEY, request_id))
+        return self._stream(result, context, method_name, started, headers)
 
-    async def _stream(self, stream: AsyncIterator, context, method_name: str, started: float):
+    async def _stream(
+        self, stream: AsyncIterator, context, method_name: str, started: float, headers: CallHeaders
+    ):
         error: BaseException | None = None
         try:
-            # A stream's client sees the id at once, in its headers (call gone: it is still in the log).
-            with contextlib.suppress(Exception):
-                await context.send_initial_metadata(((REQUEST_ID_METADATA_KEY, request_id_var.get()),))
             async for item in stream:
+                # Sent as the handler started (ErrorMappingInterceptor); here when none did.
+                await headers.send()
                 yield item
         except BaseException as exc:
             error = exc
@@ -323,6 +377,12 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     :class:`ErrorMappingInterceptor`). When the call ends (answered, failed or cancelled) its
     tokens (the answer's ``usage``: a stream's last message) are charged and its slot freed.
 
+    An admitted call of a key with a request rate or ``tokens_per_minute`` carries OpenAI's
+    ``x-ratelimit-*`` headers in its initial metadata (:class:`CallHeaders`;
+    :meth:`service.quotas.Quotas.rate_limit_metadata`), which the gateway copies to the HTTP
+    answer: a stream's as it starts (this call's request taken, its tokens not yet known), a
+    unary answer's once it is answered (its tokens charged).
+
     Install it after :class:`AuthInterceptor`, whose behaviour sets the key's name that this one
     reads, and outside the error mapping (it sets its own status). Health and reflection RPCs are
     neither counted nor refused.
@@ -357,12 +417,18 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
                 return None
             return admission
 
+        def tell_rate_limits() -> None:
+            headers = call_headers_var.get()
+            if headers is not None:
+                headers.add(quotas.rate_limit_metadata(api_key_name_var.get()))
+
         if handler.response_streaming:
 
             async def limited_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 admission = admit(request, context)
                 if admission is None:
                     return
+                tell_rate_limits()  # before the headers go out, as the handler starts
                 # Safety net: a response stream never iterated never runs its finally below.
                 context.add_done_callback(lambda _context: admission.finish())
                 tokens = 0
@@ -382,9 +448,10 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             response = None
             try:
                 response = await behaviour(request, context)
-                return response
             finally:
                 admission.finish(usage_tokens(response))
+            tell_rate_limits()  # after the charge: the answer's headers count its own tokens
+            return response
 
         return handler._replace(**{kind: limited})
 
@@ -396,6 +463,10 @@ class ErrorMappingInterceptor(AsyncServerInterceptor):
     only). Aborts and cancellations pass through. The status is set (:func:`set_status`), not
     sent: a unary call returns no message, a stream ends, and the status goes out after the
     outer interceptors have logged and counted the call.
+
+    Innermost but for the request parsing, it also sends a stream's :class:`CallHeaders` as its
+    handler starts: after every admission check (API key, concurrency, quota), so those could
+    add to them, and before any message.
     """
 
     async def intercept(
@@ -414,6 +485,9 @@ class ErrorMappingInterceptor(AsyncServerInterceptor):
         return result
 
     async def _stream(self, stream: AsyncIterator, context: grpc.aio.ServicerContext, method_name: str):
+        headers = call_headers_var.get()
+        if headers is not None:
+            await headers.send()
         try:
             async for item in stream:
                 yield item

@@ -23,7 +23,9 @@ A refused call ends RESOURCE_EXHAUSTED, ErrorInfo reason ``QUOTA_EXCEEDED`` (met
 the policy field that refused it, and ``api_key``, the key's name), with a ``google.rpc.RetryInfo``
 whose ``retry_delay`` is when the bucket will allow the call (none when waiting cannot help or
 the server cannot know: a request over the whole allowance, a stream limit), plus the request and
-token limits' state for the gateway's ``x-ratelimit-*`` headers.
+token limits' state for the gateway's ``x-ratelimit-*`` headers. An admitted call of a key with a
+request rate or ``tokens_per_minute`` carries the same headers in its initial metadata
+(:meth:`Quotas.rate_limit_metadata`), which the gateway copies to every answer.
 
 **Per replica.** Every server process keeps its own buckets in memory: N replicas behind a
 balancer admit up to N times a key's rate. The state is one small object per configured key with
@@ -45,6 +47,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from service import metrics
 from service.shared.api_keys import ApiKeys, KeyPolicy
+from service.shared.rate_limits import rate_limit_headers
 from service.status import rich_status
 
 QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
@@ -330,6 +333,17 @@ class Quotas:
                 state[f"remaining_{name}"] = str(bucket.remaining())
                 state[f"reset_{name}_s"] = f"{bucket.until_full_s():.3f}"
         return state
+
+    def rate_limit_metadata(self, key: str) -> tuple[tuple[str, str], ...]:
+        """OpenAI's ``x-ratelimit-*`` headers of ``key`` now, as gRPC metadata entries.
+
+        :meth:`rate_limit_state` written by :func:`service.shared.rate_limits.rate_limit_headers`
+        (as a 429's headers are): ``x-ratelimit-limit-requests`` (the bucket's size),
+        ``x-ratelimit-remaining-requests`` and ``x-ratelimit-reset-requests`` (``1s``, ``250ms``)
+        for a request rate, the ``-tokens`` ones for ``tokens_per_minute``; ``()`` for a key
+        without either (or no key, ``""``). Never the key itself nor its name.
+        """
+        return tuple(rate_limit_headers(self.rate_limit_state(key)).items())
 
 
 def _message(quota: _KeyQuota, limit: str, wait: float, inputs: int) -> str:

@@ -10,14 +10,9 @@ import math
 
 import pytest
 
-from gateway.app import create_app
 from gateway.errors import openai_duration
-from service import server as server_module
-from service.quotas import Quotas
-from service.server import start_server
-from tests.conftest import CHAT_MODEL, MAX_MESSAGE_BYTES
-from tests.gateway.gateway_fakes import asgi_client
-from tests.test_quotas import Clock
+from tests.conftest import CHAT_MODEL
+from tests.gateway.quota_gateway import quota_gateway
 
 KEY = "gateway-Secret-0001"
 INPUTS_KEY = "gateway-Secret-0002"
@@ -30,22 +25,9 @@ AUTH = {"authorization": f"Bearer {KEY}"}
 
 @pytest.fixture(scope="module", params=["grpc", "in-process"])
 async def metered(settings, tmp_path_factory, request):
-    path = tmp_path_factory.mktemp("gateway-quota") / "keys.yaml"
-    path.write_text(KEYS)
-    clock = Clock()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(server_module, "Quotas", lambda keys: Quotas(keys, clock=clock))
-        running = await start_server(settings.model_copy(update={"api_keys_file": path}))
-    wrap = running.in_process.channel if request.param == "in-process" else None
-    app = create_app(
-        f"127.0.0.1:{running.port}",
-        max_message_bytes=MAX_MESSAGE_BYTES,
-        api_keys_file=path,
-        wrap_channel=wrap,
-    )
-    async with asgi_client(app) as http:
+    folder = tmp_path_factory.mktemp("gateway-quota")
+    async with quota_gateway(settings, KEYS, folder, request.param) as (http, clock, _):
         yield http, clock
-    await running.stop(grace=0.5)
 
 
 async def test_over_the_request_rate_is_429_with_retry_after_and_rate_limit_headers(metered):
