@@ -5,19 +5,23 @@ custom_id exactly once in the output."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import grpc
+import httpx
 from universal_runtime.v1 import batch_pb2 as b
 from universal_runtime.v1 import batch_pb2_grpc
 
 from tests.batches.helpers import Clock, jsonl, line, make_store, parse_jsonl
-from tests.conftest import REPO_ROOT, child_server_env
+from tests.conftest import EMBED_MODEL, REPO_ROOT, child_server_env, free_port
 
 LINES = 24
+LINES_REAL = 160
 CONCURRENCY = 2
 
 
@@ -116,3 +120,93 @@ async def test_kill_9_mid_batch_then_restart_completes_with_each_custom_id_once(
     twice = {name for name, count in runs.items() if count > 1}
     assert twice <= set(runs_before) - {f"line-{i:02d}" for i in saved}
     assert all(count <= 2 for count in runs.values())
+
+
+def start_cli(data_dir: Path, catalog: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """``universal-runtime`` (the CLI: server, gateway, the real line executor) on ``data_dir``."""
+    gateway = f"http://127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "service.cli",
+            "--grpc-host", "127.0.0.1", "--grpc-port", str(free_port()),
+            "--gateway-host", "127.0.0.1", "--gateway-port", gateway.rsplit(":", 1)[1],
+            "--catalog", str(catalog), "--data-dir", str(data_dir),
+        ],
+        cwd=REPO_ROOT, env=child_server_env(UR_BATCH_LEASE_S="2", UR_BATCH_SCAN_INTERVAL_S="0.5"),
+        stdout=log.open("ab"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    for _ in range(600):  # at most 60 s (READY_S)
+        assert process.poll() is None, tail(log)
+        try:
+            if httpx.get(f"{gateway}/health", timeout=1.0).status_code == 200:
+                return process, gateway
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"not ready:\n{tail(log)}")
+
+
+def test_the_real_runtime_killed_mid_batch_resumes_it_without_rerunning_saved_lines(tmp_path, catalog_path):
+    """The same with ``universal-runtime`` itself: gateway, real line executor, MiniLM embeddings."""
+    data_dir, log = tmp_path / "data", tmp_path / "runtime.log"
+    words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "the",
+        "lazy",
+        "dog",
+        "while",
+        "batches",
+        "run",
+        "at",
+        "night",
+    ]
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(120)) for i in range(LINES_REAL)]
+    data = jsonl(*(line(f"emb-{i:03d}", model=EMBED_MODEL, input=text) for i, text in enumerate(texts)))
+    store = make_store(data_dir / "batches", Clock())
+    first, gateway = start_cli(data_dir, catalog_path, log)
+    try:
+        file = httpx.post(
+            f"{gateway}/v1/files", files={"file": ("in.jsonl", data)}, data={"purpose": "batch"}
+        )
+        assert file.status_code == 200, file.text
+        batch = httpx.post(
+            f"{gateway}/v1/batches",
+            json={
+                "input_file_id": file.json()["id"],
+                "endpoint": "/v1/embeddings",
+                "completion_window": "24h",
+            },
+        ).json()
+        for _ in range(1200):  # at most 60 s; the first results come within seconds
+            if len(store.results(batch["id"])) >= 8:
+                break
+            time.sleep(0.05)
+    finally:
+        first.kill()  # SIGKILL mid-batch
+        first.wait()
+    saved = store.results(batch["id"])
+    assert 8 <= len(saved) < LINES_REAL, len(saved)
+    second, gateway = start_cli(data_dir, catalog_path, log)
+    try:
+        for _ in range(1200):  # at most 120 s for the rest of the lines
+            done = httpx.get(f"{gateway}/v1/batches/{batch['id']}").json()
+            if done["status"] == "completed":
+                break
+            time.sleep(0.1)
+        assert done["status"] == "completed", done
+        out = parse_jsonl(httpx.get(f"{gateway}/v1/files/{done['output_file_id']}/content").content)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=30) == 0, tail(log)
+    assert done["request_counts"] == {"total": LINES_REAL, "completed": LINES_REAL, "failed": 0}
+    assert [x["custom_id"] for x in out] == [f"emb-{i:03d}" for i in range(LINES_REAL)]  # each once, in order
+    assert all(len(x["response"]["body"]["data"][0]["embedding"]) == 384 for x in out)
+    # The lines saved before the kill kept their first run: the same request id, not a second run.
+    for index, result in saved.items():
+        assert out[index]["response"]["request_id"] == result.request_id
+    assert "Traceback" not in log.read_text(), tail(log)
