@@ -29,7 +29,7 @@ from gateway.errors import GatewayError
 from gateway.responses import JsonResponse
 from gateway.schemas.batches import MAX_FILES_PAGE, MAX_ID_CHARS, FileDeleted, FileList, FileObject
 from gateway.schemas.errors import ErrorResponse
-from gateway.streaming import call_until_disconnect
+from gateway.streaming import call_until_disconnect, keep_rate_limit_headers
 from gateway.translate.batches import file_object, list_object
 from gateway.uploads import CHUNK_BYTES, resource_reasons_as
 
@@ -201,6 +201,7 @@ async def get_file_content(file_id: FileId, rpc: Rpc) -> StreamingResponse:
         raise
     if first is grpc.aio.EOF:  # the server always sends the description first; an empty answer is broken
         raise GatewayError(502, "the server answered no file", code="bad_answer")
+    await keep_rate_limit_headers(rpc.request, call)
 
     async def chunks() -> AsyncIterator[bytes]:
         # Bounded by the file's size: the server sends it in chunks of at most 1 MiB, then ends.
