@@ -210,8 +210,9 @@ class BatchServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteFile(self, request, context):
-        """Delete a file. NOT_FOUND as GetFile. A batch whose input file is deleted before it finished
-        fails (error code `input_file_deleted`).
+        """Delete a file. NOT_FOUND as GetFile. A running batch keeps the lines it read; one that must
+        read its deleted input file again (not started yet, or resumed after a restart) fails
+        (error code `input_file_deleted`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
