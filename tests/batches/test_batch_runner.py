@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from engines.batches.lines import LineResult
 from engines.batches.store import CANCELLED, COMPLETED, EXPIRED, FAILED, IN_PROGRESS, VALIDATING
@@ -85,7 +86,16 @@ def files(store, owner: str, batch) -> tuple[list[dict], list[dict]]:
     return out, err
 
 
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def test_a_batch_runs_every_line_once_and_writes_openai_output_and_error_files(store, lane, clock):
+    before = {
+        "completed": sample("ur_batches_total", status="completed"),
+        "lines_ok": sample("ur_batch_lines_total", outcome="completed"),
+        "lines_failed": sample("ur_batch_lines_total", outcome="failed"),
+    }
     data = jsonl(
         line("a"),
         line("b", input="b", fail=True),
@@ -119,6 +129,10 @@ async def test_a_batch_runs_every_line_once_and_writes_openai_output_and_error_f
     assert (output_file.purpose, output_file.line_count) == ("batch_output", 3)
     assert store.active_batches() == []
     assert store.results(batch.id) == {}  # dropped once the files are written
+    assert sample("ur_batches_total", status="completed") == before["completed"] + 1
+    assert sample("ur_batch_lines_total", outcome="completed") == before["lines_ok"] + 3
+    assert sample("ur_batch_lines_total", outcome="failed") == before["lines_failed"] + 2
+    assert sample("ur_batches_running") == 0
 
 
 async def test_lines_run_at_most_line_concurrency_at_once(store, lane, clock):
