@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -46,3 +47,44 @@ def jsonl(*lines: Any) -> bytes:
 def parse_jsonl(data: bytes) -> list[dict[str, Any]]:
     """A JSONL file's objects."""
     return [json.loads(x) for x in data.decode().splitlines() if x.strip()]
+
+
+class FakeExecutor:
+    """Answers ``{"echo": input}``; ``fail`` in a body answers 400, ``raise`` raises; a gate holds lines."""
+
+    def __init__(self, gated: bool = False) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+        self.gate = asyncio.Event()
+        if not gated:
+            self.gate.set()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.on_call = None
+
+    async def __call__(self, url: str, body: dict[str, Any], key_name: str, *, request_id: str):
+        self.calls.append((body["input"], key_name, url))
+        if self.on_call is not None:
+            self.on_call(len(self.calls))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.gate.wait()
+        finally:
+            self.in_flight -= 1
+        if body.get("fail"):
+            return 400, {
+                "error": {"message": "input rejected", "type": "invalid_request_error", "code": "bad_input"}
+            }
+        if body.get("raise"):
+            raise RuntimeError("boom")
+        return 200, {"echo": body["input"]}
+
+
+async def settle(calls: int, *fakes: FakeExecutor) -> None:
+    """Wait until ``calls`` lines reached the executors (each passes store work on the lane first),
+    then a little more, time for a line over the bound to arrive too."""
+    for _ in range(500):  # at most 5 s: far more than a few local file writes take
+        if sum(len(fake.calls) for fake in fakes) >= calls:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)

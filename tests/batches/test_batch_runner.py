@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -14,38 +13,7 @@ from engines.batches.store import CANCELLED, COMPLETED, EXPIRED, FAILED, IN_PROG
 from engines.errors import UnavailableError
 from engines.executor import DeviceExecutor
 from service.batches.runner import BatchRunner
-from tests.batches.helpers import jsonl, line, parse_jsonl
-
-
-class FakeExecutor:
-    """Answers ``{"echo": input}``; ``fail`` in a body answers 400, ``raise`` raises; a gate holds lines."""
-
-    def __init__(self, gated: bool = False) -> None:
-        self.calls: list[tuple[str, str, str]] = []
-        self.gate = asyncio.Event()
-        if not gated:
-            self.gate.set()
-        self.in_flight = 0
-        self.most_in_flight = 0
-        self.on_call = None
-
-    async def __call__(self, url: str, body: dict[str, Any], key_name: str, *, request_id: str):
-        self.calls.append((body["input"], key_name, url))
-        if self.on_call is not None:
-            self.on_call(len(self.calls))
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            await self.gate.wait()
-        finally:
-            self.in_flight -= 1
-        if body.get("fail"):
-            return 400, {
-                "error": {"message": "input rejected", "type": "invalid_request_error", "code": "bad_input"}
-            }
-        if body.get("raise"):
-            raise RuntimeError("boom")
-        return 200, {"echo": body["input"]}
+from tests.batches.helpers import FakeExecutor, jsonl, line, parse_jsonl, settle
 
 
 @pytest.fixture
@@ -68,16 +36,6 @@ def runner(store, lane, clock, execute, holder: str = "runner-1", concurrency: i
     )
     made.attach(execute)
     return made
-
-
-async def settle(calls: int, *fakes: FakeExecutor) -> None:
-    """Wait until ``calls`` lines reached the executors (each passes store work on the lane first),
-    then a little more, time for a line over the bound to arrive too."""
-    for _ in range(500):  # at most 5 s: far more than a few local file writes take
-        if sum(len(fake.calls) for fake in fakes) >= calls:
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.1)
 
 
 def files(store, owner: str, batch) -> tuple[list[dict], list[dict]]:
