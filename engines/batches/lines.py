@@ -135,6 +135,8 @@ def _parse_line(text: str, line: int, index: int) -> InputLine:
             line, f"'url' {clip_text(url, 64)!r} is not supported; one of {', '.join(SUPPORTED_URLS)}"
         )
     body = _field(value, line, "body", dict, "a JSON object")
+    if body.get("stream") is True:  # a batch line's answer is one JSON body (OpenAI refuses it too)
+        raise bad_line(line, "'body.stream' must not be true: a batch line is answered whole")
     return InputLine(index, line, custom_id, url, body)
 
 

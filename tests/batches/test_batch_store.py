@@ -52,6 +52,10 @@ def refusal(data: bytes, limits: InputLimits = LIMITS.input) -> InvalidArgumentE
             "must be a JSON object",
         ),
         (line("a"), "custom_id 'a' is already used on line 1"),
+        (
+            {"custom_id": "b", "method": "POST", "url": "/v1/chat/completions", "body": {"stream": True}},
+            "'body.stream' must not be true",
+        ),
     ],
 )
 def test_a_bad_line_refuses_the_file_naming_its_line_number(bad, problem):
