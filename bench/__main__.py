@@ -12,6 +12,7 @@ import traceback
 from bench import (
     admission,
     anomaly,
+    batch_api,
     documents,
     embeddings,
     encoder_runtimes,
@@ -51,6 +52,7 @@ AREAS = {
     "speculative": speculative,
     "quota_accuracy": quota_accuracy,
     "fairness": fairness,
+    "batch_api": batch_api,
 }
 
 
