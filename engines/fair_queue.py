@@ -35,6 +35,12 @@ Bounds (SFQ's, for this queue):
 - *Within a key, first in first out* (its tags increase with arrival), so a queue of one key (a
   server without API keys: every call's key is "") is exactly the FIFO queue it was.
 
+A full queue (the generation scheduler's ``max_waiting``) can give a place to another key:
+:meth:`FairQueue.push_out_victim` names the newest item of the least entitled key (longest
+queue drop, by class first), which is refused as if it had come when the queue was full, so one
+key filling every waiting place does not refuse another key's single request. The encoder
+batcher's ``max_queue`` (inputs, 4096 by default) is still shared first come, first served.
+
 Memory: one entry per queued item, the queue owners' own size bounds (``max_queue``,
 ``max_waiting``) still hold; per-key state (the flow) is dropped as soon as its queue empties (and,
 for a lane, its running job ends), so state is bounded by the keys with work queued. A key coming
@@ -302,6 +308,33 @@ class FairQueue(Generic[T]):
     def clear(self) -> list[T]:
         """Remove every item unserved; return them in service order."""
         return self.remove_where(lambda _: True)
+
+    def push_out_victim(self, share: Share, *, flow: str | None = None) -> T | None:
+        """The queued item to refuse so that an item of ``share`` gets its place in a full queue, or None.
+
+        Longest queue drop (B. Suter et al., "Design considerations for supporting TCP with
+        per-flow queueing", INFOCOM 1998), by class first: the victim is the newest item of the
+        flow that is the least entitled to its places: the lowest class, then the most items
+        queued per unit of weight. It is given up only when that flow is less entitled than the
+        newcomer's would be with the newcomer in it (a lower class, or more than its items per
+        weight after the newcomer), so a key never pushes out its own work and a full queue of
+        one key refuses newcomers as before. Work: one pass over the flows.
+        """
+        newcomer = self._flows.get((share.priority, share.key if flow is None else flow))
+        mine = ((len(newcomer.items) if newcomer is not None else 0) + 1) / share.weight
+        worst: _Flow | None = None
+        for state in self._flows.values():  # bounded by the flows with items queued or held
+            if state.items and (
+                worst is None
+                or (state.key[0], len(state.items) / state.weight)
+                > (worst.key[0], len(worst.items) / worst.weight)
+            ):
+                worst = state
+        if worst is None or worst is newcomer:
+            return None
+        if (worst.key[0], len(worst.items) / worst.weight) <= (share.priority, mine):
+            return None
+        return worst.items[-1].item
 
     def depths(self) -> list[tuple[str, Priority, int]]:
         """``(key, priority, items queued)`` per key and class with items queued (for metrics scrapes).

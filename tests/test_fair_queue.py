@@ -376,3 +376,60 @@ async def test_lane_callers_share_its_time_by_weight():
     jobs = [("h", heavy, 1.0)] * 8 + [("l", light, 1.0)] * 8
     order = await lane_order(turns, jobs)
     assert order[:9] == ["h", "l", "h", "h", "l", "h", "h", "l", "h"], order
+
+
+# -- a full queue: longest queue drop ------------------------------------------------------------
+
+
+def test_a_full_queue_gives_a_place_of_the_key_with_the_most_waiting_to_another_key():
+    queue: FairQueue[str] = FairQueue()
+    names = [f"a{i}" for i in range(3)]
+    for name in names:
+        queue.push(name, A)
+    assert queue.push_out_victim(A) is None  # never a key's own work
+    assert queue.push_out_victim(B) is names[2]  # a's newest
+    queue.discard(names[2])
+    queue.push("b0", B)
+    assert queue.push_out_victim(B) is None  # a 2, b 1: b would have 2 with another: even
+    assert queue.push_out_victim(Share("b", weight=2.0)) is names[1]  # b's weight 2 entitles it to more
+    assert queue.push_out_victim(BULK) is None  # a lower class pushes out nothing
+    bulk = FairQueue()
+    bulk.push("n0", BULK)
+    assert bulk.push_out_victim(A) == "n0"  # a higher class pushes out a lower one
+
+
+@pytest.fixture
+def long_replies():
+    """A fake engine whose replies take 3,000 steps, with 1 slot and 2 waiting places."""
+    engine = FakeEngine(reply="x" * 3000)
+    engine.context_length = 4096
+    engine.scheduler = ContinuousBatchScheduler(engine, max_sequences=1, max_waiting=2)
+    yield engine
+    engine.executor.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("crowd", [A, BULK])
+async def test_a_request_of_another_key_takes_the_place_of_the_crowding_keys_newest(long_replies, crowd):
+    engine = long_replies
+    async with device_held(engine):  # prepared in this order once the lane is free
+        first = asyncio.ensure_future(stream_as(engine, "first", C))
+        crowded = [asyncio.ensure_future(stream_as(engine, f"crowd{i}", crowd)) for i in range(2)]
+        await asyncio.sleep(0)
+    for _ in range(1000):  # bounded (10 s): until both wait for the slot "first" holds for 3,000 steps
+        if len(engine.scheduler._waiting) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(engine.scheduler._waiting) == 2 and not first.done()
+    async with device_held(engine):
+        newcomer = asyncio.ensure_future(stream_as(engine, "b0", B))
+        with pytest.raises(ResourceExhaustedError, match="gave its place to another key's") as caught:
+            await crowded[1]  # refused while it waited: its place went to b0
+        assert caught.value.reason == "OVERLOADED"
+        with pytest.raises(ResourceExhaustedError, match="is full"):
+            await stream_as(engine, "crowd2", crowd)  # its own key's places: refused as before
+        assert engine.scheduler.admitted_count == 3
+    first.cancel()
+    await asyncio.gather(first, crowded[0], newcomer, return_exceptions=True)
+    assert crowded[0].exception() is None and newcomer.exception() is None
+    await engine.scheduler.drained()
+    assert engine.scheduler.admitted_count == 0

@@ -25,7 +25,10 @@ start-time fair queuing between API keys (one admission each, weighted by the ke
 first in first out within a key. So one key's hundred queued requests delay another key's single
 request by about one admission, not a hundred. Running sequences are never preempted: only the
 order in which waiting ones take free slots changes. The share is read when the request arrives
-(:func:`~engines.fair_share.current_share`, in the caller's context).
+(:func:`~engines.fair_share.current_share`, in the caller's context). When every place is taken,
+a request of a key with fewer requests waiting (per weight), or of a higher class, takes the place
+of the newest waiting request of the key with the most (longest queue drop), which is refused
+OVERLOADED as if it had come when the queue was full; a key never pushes out its own requests.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ class _Entry:
     postprocess: Callable[[GenerationDelta], GenerationDelta] | None = None
     scheduled_ns: int = 0  # when it joined the running batch (epoch ns, for its spans)
     admitted_at: float = 0.0  # time.monotonic() at admission (the queue wait limit)
+    place_passed: bool = False  # pushed out: its place went to another key's request
 
 
 class ContinuousBatchScheduler:
@@ -173,25 +177,28 @@ class ContinuousBatchScheduler:
         Raises:
             ResourceExhaustedError: every place is taken, ``max_sequences + max_waiting``
                 requests being prepared, waiting or running (reason OVERLOADED); raised before
-                any work is done for ``request``.
+                any work is done for ``request``. Unless a waiting request of a less entitled
+                key (a lower class, or more requests waiting per weight) gives its place up:
+                that one is refused instead (the fair queue's ``push_out_victim``), with the same
+                error, while it waits.
             InputTooLongError, InvalidArgumentError: from the model's ``prepare``.
             ResourceExhaustedError: with a KV pool, the sequence needs more cells than the whole
                 pool (reason KV_POOL_EXHAUSTED), from ``prepare`` or before it would wait.
             Exception: a step failed (every sequence of that step gets the error).
 
         """
-        if self._admitted >= self._max_sequences + self._max_waiting:
-            raise ResourceExhaustedError(
-                f"generation queue of model {self._model.model_name!r} is full "
-                f"({self._max_waiting} waiting, {self._max_sequences} running)",
-                model=self._model.model_name,
-                max_waiting=self._max_waiting,
-            )
-        # Taken before the first await: no other request can pass the check meanwhile.
-        self._admitted += 1
         share = current_share()
+        # Taken before the first await: no other request can pass the check meanwhile.
+        if self._admitted < self._max_sequences + self._max_waiting:
+            self._admitted += 1
+        else:
+            victim = self._waiting.push_out_victim(share)
+            if victim is None:
+                raise self._full_error()
+            self._push_out(victim)  # its place is this request's now
         admitted_ns, admitted_at = time.time_ns(), time.monotonic()
         first_ns = 0
+        entry: _Entry | None = None
         try:
             sequence = await self._model.executor.run(self._model.prepare, request)
             entry = _Entry(sequence, postprocess=postprocess, admitted_at=admitted_at)
@@ -215,7 +222,26 @@ class ContinuousBatchScheduler:
                     if self._waiting.discard(entry):
                         self._record([sequence])
         finally:
-            self._admitted -= 1
+            if entry is None or not entry.place_passed:
+                self._admitted -= 1
+
+    def _full_error(self, pushed_out: bool = False) -> ResourceExhaustedError:
+        """OVERLOADED: every place is taken (``pushed_out``: this waiting request gave its place up)."""
+        why = "; this request gave its place to another key's (fair share)" if pushed_out else ""
+        return ResourceExhaustedError(
+            f"generation queue of model {self._model.model_name!r} is full "
+            f"({self._max_waiting} waiting, {self._max_sequences} running){why}",
+            model=self._model.model_name,
+            max_waiting=self._max_waiting,
+        )
+
+    def _push_out(self, entry: _Entry) -> None:
+        """Refuse the waiting ``entry`` (OVERLOADED) and pass its place on (see :meth:`stream`)."""
+        self._waiting.discard(entry)
+        entry.place_passed = True
+        entry.sequence.cancel()
+        self._record([entry.sequence])
+        entry.queue.put_nowait(self._full_error(pushed_out=True))
 
     def _record_spans(self, entry: _Entry, admitted_ns: int, first_ns: int) -> None:
         """Record a finished request's phases as child spans of the caller's span.
