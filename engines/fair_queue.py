@@ -35,11 +35,11 @@ Bounds (SFQ's, for this queue):
 - *Within a key, first in first out* (its tags increase with arrival), so a queue of one key (a
   server without API keys: every call's key is "") is exactly the FIFO queue it was.
 
-A full queue (the generation scheduler's ``max_waiting``) can give a place to another key:
-:meth:`FairQueue.push_out_victim` names the newest item of the least entitled key (longest
+A full queue (the generation scheduler's ``max_waiting``) can give places to another key:
+:meth:`FairQueue.push_out_victims` names the newest work of the least entitled key (longest
 queue drop, by class first), which is refused as if it had come when the queue was full, so one
-key filling every waiting place does not refuse another key's single request. The encoder
-batcher's ``max_queue`` (inputs, 4096 by default) is still shared first come, first served.
+key filling every place does not refuse another key's single request. So do the encoder
+batcher's ``max_queue`` (inputs; a victim is a whole request).
 
 Memory: one entry per queued item, the queue owners' own size bounds (``max_queue``,
 ``max_waiting``) still hold; per-key state (the flow) is dropped as soon as its queue empties (and,
@@ -309,32 +309,46 @@ class FairQueue(Generic[T]):
         """Remove every item unserved; return them in service order."""
         return self.remove_where(lambda _: True)
 
-    def push_out_victim(self, share: Share, *, flow: str | None = None) -> T | None:
-        """The queued item to refuse so that an item of ``share`` gets its place in a full queue, or None.
+    def push_out_victims(
+        self,
+        share: Share,
+        *,
+        count: int = 1,
+        needed: int = 1,
+        flow: str | None = None,
+        group: Callable[[T], object] | None = None,
+    ) -> list[T] | None:
+        """The queued items to refuse so that ``count`` items of ``share`` get ``needed`` places, or None.
 
         Longest queue drop (B. Suter et al., "Design considerations for supporting TCP with
-        per-flow queueing", INFOCOM 1998), by class first: the victim is the newest item of the
-        flow that is the least entitled to its places: the lowest class, then the most items
-        queued per unit of weight. It is given up only when that flow is less entitled than the
-        newcomer's would be with the newcomer in it (a lower class, or more than its items per
-        weight after the newcomer), so a key never pushes out its own work and a full queue of
-        one key refuses newcomers as before. Work: one pass over the flows.
+        per-flow queueing", INFOCOM 1998), by class first: victims are taken newest first from the
+        flow that is the least entitled to its places (the lowest class, then the most items
+        queued per unit of weight), a whole ``group`` at a time (one request's items: queued
+        together, so adjacent in their flow), and only while that flow stays less entitled than
+        the newcomer's would be with its ``count`` items (a lower class, or more items per
+        weight). So a key never pushes out its own work, a full queue of one key refuses
+        newcomers as before, and nothing is chosen unless ``needed`` places can be freed. Nothing
+        is removed: the caller refuses the victims. Work: a pass over the flows per victim group,
+        at most ``needed`` groups.
         """
         newcomer = self._flows.get((share.priority, share.key if flow is None else flow))
-        mine = ((len(newcomer.items) if newcomer is not None else 0) + 1) / share.weight
-        worst: _Flow | None = None
-        for state in self._flows.values():  # bounded by the flows with items queued or held
-            if state.items and (
-                worst is None
-                or (state.key[0], len(state.items) / state.weight)
-                > (worst.key[0], len(worst.items) / worst.weight)
-            ):
-                worst = state
-        if worst is None or worst is newcomer:
-            return None
-        if (worst.key[0], len(worst.items) / worst.weight) <= (share.priority, mine):
-            return None
-        return worst.items[-1].item
+        mine = (share.priority, ((len(newcomer.items) if newcomer is not None else 0) + count) / share.weight)
+        left = {state: len(state.items) for state in self._flows.values() if state.items}
+        chosen: list[T] = []
+        while len(chosen) < needed:  # bounded: each pass takes at least one item
+            worst = max(left, key=lambda f: (f.key[0], left[f] / f.weight), default=None)
+            if worst is None or worst is newcomer or (worst.key[0], left[worst] / worst.weight) <= mine:
+                return None
+            items, end = worst.items, left[worst]
+            tag = group(items[end - 1].item) if group is not None else None
+            start = end - 1
+            while group is not None and start > 0 and group(items[start - 1].item) == tag:
+                start -= 1  # bounded by the flow's items
+            chosen.extend(items[i].item for i in range(start, end))
+            left[worst] = start
+            if not start:
+                del left[worst]
+        return chosen
 
     def depths(self) -> list[tuple[str, Priority, int]]:
         """``(key, priority, items queued)`` per key and class with items queued (for metrics scrapes).

@@ -278,6 +278,26 @@ async def test_inputs_of_every_key_past_the_wait_limit_are_refused(executor):
     assert len(batcher._queue) == 0 and batcher._queue.flow_count() == 0
 
 
+async def test_a_full_encoder_queue_refuses_the_crowding_keys_newest_request_for_another_keys(executor):
+    recorder = Recorder()
+    batcher = DynamicBatcher(recorder, executor, BatchingConfig(max_batch_size=8, max_queue=4), name="t")
+    blocker = await hold_the_lane(batcher, recorder)
+    crowd = await submit_as(batcher, A, [f"a{i}" for i in range(4)])
+    single = await submit_as(batcher, B, ["b0"])
+    with pytest.raises(ResourceExhaustedError, match="gave their places to another key's") as caught:
+        await crowd[3]  # refused while it waited: b0 has its place
+    assert caught.value.reason == "OVERLOADED"
+    share_var.set(A)
+    try:
+        with pytest.raises(ResourceExhaustedError, match="is overloaded: 4 inputs are queued"):
+            await batcher.submit([("a4", 8)], [8])  # a's own places: refused at once, as before
+    finally:
+        share_var.set(Share())
+    recorder.gate.set()
+    await asyncio.gather(*crowd[:3], *single, blocker)
+    assert sorted(name for batch in batch_names(recorder) for name in batch) == ["a0", "a1", "a2", "b0"]
+
+
 # -- the generation scheduler --------------------------------------------------------------------
 
 
@@ -386,16 +406,30 @@ def test_a_full_queue_gives_a_place_of_the_key_with_the_most_waiting_to_another_
     names = [f"a{i}" for i in range(3)]
     for name in names:
         queue.push(name, A)
-    assert queue.push_out_victim(A) is None  # never a key's own work
-    assert queue.push_out_victim(B) is names[2]  # a's newest
+    assert queue.push_out_victims(A) is None  # never a key's own work
+    assert queue.push_out_victims(B) == [names[2]]  # a's newest
     queue.discard(names[2])
     queue.push("b0", B)
-    assert queue.push_out_victim(B) is None  # a 2, b 1: b would have 2 with another: even
-    assert queue.push_out_victim(Share("b", weight=2.0)) is names[1]  # b's weight 2 entitles it to more
-    assert queue.push_out_victim(BULK) is None  # a lower class pushes out nothing
+    assert queue.push_out_victims(B) is None  # a 2, b 1: b would have 2 with another: even
+    assert queue.push_out_victims(Share("b", weight=2.0)) == [names[1]]  # weight 2: entitled to more
+    assert queue.push_out_victims(BULK) is None  # a lower class pushes out nothing
     bulk = FairQueue()
     bulk.push("n0", BULK)
-    assert bulk.push_out_victim(A) == "n0"  # a higher class pushes out a lower one
+    assert bulk.push_out_victims(A) == ["n0"]  # a higher class pushes out a lower one
+
+
+def test_push_out_takes_whole_requests_and_only_when_enough_places_come_free():
+    queue: FairQueue[tuple[str, int]] = FairQueue()
+    items = [("r1", i) for i in range(3)] + [("r2", i) for i in range(4)] + [("r3", i) for i in range(3)]
+    for item in items:
+        queue.push(item, A)
+    by_request = {"group": lambda item: item[0]}
+    assert queue.push_out_victims(B, needed=1, **by_request) == items[7:]  # the newest request, whole
+    assert queue.push_out_victims(B, needed=4, **by_request) == items[7:] + items[3:7]
+    # 4 items of b: a request of a is taken while a holds more than 4; 7 places come free, not 8
+    assert queue.push_out_victims(B, count=4, needed=7, **by_request) == items[7:] + items[3:7]
+    assert queue.push_out_victims(B, count=4, needed=8, **by_request) is None
+    assert len(queue) == 10  # nothing removed: the caller refuses the victims
 
 
 @pytest.fixture

@@ -51,7 +51,10 @@ the padded tokens were padding with batches of everything queued, 23% in length 
 sentences/s went from 16.0 to 20.3 (medians of 3 interleaved runs, with tokenize-once too).
 
 A queue that holds ``max_queue`` items refuses more with :class:`ResourceExhaustedError`
-(reason ``OVERLOADED``; HTTP 429 at the gateway).
+(reason ``OVERLOADED``; HTTP 429 at the gateway), unless the newcomer's key is more entitled to
+places than the key with the most inputs queued (a higher class, or fewer inputs per weight):
+then that key's newest whole requests are refused instead, OVERLOADED as well, to make room
+(longest queue drop, see :mod:`engines.fair_queue`); a key never pushes out its own.
 
 Engines tokenize a request's inputs (in a worker thread) before its items can be queued. So that
 a burst is refused before that work, not after it, an engine first takes the request's places
@@ -243,6 +246,8 @@ class DynamicBatcher(Generic[I, O]):
         # A request larger than the whole queue is still accepted into an empty queue, so that
         # max_queue never makes a request impossible; it only sheds load.
         if count and held and held + count > self.config.max_queue:
+            if self._push_out(count, held + count - self.config.max_queue):
+                return
             raise ResourceExhaustedError(
                 f"model {self.name!r} is overloaded: {held} inputs are queued or being prepared "
                 f"(max_queue={self.config.max_queue}); retry later",
@@ -250,6 +255,33 @@ class DynamicBatcher(Generic[I, O]):
                 queued=held,
                 max_queue=self.config.max_queue,
             )
+
+    def _push_out(self, count: int, needed: int) -> bool:
+        """Make ``needed`` places for ``count`` items of the current call's key by refusing queued requests.
+
+        The victims are whole requests of the least entitled key (:meth:`FairQueue.push_out_victims`:
+        a lower class, or more inputs queued per weight than this key would have), newest first;
+        their callers get OVERLOADED, as if they had come when the queue was full. False (nothing
+        refused) when that cannot free ``needed`` places.
+        """
+        with self._lock:
+            victims = self._queue.push_out_victims(
+                current_share(), count=count, needed=needed, group=lambda entry: entry.request
+            )
+            for entry in victims or ():  # bounded by the queue
+                self._queue.discard(entry)
+        if victims is None:
+            return False
+        error = ResourceExhaustedError(
+            f"model {self.name!r} is overloaded (max_queue={self.config.max_queue}); this request's "
+            "queued inputs gave their places to another key's (fair share); retry later",
+            model=self.name,
+            max_queue=self.config.max_queue,
+        )
+        for entry in victims:
+            if not entry.future.done():
+                entry.future.set_exception(error)
+        return True
 
     async def submit(
         self, items: Sequence[I], costs: Sequence[int], *, places: QueuePlaces | None = None

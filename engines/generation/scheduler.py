@@ -179,7 +179,7 @@ class ContinuousBatchScheduler:
                 requests being prepared, waiting or running (reason OVERLOADED); raised before
                 any work is done for ``request``. Unless a waiting request of a less entitled
                 key (a lower class, or more requests waiting per weight) gives its place up:
-                that one is refused instead (the fair queue's ``push_out_victim``), with the same
+                that one is refused instead (the fair queue's ``push_out_victims``), with the same
                 error, while it waits.
             InputTooLongError, InvalidArgumentError: from the model's ``prepare``.
             ResourceExhaustedError: with a KV pool, the sequence needs more cells than the whole
@@ -192,10 +192,10 @@ class ContinuousBatchScheduler:
         if self._admitted < self._max_sequences + self._max_waiting:
             self._admitted += 1
         else:
-            victim = self._waiting.push_out_victim(share)
-            if victim is None:
+            victims = self._waiting.push_out_victims(share)
+            if victims is None:
                 raise self._full_error()
-            self._push_out(victim)  # its place is this request's now
+            self._push_out(victims[0])  # its place is this request's now
         admitted_ns, admitted_at = time.time_ns(), time.monotonic()
         first_ns = 0
         entry: _Entry | None = None
