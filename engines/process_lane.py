@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from typing import Any, ParamSpec, TypeVar
 
@@ -132,6 +132,28 @@ class FairTurns:
             turn.set_result(None)
             return
         self._busy = False
+
+
+async def take_turn(turns: FairTurns, job: Callable[[], Awaitable[T]]) -> T:
+    """Run ``job()`` in the current call's turn on ``turns``, charging the seconds it took.
+
+    The caller is :data:`caller_var` and its share :func:`~engines.fair_share.current_share`,
+    both read here, in the caller's context. For a thread lane (a model's
+    :class:`~engines.executor.DeviceExecutor`, first in first out) this puts fair turns in front
+    of it: the OCR and layout engines take a turn for each page job, so one caller's pages do
+    not queue another's page behind all of them.
+
+    Raises:
+        Whatever ``job()`` raises; asyncio.CancelledError while waiting for the turn (it passes on).
+
+    """
+    caller, share = caller_var.get(), current_share()
+    await turns.acquire(caller, share)
+    started = time.monotonic()
+    try:
+        return await job()
+    finally:
+        turns.release(caller, time.monotonic() - started, share)
 
 
 def _serve(conn: Connection, niceness: int) -> None:

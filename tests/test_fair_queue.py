@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 
 import pytest
 from prometheus_client import REGISTRY
@@ -21,7 +22,7 @@ from engines.executor import DeviceExecutor
 from engines.fair_queue import FairQueue
 from engines.fair_share import Priority, Share, share_var
 from engines.generation.scheduler import ContinuousBatchScheduler
-from engines.process_lane import FairTurns
+from engines.process_lane import FairTurns, caller_var, take_turn
 from tests.encoders.test_length_batches import Recorder, hold_the_lane
 from tests.generation.test_engine_template import FakeEngine, request
 from tests.generation.test_scheduler_admission import device_held
@@ -396,6 +397,30 @@ async def test_lane_callers_share_its_time_by_weight():
     jobs = [("h", heavy, 1.0)] * 8 + [("l", light, 1.0)] * 8
     order = await lane_order(turns, jobs)
     assert order[:9] == ["h", "l", "h", "h", "l", "h", "h", "l", "h"], order
+
+
+async def test_page_jobs_on_a_thread_lane_take_fair_turns(executor):
+    """OCR and layout engines put FairTurns in front of their thread lane (take_turn)."""
+    turns, gate, order = FairTurns("ocr-test"), threading.Event(), []
+
+    def page(name: str) -> None:
+        if name == "first":
+            gate.wait(10)
+        order.append(name)
+
+    async def job(caller: str, share: Share, name: str) -> None:
+        caller_var.set(caller)
+        share_var.set(share)
+        await take_turn(turns, lambda: executor.run(page, name))
+
+    first = asyncio.ensure_future(job("c", C, "first"))
+    await asyncio.sleep(0.05)  # "first" holds the turn and the lane
+    jobs = [asyncio.ensure_future(job("a", A, f"a{i}")) for i in range(4)]
+    jobs.append(asyncio.ensure_future(job("b", B, "b0")))
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *jobs)
+    assert order == ["first", "a0", "b0", "a1", "a2", "a3"]  # FIFO on the lane: b0 last
 
 
 # -- a full queue: longest queue drop ------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import logging
 import time
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from PIL import Image
 
@@ -20,6 +20,7 @@ from engines.documents.structure import structure_page
 from engines.documents.types import LayoutRegion, StructuredPage
 from engines.ocr.types import Box, OcrPage
 from engines.options import EngineOptions
+from engines.process_lane import FairTurns, take_turn
 from engines.types import Task
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,11 @@ class LayoutEngine(Engine[LayoutOptionsT]):
     # Same reason as OcrEngine: a page is batch work that yields the cores to interactive lanes.
     default_niceness = 10
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Callers take fair turns for page jobs on the lane (engines.process_lane.take_turn).
+        self.turns = FairTurns(self.spec.name)
+
     @abc.abstractmethod
     def detect(self, image: Image.Image) -> list[LayoutRegion]:
         """Regions of ``image`` (RGB), boxes in its pixels, any order (blocking).
@@ -53,7 +59,7 @@ class LayoutEngine(Engine[LayoutOptionsT]):
         ``page`` is the OCR of ``image``; when the two sizes differ (an image rendered at
         another resolution), region boxes are scaled into ``page``'s pixels.
         """
-        return await self.executor.run(self._analyze, image, page)
+        return await take_turn(self.turns, lambda: self.executor.run(self._analyze, image, page))
 
     def _analyze(self, image: Image.Image, page: OcrPage) -> StructuredPage:
         started = time.perf_counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from PIL import Image
@@ -12,9 +13,11 @@ from engines.ocr.documents import Document, PdfFile, check_file, open_document
 from engines.ocr.pdf_worker import PdfWorker
 from engines.ocr.types import PDF, OcrLimits, OcrLine, OcrOptions, OcrPage
 from engines.options import EngineOptions
+from engines.process_lane import FairTurns, take_turn
 from engines.types import MemoryUsage, Task
 
 OcrOptionsT = TypeVar("OcrOptionsT", bound=EngineOptions)
+T = TypeVar("T")
 
 
 class OcrEngine(Engine[OcrOptionsT]):
@@ -66,6 +69,8 @@ class OcrEngine(Engine[OcrOptionsT]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pdf_worker = PdfWorker()
+        # Callers take fair turns for page jobs on the lane (engines.process_lane.take_turn).
+        self.turns = FairTurns(self.spec.name)
 
     async def open_document(self, data: bytes, mime_type: str, limits: OcrLimits) -> Document | PdfFile:
         """Open ``data``: images on the engine's executor, PDFs in :attr:`pdf_worker`'s child.
@@ -94,13 +99,13 @@ class OcrEngine(Engine[OcrOptionsT]):
 
         """
         if not isinstance(document, PdfFile):
-            page, _ = await self.executor.run(self._read_image_page, document, page_number, options)
+            page, _ = await self._page_job(self._read_image_page, document, page_number, options)
             return page
         page = await self._text_layer_page(document, page_number, options)
         if page is not None:
             return page
         image = await self.pdf_worker.render(document.data, document.limits, page_number, options.pdf_dpi)
-        return await self.executor.run(self._recognize_page, image, page_number, document.page_count, options)
+        return await self._page_job(self._recognize_page, image, page_number, document.page_count, options)
 
     async def read_page_and_image(
         self, document: Document | PdfFile, page_number: int, options: OcrOptions
@@ -115,13 +120,17 @@ class OcrEngine(Engine[OcrOptionsT]):
 
         """
         if not isinstance(document, PdfFile):
-            return await self.executor.run(self._read_image_page, document, page_number, options)
+            return await self._page_job(self._read_image_page, document, page_number, options)
         layer_page = await self._text_layer_page(document, page_number, options)
         image = await self.pdf_worker.render(document.data, document.limits, page_number, options.pdf_dpi)
         if layer_page is not None:
             return layer_page, image
-        page = await self.executor.run(self._recognize_page, image, page_number, document.page_count, options)
+        page = await self._page_job(self._recognize_page, image, page_number, document.page_count, options)
         return page, image
+
+    async def _page_job(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` on the lane in the caller's fair turn (priority class, then key)."""
+        return await take_turn(self.turns, lambda: self.executor.run(function, *args))
 
     async def _text_layer_page(
         self, document: PdfFile, page_number: int, options: OcrOptions
