@@ -321,7 +321,7 @@ class DonutEngine(DocumentModelEngine[DonutOptions]):
         """
         self.require(Task.DOCUMENT_QA)
         text = self.check_question(question)
-        return await self.executor.run(self._answer, image, page, text)
+        return await self.page_job(self._answer, image, page, text)
 
     async def extract_fields(self, image: Image, page: OcrPage) -> list[DocumentField]:
         """The parsed JSON's leaves as fields (paths such as ``menu[0].price``), in generated order.
@@ -335,7 +335,7 @@ class DonutEngine(DocumentModelEngine[DonutOptions]):
 
         """
         self.require(Task.EXTRACT_FIELDS)
-        return await self.executor.run(self._fields, image, page)
+        return await self.page_job(self._fields, image, page)
 
     async def classify_document(self, image: Image, page: OcrPage) -> list[DocumentLabel]:
         """Document classes best first (see the module docstring for how they are scored).
@@ -345,4 +345,4 @@ class DonutEngine(DocumentModelEngine[DonutOptions]):
 
         """
         self.require(Task.CLASSIFY_DOCUMENT)
-        return await self.executor.run(self._classify, image, page)
+        return await self.page_job(self._classify, image, page)

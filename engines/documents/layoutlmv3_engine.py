@@ -421,7 +421,7 @@ class LayoutLMv3Engine(DocumentModelEngine[LayoutLMv3Options]):
         """
         self.require(Task.DOCUMENT_QA)
         text = self.check_question(question)
-        return await self.executor.run(self._answer, image, page, text)
+        return await self.page_job(self._answer, image, page, text)
 
     async def extract_fields(self, image: Image, page: OcrPage) -> list[DocumentField]:
         """Runs of words with one entity label (BIO grouping), in reading order (one lane job).
@@ -434,7 +434,7 @@ class LayoutLMv3Engine(DocumentModelEngine[LayoutLMv3Options]):
 
         """
         self.require(Task.EXTRACT_FIELDS)
-        return await self.executor.run(self._fields, image, page)
+        return await self.page_job(self._fields, image, page)
 
     async def classify_document(self, image: Image, page: OcrPage) -> list[DocumentLabel]:
         """Every label of ``id2label`` with its softmax score, best first (one lane job).
@@ -444,4 +444,4 @@ class LayoutLMv3Engine(DocumentModelEngine[LayoutLMv3Options]):
 
         """
         self.require(Task.CLASSIFY_DOCUMENT)
-        return await self.executor.run(self._classify, image, page)
+        return await self.page_job(self._classify, image, page)

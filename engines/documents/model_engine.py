@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -12,6 +13,7 @@ from engines.base import Engine, ModelSpec
 from engines.device import torch_module_memory
 from engines.documents.options import DocumentModelOptions
 from engines.errors import InputTooLongError, InvalidArgumentError, ModelLoadError, TaskNotSupportedError
+from engines.process_lane import FairTurns, take_turn
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage, Task
 
@@ -61,6 +63,7 @@ def read_model_config(source: str) -> dict[str, Any] | None:
 
 
 DocumentModelOptionsT = TypeVar("DocumentModelOptionsT", bound=DocumentModelOptions)
+T = TypeVar("T")
 
 
 class DocumentModelEngine(Engine[DocumentModelOptionsT]):
@@ -98,6 +101,15 @@ class DocumentModelEngine(Engine[DocumentModelOptionsT]):
                 reason="MODEL_SOURCE_INVALID",
                 model=spec.name,
             )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Callers take fair turns for page jobs on the lane (engines.process_lane.take_turn).
+        self.turns = FairTurns(self.spec.name)
+
+    async def page_job(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` on the lane in the caller's fair turn (priority class, then key)."""
+        return await take_turn(self.turns, lambda: self.executor.run(function, *args))
 
     def require(self, task: Task) -> None:
         """Raise TaskNotSupportedError unless the loaded model serves ``task``."""
