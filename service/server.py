@@ -429,7 +429,9 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
         response_store_servicer(settings, executors), services
     )
     batches = batch_api(settings, executors)
-    batch_pb2_grpc.add_BatchServiceServicer_to_server(BatchServicer(batches), services)
+    batch_pb2_grpc.add_BatchServiceServicer_to_server(
+        BatchServicer(batches, settings.batch_max_file_transfers), services
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, services)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)

@@ -286,6 +286,12 @@ class Settings(SharedSettings):
         description="Most lines of one batch running at once, so a batch never fills the model queues.",
     )
     batch_max_running: int = Field(4, gt=0, description="Most batches one server runs at once (others wait).")
+    batch_max_file_transfers: int = Field(
+        4,
+        gt=0,
+        description="Most file uploads and downloads (CreateFile, GetFileContent) in flight at once: each "
+        "holds its file in memory; more are refused at once (RESOURCE_EXHAUSTED OVERLOADED, HTTP 429).",
+    )
     batch_lease_s: TimeLimitS = Field(
         60.0,
         description="Seconds a server's claim on a running batch lasts unless renewed (every third of it); "

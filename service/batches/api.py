@@ -17,7 +17,7 @@ from engines.batches.store import (
     BatchStore,
     FileInfo,
 )
-from engines.errors import InvalidArgumentError, clip_text
+from engines.errors import InvalidArgumentError, ResourceExhaustedError, clip_text
 from engines.executor import DeviceExecutor
 from service import metrics
 from service.batches.runner import BatchRunner
@@ -28,6 +28,13 @@ __all__ = ["Batch", "BatchApi", "BatchError", "FileInfo", "invalid_argument"]
 def invalid_argument(problem: str, reason: str) -> InvalidArgumentError:
     """INVALID_ARGUMENT with ``reason``: a request the servicer refuses before any store work."""
     return InvalidArgumentError(problem, reason=reason)
+
+
+def too_many_transfers(limit: int) -> ResourceExhaustedError:
+    """RESOURCE_EXHAUSTED OVERLOADED: ``limit`` file uploads and downloads are in flight (retry later)."""
+    return ResourceExhaustedError(
+        f"{limit} file uploads and downloads are in flight; retry later", max_file_transfers=limit
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,14 +7,15 @@ are listed in ``protos/universal_runtime/v1/batch.proto``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
 from universal_runtime.v1 import batch_pb2 as pb
 from universal_runtime.v1 import batch_pb2_grpc
 
-from service.batches.api import Batch, BatchApi, BatchError, FileInfo, invalid_argument
+from service.batches.api import Batch, BatchApi, BatchError, FileInfo, invalid_argument, too_many_transfers
 from service.convert.messages import MessageCopy
 from service.request_context import api_key_name_var
 
@@ -71,10 +72,33 @@ def _bad_chunks(problem: str) -> Exception:
 
 
 class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
-    """Implements ``universal_runtime.v1.BatchService`` over :class:`~service.batches.api.BatchApi`."""
+    """Implements ``universal_runtime.v1.BatchService`` over :class:`~service.batches.api.BatchApi`.
 
-    def __init__(self, api: BatchApi) -> None:
+    Args:
+        api: The files and batches.
+        max_file_transfers: Most uploads and downloads in flight at once (setting
+            ``batch_max_file_transfers``): each holds its whole file in memory (an upload up to
+            ``batch_file_max_bytes``, twice while it is stored), so this bounds their memory.
+            One more is refused at once: RESOURCE_EXHAUSTED, reason OVERLOADED (HTTP 429 with
+            ``Retry-After`` at the gateway).
+
+    """
+
+    def __init__(self, api: BatchApi, max_file_transfers: int = 4) -> None:
         self._api = api
+        self._max_transfers = max_file_transfers
+        self._transfers = 0
+
+    @contextlib.contextmanager
+    def _transfer(self) -> Iterator[None]:
+        """One upload or download in flight; refused when :attr:`_max_transfers` already are."""
+        if self._transfers >= self._max_transfers:
+            raise too_many_transfers(self._max_transfers)
+        self._transfers += 1  # on the event loop: no lock needed
+        try:
+            yield
+        finally:
+            self._transfers -= 1
 
     async def CreateFile(self, request_iterator: AsyncIterator[pb.CreateFileRequest], context: Any):
         """Upload an input file in chunks; checked whole, then stored."""
@@ -82,21 +106,22 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
         filename = purpose = None
         data = bytearray()
         messages = 0
-        async for message in request_iterator:  # bounded: MAX_UPLOAD_MESSAGES, and the size limit
-            messages += 1
+        with self._transfer():
+            async for message in request_iterator:  # bounded: MAX_UPLOAD_MESSAGES, and the size limit
+                messages += 1
+                if filename is None:
+                    filename, purpose = message.filename, message.purpose
+                    self._api.check_upload(filename, purpose, 0)
+                elif message.filename or message.purpose:
+                    raise _bad_chunks("filename and purpose go in the first message only")
+                if messages > MAX_UPLOAD_MESSAGES:
+                    raise _bad_chunks(f"an upload may be at most {MAX_UPLOAD_MESSAGES} messages")
+                chunk = message.data  # read once: each read copies the bytes
+                self._api.check_upload(filename, purpose or "", len(data) + len(chunk))
+                data += chunk
             if filename is None:
-                filename, purpose = message.filename, message.purpose
-                self._api.check_upload(filename, purpose, 0)
-            elif message.filename or message.purpose:
-                raise _bad_chunks("filename and purpose go in the first message only")
-            if messages > MAX_UPLOAD_MESSAGES:
-                raise _bad_chunks(f"an upload may be at most {MAX_UPLOAD_MESSAGES} messages")
-            chunk = message.data  # read once: each read copies the bytes
-            self._api.check_upload(filename, purpose or "", len(data) + len(chunk))
-            data += chunk
-        if filename is None:
-            raise _bad_chunks("no message received: send the filename, the purpose and the file's bytes")
-        info = await self._api.create_file(owner, filename, bytes(data))
+                raise _bad_chunks("no message received: send the filename, the purpose and the file's bytes")
+            info = await self._api.create_file(owner, filename, bytes(data))
         return pb.CreateFileResponse(file=file_pb(info))
 
     async def ListFiles(self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext):
@@ -116,10 +141,11 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
 
     async def GetFileContent(self, request: pb.GetFileContentRequest, context: grpc.aio.ServicerContext):
         """One of the caller's files' bytes, 1 MiB a message, its description in the first."""
-        info, data = await self._api.file_content(api_key_name_var.get(), request.id)
-        yield pb.GetFileContentResponse(file=file_pb(info), data=data[:CONTENT_CHUNK_BYTES])
-        for start in range(CONTENT_CHUNK_BYTES, len(data), CONTENT_CHUNK_BYTES):  # bounded by the file's size
-            yield pb.GetFileContentResponse(data=data[start : start + CONTENT_CHUNK_BYTES])
+        with self._transfer():
+            info, data = await self._api.file_content(api_key_name_var.get(), request.id)
+            yield pb.GetFileContentResponse(file=file_pb(info), data=data[:CONTENT_CHUNK_BYTES])
+            for start in range(CONTENT_CHUNK_BYTES, len(data), CONTENT_CHUNK_BYTES):  # bounded by its size
+                yield pb.GetFileContentResponse(data=data[start : start + CONTENT_CHUNK_BYTES])
 
     async def DeleteFile(self, request: pb.DeleteFileRequest, context: grpc.aio.ServicerContext):
         """Delete one of the caller's files."""
