@@ -33,7 +33,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from engines.metrics import LATENCY_BUCKETS, enabled
+from engines.metrics import LATENCY_BUCKETS, enabled, name_keys
 from engines.stats import EngineStats
 
 
@@ -157,12 +157,15 @@ _by_key_name = False
 
 
 def count_by_key_name(on: bool) -> None:
-    """Count RPCs by the name of their API key in ``ur_requests_by_api_key_total`` (off by default).
+    """Name API keys in series (off by default), the setting ``metrics_key_names``.
 
-    Key names are the operator's labels for clients; a metrics reader sees them only when asked.
+    The series: ``ur_requests_by_api_key_total``, and the ``key`` label of the fair queues'
+    ``ur_queue_depth`` and ``ur_queue_wait_seconds``. Key names are the operator's labels for
+    clients; a metrics reader sees them only when asked.
     """
     global _by_key_name
     _by_key_name = on
+    name_keys(on)
 
 
 def rpc_finished(method: str, code: str, seconds: float, api_key_name: str = "") -> None:

@@ -14,11 +14,13 @@ import grpc
 import httpx
 import pytest
 from prometheus_client import REGISTRY, generate_latest
+from universal_runtime.v1 import encoders_pb2 as e
+from universal_runtime.v1 import inference_service_pb2_grpc
 from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc as msg
 
 from service.server import start_server
-from tests.conftest import free_port
+from tests.conftest import EMBED_MODEL, free_port
 from tests.tls_certs import Pki, make_pki
 
 KEY = "metrics-scrape-key-0123456789"
@@ -119,8 +121,18 @@ async def test_series_name_a_key_only_when_the_operator_asks(settings, keys_file
             await msg.ModelServiceStub(channel).ListModels(
                 m.ListModelsRequest(), metadata=(("authorization", f"Bearer {KEY}"),), timeout=10
             )
+            # Through a fair queue too: its series' key label follows the same setting.
+            await inference_service_pb2_grpc.InferenceServiceStub(channel).Embed(
+                e.EmbedRequest(model=EMBED_MODEL, inputs=["fair"]),
+                metadata=(("authorization", f"Bearer {KEY}"),),
+                timeout=120,
+            )
         exposition = generate_latest(REGISTRY).decode()
         assert (KEY_NAME in exposition) is key_names
+        queued = (
+            f'ur_queue_wait_seconds_count{{key="{KEY_NAME}",model="{EMBED_MODEL}",priority="interactive"}}'
+        )
+        assert (queued in exposition) is key_names
         assert KEY not in exposition
     finally:
         await running.stop(grace=0.5)
