@@ -290,7 +290,8 @@ class Settings(SharedSettings):
         4,
         gt=0,
         description="Most file uploads and downloads (CreateFile, GetFileContent) in flight at once: each "
-        "holds its file in memory; more are refused at once (RESOURCE_EXHAUSTED OVERLOADED, HTTP 429).",
+        "holds its file in memory; one more waits up to 30 s for a place, then is refused "
+        "(RESOURCE_EXHAUSTED OVERLOADED, HTTP 429).",
     )
     batch_lease_s: TimeLimitS = Field(
         60.0,

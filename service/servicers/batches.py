@@ -7,8 +7,9 @@ are listed in ``protos/universal_runtime/v1/batch.proto``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -21,6 +22,9 @@ from service.request_context import api_key_name_var
 
 #: Bytes of each GetFileContent message.
 CONTENT_CHUNK_BYTES = 1024 * 1024
+#: Seconds an upload or download waits for one of the ``batch_max_file_transfers`` places before it
+#: is refused: a client's few concurrent uploads queue briefly instead of failing.
+TRANSFER_WAIT_S = 30.0
 #: Most messages of one upload: a 100 MiB file in chunks of 1 KiB; more (a stream of empty
 #: messages) is refused rather than read forever.
 MAX_UPLOAD_MESSAGES = 100_000
@@ -79,26 +83,35 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
         max_file_transfers: Most uploads and downloads in flight at once (setting
             ``batch_max_file_transfers``): each holds its whole file in memory (an upload up to
             ``batch_file_max_bytes``, twice while it is stored), so this bounds their memory.
-            One more is refused at once: RESOURCE_EXHAUSTED, reason OVERLOADED (HTTP 429 with
-            ``Retry-After`` at the gateway).
+            One more waits for a place, up to ``transfer_wait_s``; then it is refused:
+            RESOURCE_EXHAUSTED, reason OVERLOADED (HTTP 429 with ``Retry-After`` at the gateway).
+        transfer_wait_s: Seconds a transfer waits for a place (:data:`TRANSFER_WAIT_S`).
 
     """
 
-    def __init__(self, api: BatchApi, max_file_transfers: int = 4) -> None:
+    def __init__(
+        self, api: BatchApi, max_file_transfers: int = 4, transfer_wait_s: float = TRANSFER_WAIT_S
+    ) -> None:
         self._api = api
         self._max_transfers = max_file_transfers
-        self._transfers = 0
+        self._transfers = asyncio.Semaphore(max_file_transfers)
+        self._transfer_wait_s = transfer_wait_s
 
-    @contextlib.contextmanager
-    def _transfer(self) -> Iterator[None]:
-        """One upload or download in flight; refused when :attr:`_max_transfers` already are."""
-        if self._transfers >= self._max_transfers:
-            raise too_many_transfers(self._max_transfers)
-        self._transfers += 1  # on the event loop: no lock needed
+    @contextlib.asynccontextmanager
+    async def _transfer(self) -> AsyncIterator[None]:
+        """One upload or download in flight: waits up to ``transfer_wait_s`` for a place, else refused.
+
+        A waiting upload has not read its stream: HTTP/2 flow control holds the client's bytes.
+        """
+        try:
+            async with asyncio.timeout(self._transfer_wait_s):
+                await self._transfers.acquire()
+        except TimeoutError:
+            raise too_many_transfers(self._max_transfers) from None
         try:
             yield
         finally:
-            self._transfers -= 1
+            self._transfers.release()
 
     async def CreateFile(self, request_iterator: AsyncIterator[pb.CreateFileRequest], context: Any):
         """Upload an input file in chunks; checked whole, then stored."""
@@ -106,7 +119,7 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
         filename = purpose = None
         data = bytearray()
         messages = 0
-        with self._transfer():
+        async with self._transfer():
             async for message in request_iterator:  # bounded: MAX_UPLOAD_MESSAGES, and the size limit
                 messages += 1
                 if filename is None:
@@ -141,7 +154,7 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
 
     async def GetFileContent(self, request: pb.GetFileContentRequest, context: grpc.aio.ServicerContext):
         """One of the caller's files' bytes, 1 MiB a message, its description in the first."""
-        with self._transfer():
+        async with self._transfer():
             info, data = await self._api.file_content(api_key_name_var.get(), request.id)
             yield pb.GetFileContentResponse(file=file_pb(info), data=data[:CONTENT_CHUNK_BYTES])
             for start in range(CONTENT_CHUNK_BYTES, len(data), CONTENT_CHUNK_BYTES):  # bounded by its size

@@ -1,8 +1,9 @@
 """BatchServicer's bound on file uploads and downloads in flight (``batch_max_file_transfers``).
 
 Servicer logic only, so the store is a stand-in: what is checked is that one transfer more than
-the bound is refused at once with RESOURCE_EXHAUSTED OVERLOADED (HTTP 429 with Retry-After at the
-gateway), and that an ended transfer, finished or failed, frees its place.
+the bound waits for a place, that it is refused with RESOURCE_EXHAUSTED OVERLOADED (HTTP 429 with
+Retry-After at the gateway) once its wait is over, and that an ended transfer, finished or
+failed, frees its place.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def first(data: bytes, purpose: str = "batch") -> b.CreateFileRequest:
     return b.CreateFileRequest(filename="in.jsonl", purpose=purpose, data=data)
 
 
-async def test_one_transfer_over_the_bound_is_refused_at_once_and_an_ended_one_frees_its_place():
-    servicer = BatchServicer(StandInApi(), max_file_transfers=1)
+async def test_a_transfer_over_the_bound_is_refused_when_its_wait_is_over():
+    servicer = BatchServicer(StandInApi(), max_file_transfers=1, transfer_wait_s=0.0)
     started, hold = asyncio.Event(), asyncio.Event()
     holding = asyncio.create_task(
         servicer.CreateFile(
@@ -73,8 +74,26 @@ async def test_one_transfer_over_the_bound_is_refused_at_once_and_an_ended_one_f
     assert b"".join(m.data for m in chunks) == b"{}\n"
 
 
-async def test_a_failed_upload_frees_its_place():
+async def test_a_transfer_over_the_bound_waits_for_a_place_and_then_runs():
     servicer = BatchServicer(StandInApi(), max_file_transfers=1)
+    started, hold = asyncio.Event(), asyncio.Event()
+    holding = asyncio.create_task(
+        servicer.CreateFile(
+            messages(first(b"{}"), b.CreateFileRequest(data=b"\n"), hold=hold, started=started), None
+        )
+    )
+    await started.wait()
+    waiting = asyncio.create_task(servicer.CreateFile(messages(first(b"[]\n")), None))
+    for _ in range(10):  # it cannot finish while the place is held, whatever the turns
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    hold.set()
+    assert (await holding).file.bytes == 3
+    assert (await waiting).file.bytes == 3
+
+
+async def test_a_failed_upload_frees_its_place():
+    servicer = BatchServicer(StandInApi(), max_file_transfers=1, transfer_wait_s=0.0)
     with pytest.raises(InvalidArgumentError):
         await servicer.CreateFile(messages(first(b"{}", purpose="fine-tune")), None)
     assert (await servicer.CreateFile(messages(first(b"{}\n")), None)).file.bytes == 3

@@ -225,6 +225,13 @@ ROUTE_BODIES: dict[str, dict] = {
         "max_tokens": 8,
     },
     "/v1/documents/classify": {**_FILE, "candidate_labels": ["letter", "invoice"]},
+    # A well-formed id of no file (NOT_FOUND): the cases are the bad texts drawn into its strings.
+    "/v1/batches": {
+        "input_file_id": "file-" + "a" * 24,
+        "endpoint": "/v1/embeddings",
+        "completion_window": "24h",
+        "metadata": {"team": "fuzz"},
+    },
 }
 
 
