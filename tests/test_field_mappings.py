@@ -18,6 +18,7 @@ from universal_runtime.v1 import encoders_pb2, ocr_pb2
 from engines.ocr.types import Box
 from gateway.translate.common import BodyFields
 from service.convert.messages import MessageCopy
+from tests.python_source import parse_file
 
 _ROOT = Path(__file__).resolve().parent.parent
 _MAPPINGS = {"MessageCopy", "BodyFields"}
@@ -28,7 +29,7 @@ def _declarations() -> list[tuple[str, ast.Call, bool]]:
     found = []
     for package in ("service", "gateway", "engines"):
         for path in sorted((_ROOT / package).rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = parse_file(path)
             module = ".".join(path.relative_to(_ROOT).with_suffix("").parts)
             nested = {
                 id(node)

@@ -18,6 +18,7 @@ from engines.generation.base import GenerationEngine, SequenceState
 from engines.generation.scheduler import ContinuousBatchScheduler, StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.types import ChatMessage, FinishReason, GenerationRequest, SamplingParams, Task
+from tests.python_source import parse_file
 from tests.stand_in_engine import StandInEngine
 from tests.streams import FinishedSequences
 
@@ -87,7 +88,7 @@ def request(request_id: str = "r", **kwargs: Any) -> GenerationRequest:
 
 
 def test_scheduler_does_not_import_the_engine_base():
-    tree = ast.parse(Path(scheduler_module.__file__).read_text())
+    tree = parse_file(Path(scheduler_module.__file__))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
