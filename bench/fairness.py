@@ -14,6 +14,9 @@ interleaved (the order turns):
 - ``beside``: ``team-b``'s probe while ``team-a`` floods: the encoder batcher's fair queue
   (start-time fair queuing between keys, :mod:`engines.fair_queue`) puts each of its inputs in the
   next batch the lane takes, whatever ``team-a`` has queued;
+- ``beside, whole batches``: the same on a second server whose embedder has ``fair_batch_ms: 0``
+  (no time slices: batches as large as the limits allow while both keys send work), for the
+  price and the gain of the slices (:mod:`engines.batching.time_slice`);
 - ``same key``: the probe sent with ``team-a``'s key beside the same flood: first in, first out
   among the flood's inputs, what every caller got before the fair queue (for comparison only:
   with single-sentence flood calls, one batch of them is all that is ever queued, so it waits
@@ -21,7 +24,8 @@ interleaved (the order turns):
 
 The goal (issue 35): ``team-b``'s p99 beside the flood at most 1.5x its p99 alone. A batch on the
 lane is never interrupted, so the probe's floor beside the flood is the rest of the batch running
-when it arrives plus its own batch, which the flood's inputs fill up to ``max_batch_size``.
+when it arrives plus its own batch, which the flood's inputs fill: up to ``max_batch_size``
+without time slices, up to about ``fair_batch_ms`` of device time with them.
 
 Usage: ``python -m bench.fairness [--quick|--tiny] [--out DIR]``.
 """
@@ -35,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from bench import isolation, servers
 from bench.procs import status_name
@@ -59,6 +65,7 @@ CALL_TIMEOUT_S = 30.0
 FLOOD_LEAD_S = 1.0
 KEYS = {"team-a": "bench-fairness-team-a-secret", "team-b": "bench-fairness-team-b-secret"}
 GOAL_RATIO = 1.5
+DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "service" / "default_catalog.yaml"
 
 
 def keys_file(folder: Path) -> Path:
@@ -160,14 +167,25 @@ def probe_metrics(result: dict[str, Any]) -> dict[str, float]:
     return values
 
 
-def contenders(target: str, inputs: int, duration_s: float) -> list[Contender]:
-    """team-b's probe alone (reference), beside team-a's flood, and with team-a's key beside it."""
+def whole_batches_catalog(folder: Path) -> Path:
+    """A catalog of the default catalog's embedder with time slices off (``fair_batch_ms: 0``)."""
+    catalog = yaml.safe_load(DEFAULT_CATALOG.read_text())
+    entry = catalog["models"][EMBED_MODEL]
+    entry["options"] = {**entry.get("options", {}), "fair_batch_ms": 0}
+    path = folder / "whole-batches.yaml"
+    path.write_text(yaml.safe_dump({"models": {EMBED_MODEL: entry}}))
+    return path
+
+
+def contenders(target: str, whole_target: str, inputs: int, duration_s: float) -> list[Contender]:
+    """team-b's probe alone (reference), beside team-a's flood (time slices on, then off), and with
+    team-a's key beside it; ``whole_target`` is the server with slices off."""
 
     def alone(params: dict[str, Any]) -> dict[str, Any]:
         start = time.monotonic()
         return {"records": _probe(target, "team-b", duration_s), "wall_s": time.monotonic() - start}
 
-    def beside(key: str):
+    def beside(key: str, target: str = target):
         def run(params: dict[str, Any]) -> dict[str, Any]:
             context = multiprocessing.get_context("spawn")
             stop, started, out = context.Event(), context.Event(), context.Queue()
@@ -191,6 +209,12 @@ def contenders(target: str, inputs: int, duration_s: float) -> list[Contender]:
     return [
         Contender("alone", "team-b alone", "reference", run=alone),
         Contender("beside", "team-b beside team-a's flood", "ours", run=beside("team-b")),
+        Contender(
+            "beside-whole",
+            "team-b beside the flood, whole batches (fair_batch_ms 0)",
+            "ours",
+            run=beside("team-b", whole_target),
+        ),
         Contender("same-key", "the probe with team-a's key (FIFO)", "floor", run=beside("team-a")),
     ]
 
@@ -212,17 +236,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ):
         env = {"UR_API_KEYS_FILE": str(keys_file(Path(folder)))}
         ours = report.start_server(lambda: servers.start_ours(cfg.log_dir, env=env))
-        _load_embedder(ours.grpc_target)
-        _probe(ours.grpc_target, "team-b", 1.0)  # warm: the first batches are slower
+        whole_env = {**env, "UR_CATALOG_PATH": str(whole_batches_catalog(Path(folder)))}
+        whole = report.start_server(lambda: servers.start_ours(cfg.log_dir, "ours-whole-batches", whole_env))
+        for server in (ours, whole):
+            _load_embedder(server.grpc_target)
+            _probe(server.grpc_target, "team-b", 1.0)  # warm: the first batches are slower
         report.note(
-            "each repetition runs team-b's probe alone, beside team-a's flood, and with team-a's key "
-            "beside the flood (first in, first out among the flood's inputs); ratios are to the probe "
-            "alone in the same repetition; the flood's client shares the machine's cores with the server"
+            "each repetition runs team-b's probe alone, beside team-a's flood (the default "
+            "fair_batch_ms of 25 ms, then on a second server with it at 0: whole batches), and with "
+            "team-a's key beside the flood (first in, first out among the flood's inputs); ratios are "
+            "to the probe alone in the same repetition; the flood's client shares the machine's cores "
+            "with the server"
         )
         for scenario, inputs in SCENARIOS.items():
-            trio = [report.add(c) for c in contenders(ours.grpc_target, inputs, duration)]
+            runs = [report.add(c) for c in contenders(ours.grpc_target, whole.grpc_target, inputs, duration)]
             params = {"duration_s": duration, "flood_inputs_per_call": inputs}
-            report.compare(scenario, params, trio, "alone", probe_metrics)
+            report.compare(scenario, params, runs, "alone", probe_metrics)
         report.finish()
     return report.payload
 

@@ -208,13 +208,22 @@ async def submit_as(
     return futures
 
 
+def whole_batches(**limits: int) -> BatchingConfig:
+    """Batch limits with time slices off (``fair_batch_ms``): these tests check whole batches' order.
+
+    The lane is held by a batch that waits on a gate, which the slice's estimate would count as
+    device time; slices are tested in ``tests/test_batch_time_slice.py`` and on a real model.
+    """
+    return BatchingConfig(**limits, fair_batch_ms=0)
+
+
 def batch_names(recorder: Recorder) -> list[list[str]]:
     return [[name for name, _ in batch] for batch in recorder.batches[1:]]  # after the blocker
 
 
 async def test_a_keys_single_input_runs_in_the_next_batch_beside_another_keys_flood(executor):
     recorder = Recorder()
-    batcher = DynamicBatcher(recorder, executor, BatchingConfig(max_batch_size=8), name="t")
+    batcher = DynamicBatcher(recorder, executor, whole_batches(max_batch_size=8), name="t")
     blocker = await hold_the_lane(batcher, recorder)
     flood = await submit_as(batcher, A, [f"a{i}" for i in range(64)])
     single = await submit_as(batcher, B, ["b0"])
@@ -227,7 +236,7 @@ async def test_a_keys_single_input_runs_in_the_next_batch_beside_another_keys_fl
 
 async def test_an_interactive_input_runs_before_queued_batch_class_inputs_and_apart(executor):
     recorder = Recorder()
-    batcher = DynamicBatcher(recorder, executor, BatchingConfig(max_batch_size=8), name="t")
+    batcher = DynamicBatcher(recorder, executor, whole_batches(max_batch_size=8), name="t")
     blocker = await hold_the_lane(batcher, recorder)
     bulk = await submit_as(batcher, BULK, [f"bulk{i}" for i in range(20)])
     chat = await submit_as(batcher, A, ["chat0", "chat1"])
@@ -240,7 +249,7 @@ async def test_an_interactive_input_runs_before_queued_batch_class_inputs_and_ap
 
 async def test_weights_2_to_1_fill_batches_2_to_1(executor):
     recorder = Recorder()
-    batcher = DynamicBatcher(recorder, executor, BatchingConfig(max_batch_size=6), name="t")
+    batcher = DynamicBatcher(recorder, executor, whole_batches(max_batch_size=6), name="t")
     blocker = await hold_the_lane(batcher, recorder)
     heavy = await submit_as(batcher, Share("a", weight=2.0), [f"a{i}" for i in range(24)])
     light = await submit_as(batcher, Share("b", weight=1.0), [f"b{i}" for i in range(24)])
@@ -253,7 +262,7 @@ async def test_weights_2_to_1_fill_batches_2_to_1(executor):
 async def test_another_keys_long_input_runs_next_beside_a_flood_of_short_ones(executor):
     """The length groups hold within the class: the long input heads the next batch, alone."""
     recorder = Recorder()
-    batcher = DynamicBatcher(recorder, executor, BatchingConfig(max_batch_size=16), name="t")
+    batcher = DynamicBatcher(recorder, executor, whole_batches(max_batch_size=16), name="t")
     blocker = await hold_the_lane(batcher, recorder)
     flood = await submit_as(batcher, A, [f"a{i}" for i in range(100)], cost=7)
     long = await submit_as(batcher, B, ["long"], cost=250)

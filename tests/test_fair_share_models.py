@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from engines.base import ModelSpec
+from engines.batching.time_slice import CONTENTION_WINDOW_S
 from engines.embedding.sentence_transformers_engine import SentenceTransformersEmbeddingEngine
 from engines.executor import DeviceExecutor
 from engines.fair_share import Priority, Share, share_var
@@ -41,15 +42,12 @@ async def until(condition, what: str) -> None:
 # -- all-minilm-l6-v2's batcher ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def embedder():
-    executor = DeviceExecutor("cpu-fair-embed")
+@contextlib.contextmanager
+def recorded_embedder(name: str, options: dict):
+    """all-minilm-l6-v2 on a lane of its own, recording the texts of each batch it runs (``.batches``)."""
+    executor = DeviceExecutor(f"cpu-{name}")
     spec = ModelSpec(
-        name="minilm-fair",
-        backend="sentence_transformers",
-        tasks=(Task.EMBED,),
-        source=MINILM_SOURCE,
-        options={"max_batch_size": 4},
+        name=name, backend="sentence_transformers", tasks=(Task.EMBED,), source=MINILM_SOURCE, options=options
     )
     engine = SentenceTransformersEmbeddingEngine(spec, "cpu", executor)
     engine.load()
@@ -64,9 +62,25 @@ def embedder():
 
     engine.batcher._run_batch = recording
     engine.batches = batches
-    yield engine
-    engine.unload()
-    executor.shutdown()
+    try:
+        yield engine
+    finally:
+        engine.unload()
+        executor.shutdown()
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    # Whole batches in the fair order: time slices (tested below with their own engine) off.
+    with recorded_embedder("minilm-fair", {"max_batch_size": 4, "fair_batch_ms": 0}) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def sliced_embedder():
+    # A budget far below one input's device time: while two keys send work, one input per batch.
+    with recorded_embedder("minilm-sliced", {"max_batch_size": 4, "fair_batch_ms": 0.001}) as engine:
+        yield engine
 
 
 async def embed_as(engine, share: Share, texts: list[str]) -> list[asyncio.Future]:
@@ -120,6 +134,25 @@ async def test_weights_2_to_1_fill_the_embedding_batches_2_to_1(embedder):
     batches, _ = await run_batches(embedder, [(heavy, a_texts[:8]), (light, b_texts[:8])])
     served = [text.split()[1] for batch in batches for text in batch]
     assert served[:12].count("a") == 8 and served[:12].count("b") == 4, batches  # both queued
+
+
+async def test_while_two_keys_send_work_each_batch_is_cut_at_the_time_budget(sliced_embedder):
+    await sliced_embedder.embed(EmbeddingRequest(inputs=["a first batch to time"]))  # the estimate
+    flood = [f"team a {word}" for word in WORDS[:6]]
+    batches, vectors = await run_batches(sliced_embedder, [(A, flood), (B, ["team b single"])])
+    # 0.001 ms is less than any input's time: each batch is its first input alone, in the fair
+    # order (b's single input second: its start tag equals a's first input's, which came first).
+    assert batches == [[text] for text in [flood[0], "team b single", *flood[1:]]], batches
+    alone = (await sliced_embedder.embed(EmbeddingRequest(inputs=["team b single"]))).vectors[0]
+    assert float(np.dot(vectors[-1], alone)) > 0.9999
+
+
+async def test_with_one_key_batches_stay_as_large_as_the_limits_allow(sliced_embedder):
+    await asyncio.sleep(CONTENTION_WINDOW_S + 0.1)  # b's last input is older than the window
+    texts = [f"team a {word}" for word in WORDS[:8]]
+    batches, _ = await run_batches(sliced_embedder, [(A, texts)])
+    assert [len(batch) for batch in batches] == [4, 4], batches  # max_batch_size, not the budget
+    assert sorted(text for batch in batches for text in batch) == sorted(texts)
 
 
 # -- SmolLM2's scheduler -------------------------------------------------------------------------

@@ -35,7 +35,9 @@ context when it is queued) and costs its tokens. A batch holds inputs of one pri
 first class with inputs queued (all interactive inputs go before any batch-class input; a batch
 already on the lane is never interrupted). Within the class the order is start-time fair queuing
 between API keys, by tokens and the keys' weights, first in first out within a key: one key's
-flood of 64 callers delays another key's input by about one batch, not by the whole flood.
+flood of 64 callers delays another key's input by about one batch, not by the whole flood. While
+inputs of more than one key keep arriving, batches are cut at about ``fair_batch_ms`` of device
+time (:mod:`engines.batching.time_slice`), so that one batch is a short wait too.
 
 Length-aware batching: a batch is padded to its longest input, so inputs of very different
 lengths are not run together. The input first in the fair order heads every batch (with one key,
@@ -77,6 +79,7 @@ from typing import Generic, TypeVar
 
 from engines import tracing
 from engines.batching.options import BatchingConfig
+from engines.batching.time_slice import BatchTimeSlice
 from engines.errors import ResourceExhaustedError, UnavailableError, queue_wait_exceeded
 from engines.executor import DeviceExecutor
 from engines.fair_queue import FairQueue
@@ -189,6 +192,8 @@ class DynamicBatcher(Generic[I, O]):
         # then takes every item that was waiting then, so only newer items need another job.
         self._arrivals = 0
         self._arrivals_at_last_job = 0
+        # The batch's device-time budget while several keys send work (under the lock).
+        self._slice = BatchTimeSlice(self.config.fair_batch_ms)
 
     @property
     def queue_depth(self) -> int:
@@ -324,6 +329,7 @@ class DynamicBatcher(Generic[I, O]):
         with self._lock:
             for entry in entries:  # bounded by max_queue (or one request's inputs when larger)
                 self._queue.push(entry, share, cost=entry.cost, now=now)
+            self._slice.note_arrival(share.priority, share.key, now)
         self._arrivals += len(entries)
         assert self._wakeup is not None
         self._wakeup.set()
@@ -413,8 +419,8 @@ class DynamicBatcher(Generic[I, O]):
         limit = self.config.max_queue_wait_s
         return self._queue.expire(now, limit) if limit else []
 
-    def _fits(self, count: int, longest: int) -> bool:
-        return count <= self.config.max_batch_size and count * longest <= self.config.max_batch_tokens
+    def _fits(self, count: int, longest: int, token_limit: int) -> bool:
+        return count <= self.config.max_batch_size and count * longest <= token_limit
 
     def _plan(self) -> tuple[list[_Entry[I]], bool, int]:
         """The next batch, whether it is full, and the live entries left out of it (lock held).
@@ -422,9 +428,11 @@ class DynamicBatcher(Generic[I, O]):
         The batch is the live entry first in the fair queue's order and the live entries of its
         priority class nearest to it in length (the earlier in that order first among equals)
         that keep the batch within :data:`LENGTH_RATIO` and the limits. Full: no more entries fit
-        by ``max_batch_size`` or ``max_batch_tokens`` (entries of other lengths or of the other
-        class wait for their own batch, and do not make this one full). Work: a merge and a sort
-        of the live entries, at most ``max_queue`` (or one request's inputs when larger).
+        by ``max_batch_size`` or ``max_batch_tokens``, or while several keys send work, by the
+        padded tokens of ``fair_batch_ms`` (:mod:`engines.batching.time_slice`); entries of other
+        lengths or of the other class wait for their own batch, and do not make this one full.
+        Work: a merge and a sort of the live entries, at most ``max_queue`` (or one request's
+        inputs when larger).
         """
         classes = [[e for e in group if not e.future.done()] for group in self._queue.ordered_by_class()]
         classes = [group for group in classes if group]
@@ -435,6 +443,10 @@ class DynamicBatcher(Generic[I, O]):
         turn = {id(entry): at for at, entry in enumerate(others)}
         others.sort(key=lambda entry: (abs(math.log(entry.cost / head.cost)), turn[id(entry)]))
         batch, longest, shortest, full = [head], head.cost, head.cost, False
+        token_limit = self.config.max_batch_tokens
+        sliced = self._slice.token_limit(time.monotonic())
+        if sliced is not None:
+            token_limit = min(token_limit, sliced)
         for entry in others:  # bounded by the queue
             if len(batch) >= self.config.max_batch_size:
                 full = True
@@ -442,7 +454,7 @@ class DynamicBatcher(Generic[I, O]):
             longest_with, shortest_with = max(longest, entry.cost), min(shortest, entry.cost)
             if shortest_with < LENGTH_RATIO * longest_with:
                 continue  # another length group: its own batch
-            if not self._fits(len(batch) + 1, longest_with):
+            if not self._fits(len(batch) + 1, longest_with, token_limit):
                 full = True
                 if entry.cost <= longest:
                     break  # nothing else fits either: shorter ones pad to the same longest
@@ -508,6 +520,8 @@ class DynamicBatcher(Generic[I, O]):
                 return
             waits = [started - entry.enqueued_at for entry in batch]
             observe_encoder_batch(self.name, waits, finished - started)
+            with self._lock:
+                self._slice.observe(finished - started, len(batch) * max(entry.cost for entry in batch))
             finished_ns = time.time_ns()
             for entry in batch:
                 entry.started_ns, entry.finished_ns = started_ns, finished_ns

@@ -32,6 +32,10 @@ class BatchingConfig(QueuedEngineOptions):
     when the device is free."""
     max_queue: AtLeastOne = 4096
     """Most inputs waiting for a batch; more are refused with OVERLOADED (HTTP 429)."""
+    fair_batch_ms: NonNegativeFloat = 25.0
+    """While inputs of more than one API key arrived in the last second, most estimated milliseconds of
+    device time per batch, so that another key's input waits about two such batches, not two full ones;
+    0: batches as large as the other limits allow."""
 
 
 class EncoderOptions(BatchingConfig, TorchEngineOptions, TorchDtypeOptions):
