@@ -16,12 +16,17 @@ from typing import Any
 LOOPBACK = "127.0.0.1"
 #: What a server logs when a port picked by :func:`free_port` was taken before it could bind:
 #: uvicorn and the OS say the first, grpc's ``add_insecure_port``/``add_secure_port`` the second.
-BIND_FAILURES = ("address already in use", "Failed to bind to address")
+BIND_FAILURES = ("address already in use", "failed to bind to address")
 
 
 def bind_failed(log: str) -> bool:
-    """Whether ``log`` says a server lost its port to another process (see :data:`BIND_FAILURES`)."""
-    return any(marker in log for marker in BIND_FAILURES)
+    """Whether ``log`` says a server lost its port to another process (see :data:`BIND_FAILURES`).
+
+    Compared without case: uvicorn writes "address already in use", Python's ``OSError`` (the
+    metrics port) "Address already in use", gRPC "Failed to bind to address".
+    """
+    lowered = log.lower()
+    return any(marker in lowered for marker in BIND_FAILURES)
 
 
 #: The checkout: children run here so that ``python -m bench.*`` resolves without installing ``bench``.

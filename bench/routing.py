@@ -29,7 +29,6 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import servers
-from bench.procs import free_port
 from bench.runner import Contender, Report, ok_records, parse_config, run_load_client
 from bench.workloads import GGUF_FILE
 
@@ -109,18 +108,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         catalog = catalog_file(Path(tempfile.mkdtemp(prefix="ur-routing-")))
         contenders = []
         for mode in MODES:
-            ports = [free_port(), free_port()]
             replicas = [
                 report.start_server(
-                    lambda i=i, port=port, mode=mode: servers.start_ours(
+                    lambda i=i, mode=mode: servers.start_ours(
                         cfg.log_dir,
                         name=f"{mode}-replica-{i}",
-                        env={"UR_CATALOG_PATH": str(catalog), "UR_METRICS_PORT": str(port)},
+                        env={"UR_CATALOG_PATH": str(catalog)},
                         cpus=str(i % (os.cpu_count() or 1)),
+                        metrics=True,
                     )
                 )
-                for i, port in enumerate(ports)
+                for i in range(2)
             ]
+            ports = [replica.metrics_port for replica in replicas]
             target = "ipv4:" + ",".join(str(replica.grpc_target) for replica in replicas)
             gateway = report.start_server(
                 lambda mode=mode, target=target: servers.start_gateway(

@@ -42,6 +42,7 @@ class Server:
         grpc_target: ``host:port`` of its gRPC port, if it has one.
         http_base: Base URL of its HTTP port, if it has one.
         ready_s: Seconds from spawn to ready.
+        metrics_port: Port of its ``/metrics`` (127.0.0.1), when it was started with one.
 
     """
 
@@ -51,6 +52,7 @@ class Server:
     http_base: str | None = None
     ready_s: float = 0.0
     info: dict[str, object] = field(default_factory=dict)
+    metrics_port: int | None = None
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit."""
@@ -76,13 +78,20 @@ def _start(server: Server, probes: list[Callable[[], bool]]) -> Server:
 
 
 def start_ours(
-    log_dir: Path, name: str = "ours", env: dict[str, str] | None = None, cpus: str | None = None
+    log_dir: Path,
+    name: str = "ours",
+    env: dict[str, str] | None = None,
+    cpus: str | None = None,
+    *,
+    metrics: bool = False,
 ) -> Server:
     """Start ``universal-runtime`` (gRPC + gateway) with the embedded default catalog.
 
     ``env`` adds ``UR_*`` settings; ``cpus`` (``"0"``, ``"0-1"``) pins it to those cores with
-    ``taskset``, as a replica on a machine of its own would be. Ready when gRPC health is SERVING
-    and the gateway's ``/health`` answers.
+    ``taskset``, as a replica on a machine of its own would be; ``metrics`` serves ``/metrics`` on
+    a port of its own (``Server.metrics_port``, picked with the others, so that a port taken
+    between the check and the bind is replaced like them). Ready when gRPC health is SERVING and
+    the gateway's ``/health`` answers.
 
     Raises:
         ProcessFailedError: it exited or did not become ready.
@@ -90,17 +99,19 @@ def start_ours(
     """
     for attempt in range(PORT_ATTEMPTS):
         grpc_port, gateway_port = free_port(), free_port()
+        metrics_port = free_port() if metrics else None
         data_dir = tempfile.mkdtemp(prefix="ur-bench-")
         argv = [*our_server_argv(), "--grpc-port", str(grpc_port), "--gateway-port", str(gateway_port)]
         if cpus is not None:
             argv = ["taskset", "-c", cpus, *argv]
-        # No fixed metrics port: several of our servers may run at once (metrics still record).
+        # No metrics port unless asked for: several of our servers may run at once (metrics
+        # still record).
         settings = {"UR_DATA_DIR": data_dir, "UR_LOG_LEVEL": "WARNING", "UR_GRPC_HOST": LOOPBACK}
-        settings["UR_METRICS_PORT"] = "0"
+        settings["UR_METRICS_PORT"] = str(metrics_port or 0)
         settings.update({"UR_GATEWAY_HOST": LOOPBACK, **(env or {})})
         process = ManagedProcess(name, argv, log_dir, base_env(**settings))
         target, base = f"{LOOPBACK}:{grpc_port}", f"http://{LOOPBACK}:{gateway_port}"
-        server = Server(name, process, target, base)
+        server = Server(name, process, target, base, metrics_port=metrics_port)
         try:
             probes = [functools.partial(grpc_serving, target), functools.partial(http_ok, f"{base}/health")]
             return _start(server, probes)

@@ -454,3 +454,27 @@ def test_our_server_start_moves_to_fresh_ports_when_grpc_loses_its_port(tmp_path
             assert procs.grpc_serving(server.grpc_target)
         finally:
             server.stop()
+
+
+def test_our_server_start_moves_its_metrics_port_too_when_it_was_taken(tmp_path, monkeypatch):
+    """Python's OSError says "Address already in use" (capitalized) when the metrics port was taken."""
+    import socket
+
+    import httpx
+
+    from bench import procs, servers
+
+    assert procs.bind_failed("metrics port 127.0.0.1:45403 ([Errno 98] Address already in use)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind((procs.LOOPBACK, 0))
+        taken.listen()
+        # The picks of the first attempt: gRPC, gateway, then the taken port for the metrics.
+        picks = iter([procs.free_port(), procs.free_port(), taken.getsockname()[1]])
+        monkeypatch.setattr(servers, "free_port", lambda: next(picks, None) or procs.free_port())
+        server = servers.start_ours(tmp_path, name="ours-metrics-port-taken", metrics=True)
+        try:
+            assert server.metrics_port not in (None, taken.getsockname()[1])
+            metrics = httpx.get(f"http://{procs.LOOPBACK}:{server.metrics_port}/metrics", timeout=10)
+            assert "ur_" in metrics.text
+        finally:
+            server.stop()
