@@ -7,16 +7,16 @@ process running :data:`FLOOD_CLIENTS` concurrent clients of ``team-a`` on one ch
 ``flood-64``, at most 64 inputs queued: about one batch), or of :data:`BULK_INPUTS` sentences each
 (``flood-64x16``, up to 1,024 inputs queued: 16 batches of the default 64). The probe is one
 client sending single-sentence ``Embed`` calls one after another (:data:`PROBE_PAUSE_S` apart) for
-the run's duration (at most :data:`MAX_PROBE_CALLS` calls). Three contenders per repetition,
+the run's duration (at most :data:`MAX_PROBE_CALLS` calls). The contenders of a repetition,
 interleaved (the order turns):
 
 - ``alone`` (the reference): ``team-b``'s probe on an otherwise idle server;
 - ``beside``: ``team-b``'s probe while ``team-a`` floods: the encoder batcher's fair queue
   (start-time fair queuing between keys, :mod:`engines.fair_queue`) puts each of its inputs in the
   next batch the lane takes, whatever ``team-a`` has queued;
-- ``beside, whole batches``: the same on a second server whose embedder has ``fair_batch_ms: 0``
-  (no time slices: batches as large as the limits allow while both keys send work), for the
-  price and the gain of the slices (:mod:`engines.batching.time_slice`);
+- ``beside, fair_batch_ms N``: the same on servers whose embedder has another time slice
+  (:data:`OTHER_SLICES_MS`; 0: no slices, batches as large as the limits allow while both keys
+  send work), for the price and the gain of the slices (:mod:`engines.batching.time_slice`);
 - ``same key``: the probe sent with ``team-a``'s key beside the same flood: first in, first out
   among the flood's inputs, what every caller got before the fair queue (for comparison only:
   with single-sentence flood calls, one batch of them is all that is ever queued, so it waits
@@ -46,6 +46,7 @@ from bench import isolation, servers
 from bench.procs import status_name
 from bench.runner import Contender, Report, parse_config
 from bench.workloads import EMBED_MODEL, SENTENCES, sentence_batch
+from engines.batching.options import BatchingConfig
 
 HEADLINE = [
     {"key": "probe_p99_ms", "label": "team-b embed p99 ms", "higher_is_better": False},
@@ -65,6 +66,9 @@ CALL_TIMEOUT_S = 30.0
 FLOOD_LEAD_S = 1.0
 KEYS = {"team-a": "bench-fairness-team-a-secret", "team-b": "bench-fairness-team-b-secret"}
 GOAL_RATIO = 1.5
+#: The embedder's time slice by default, and the others each measured on a server of its own.
+DEFAULT_SLICE_MS = BatchingConfig().fair_batch_ms
+OTHER_SLICES_MS = (50.0, 0.0)
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "service" / "default_catalog.yaml"
 
 
@@ -167,19 +171,19 @@ def probe_metrics(result: dict[str, Any]) -> dict[str, float]:
     return values
 
 
-def whole_batches_catalog(folder: Path) -> Path:
-    """A catalog of the default catalog's embedder with time slices off (``fair_batch_ms: 0``)."""
+def sliced_catalog(folder: Path, slice_ms: float) -> Path:
+    """A catalog of the default catalog's embedder with ``fair_batch_ms: slice_ms``."""
     catalog = yaml.safe_load(DEFAULT_CATALOG.read_text())
     entry = catalog["models"][EMBED_MODEL]
-    entry["options"] = {**entry.get("options", {}), "fair_batch_ms": 0}
-    path = folder / "whole-batches.yaml"
+    entry["options"] = {**entry.get("options", {}), "fair_batch_ms": slice_ms}
+    path = folder / f"slice-{slice_ms:g}ms.yaml"
     path.write_text(yaml.safe_dump({"models": {EMBED_MODEL: entry}}))
     return path
 
 
-def contenders(target: str, whole_target: str, inputs: int, duration_s: float) -> list[Contender]:
-    """team-b's probe alone (reference), beside team-a's flood (time slices on, then off), and with
-    team-a's key beside it; ``whole_target`` is the server with slices off."""
+def contenders(target: str, others: dict[float, str], inputs: int, duration_s: float) -> list[Contender]:
+    """team-b's probe alone (reference), beside team-a's flood (the default slice, then each of
+    ``others``: slice in ms -> that server's gRPC target), and with team-a's key beside it."""
 
     def alone(params: dict[str, Any]) -> dict[str, Any]:
         start = time.monotonic()
@@ -209,24 +213,28 @@ def contenders(target: str, whole_target: str, inputs: int, duration_s: float) -
     return [
         Contender("alone", "team-b alone", "reference", run=alone),
         Contender("beside", "team-b beside team-a's flood", "ours", run=beside("team-b")),
-        Contender(
-            "beside-whole",
-            "team-b beside the flood, whole batches (fair_batch_ms 0)",
-            "ours",
-            run=beside("team-b", whole_target),
+        *(
+            Contender(
+                f"beside-slice-{slice_ms:g}",
+                f"team-b beside the flood, fair_batch_ms {slice_ms:g}",
+                "ours",
+                run=beside("team-b", other),
+            )
+            for slice_ms, other in others.items()
         ),
         Contender("same-key", "the probe with team-a's key (FIFO)", "floor", run=beside("team-a")),
     ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the three contenders interleaved; write the JSON, plot and README section."""
+    """Run the contenders interleaved; write the JSON, plot and README section."""
     cfg = parse_config("fairness", argv, __doc__, reps={"full": 3, "quick": 2, "tiny": 1})
     duration = cfg.pick(full=15.0, quick=6.0, tiny=2.0)
     settings = {
         "probe": {"model": EMBED_MODEL, "inputs": 1, "pause_s": PROBE_PAUSE_S, "duration_s": duration},
         "flood": {"clients": FLOOD_CLIENTS, "inputs_per_call": SCENARIOS, "lead_s": FLOOD_LEAD_S},
         "keys": {name: {"priority": "interactive", "weight": 1} for name in KEYS},
+        "fair_batch_ms": {"default": DEFAULT_SLICE_MS, "others": list(OTHER_SLICES_MS)},
         "goal": f"team-b's p99 beside the flood <= {GOAL_RATIO}x its p99 alone",
     }
     title = f"Fairness — one key's single embeds beside another key's {FLOOD_CLIENTS} concurrent clients"
@@ -236,20 +244,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ):
         env = {"UR_API_KEYS_FILE": str(keys_file(Path(folder)))}
         ours = report.start_server(lambda: servers.start_ours(cfg.log_dir, env=env))
-        whole_env = {**env, "UR_CATALOG_PATH": str(whole_batches_catalog(Path(folder)))}
-        whole = report.start_server(lambda: servers.start_ours(cfg.log_dir, "ours-whole-batches", whole_env))
-        for server in (ours, whole):
-            _load_embedder(server.grpc_target)
-            _probe(server.grpc_target, "team-b", 1.0)  # warm: the first batches are slower
+        others = {}
+        for slice_ms in OTHER_SLICES_MS:
+            slice_env = {**env, "UR_CATALOG_PATH": str(sliced_catalog(Path(folder), slice_ms))}
+            name = f"ours-slice-{slice_ms:g}ms"
+            other = report.start_server(
+                lambda name=name, env=slice_env: servers.start_ours(cfg.log_dir, name, env)
+            )
+            others[slice_ms] = other.grpc_target
+        for target in (ours.grpc_target, *others.values()):
+            _load_embedder(target)
+            _probe(target, "team-b", 1.0)  # warm: the first batches are slower
         report.note(
-            "each repetition runs team-b's probe alone, beside team-a's flood (the default "
-            "fair_batch_ms of 25 ms, then on a second server with it at 0: whole batches), and with "
+            f"each repetition runs team-b's probe alone, beside team-a's flood (the default "
+            f"fair_batch_ms of {DEFAULT_SLICE_MS:g} ms, then on servers with "
+            f"{', '.join(f'{ms:g}' for ms in OTHER_SLICES_MS)} ms; 0: whole batches), and with "
             "team-a's key beside the flood (first in, first out among the flood's inputs); ratios are "
             "to the probe alone in the same repetition; the flood's client shares the machine's cores "
             "with the server"
         )
         for scenario, inputs in SCENARIOS.items():
-            runs = [report.add(c) for c in contenders(ours.grpc_target, whole.grpc_target, inputs, duration)]
+            runs = [report.add(c) for c in contenders(ours.grpc_target, others, inputs, duration)]
             params = {"duration_s": duration, "flood_inputs_per_call": inputs}
             report.compare(scenario, params, runs, "alone", probe_metrics)
         report.finish()
