@@ -8,6 +8,12 @@ when ``UR_STATE_URL`` is set):
   finds only its own files and batches, by construction;
 * ``file_data/<file_id>``: the file's bytes (written before its description, deleted after it:
   a crash leaves at worst bytes that nothing names, never a description without bytes);
+* ``expiry/<expires_at, 12 digits>-<file_id>``: a marker per file that expires (naming its owner),
+  written before the bytes and deleted after them, so a sweep (:meth:`BatchStore.sweep_expired`)
+  finds every file due, oldest first, even of keys that never come back; it sorts by time, so a
+  sweep reads only the markers due. A file expires ``expires_after`` seconds after it was written
+  (OpenAI's ``expires_after``: 30 days by default, 1 hour to 30 days); from then on it is gone for
+  every reader (NOT_FOUND, as deleted), and the read that finds it so deletes it;
 * ``owners/<owner>/batches/<batch_id>``: a batch's record (JSON; :class:`Batch`); every state
   change is a compare-and-swap of it (:meth:`BatchStore.update_batch`), so a cancel and the
   runner's progress never overwrite each other;
@@ -81,6 +87,8 @@ COMPLETION_WINDOW_S = 24 * 3600
 
 FILE_ID = re.compile(r"file-[0-9a-f]{12}[A-Za-z0-9]{12}")
 BATCH_ID = re.compile(r"batch_[0-9a-f]{12}[A-Za-z0-9]{12}")
+#: An expiry marker's name: when (12 digits of Unix seconds), then the file's id.
+EXPIRY_MARKER = re.compile(r"([0-9]{12})-(file-[0-9a-f]{12}[A-Za-z0-9]{12})")
 FILENAME_MAX_CHARS = 256
 #: OpenAI's metadata bounds: 16 pairs, keys up to 64 characters, values up to 512.
 METADATA_MAX_PAIRS, METADATA_KEY_MAX_CHARS, METADATA_VALUE_MAX_CHARS = 16, 64, 512
@@ -88,6 +96,14 @@ METADATA_MAX_PAIRS, METADATA_KEY_MAX_CHARS, METADATA_VALUE_MAX_CHARS = 16, 64, 5
 FILES_PAGE_MAX, BATCHES_PAGE_MAX, BATCHES_PAGE_DEFAULT = 10_000, 100, 20
 #: Compare-and-swap attempts of one record change before STATE_STORE_CONFLICT.
 UPDATE_ATTEMPTS = 16
+#: Seconds a file is kept when the client names no expiry: 30 days, OpenAI's default for batch files
+#: (https://platform.openai.com/docs/api-reference/files/create, ``expires_after``).
+DEFAULT_FILE_EXPIRY_S = 30 * 24 * 3600
+#: OpenAI's bounds of ``expires_after.seconds`` (and of a batch's ``output_expires_after.seconds``):
+#: 1 hour to 30 days.
+MIN_FILE_EXPIRY_S, MAX_FILE_EXPIRY_S = 3600, 30 * 24 * 3600
+#: The only anchor OpenAI accepts: the file's creation time.
+EXPIRY_ANCHOR = "created_at"
 
 _ALNUM = string.ascii_letters + string.digits
 
@@ -128,6 +144,8 @@ class FileInfo:
         filename: as uploaded (or the server's name of an output).
         purpose: ``batch`` or ``batch_output``.
         line_count: its JSON lines.
+        expires_at: Unix seconds when it is deleted; 0 never (descriptions written before files
+            expired load with 0: they stay until deleted).
 
     """
 
@@ -137,6 +155,11 @@ class FileInfo:
     filename: str
     purpose: str
     line_count: int
+    expires_at: int = 0
+
+    def expired(self, now: float) -> bool:
+        """Whether it has expired at ``now`` (Unix seconds)."""
+        return 0 < self.expires_at <= now
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +192,8 @@ class Batch:
         planned_output_file_id: the ids its output files get, chosen (and saved) before they are
             written, so that a finalize resumed after a crash writes the same files.
         planned_error_file_id: see ``planned_output_file_id``.
+        output_expires_after_s: seconds its output and error files are kept after they are written
+            (OpenAI's ``output_expires_after``; records written before it load with 30 days).
 
     """
 
@@ -196,6 +221,7 @@ class Batch:
     failed: int = 0
     planned_output_file_id: str = ""
     planned_error_file_id: str = ""
+    output_expires_after_s: int = DEFAULT_FILE_EXPIRY_S
 
     def to_json(self) -> bytes:
         """The stored form."""
@@ -271,6 +297,42 @@ def check_metadata(metadata: dict[str, str]) -> None:
         raise InvalidArgumentError(f"metadata: {problem}", reason="INVALID_BATCH_METADATA", field="metadata")
 
 
+def expiry_seconds(seconds: int, field_name: str, anchor: str = EXPIRY_ANCHOR) -> int:
+    """The seconds a file is kept: ``seconds``, or :data:`DEFAULT_FILE_EXPIRY_S` for 0.
+
+    Args:
+        seconds: OpenAI's ``expires_after.seconds`` (0: not given).
+        field_name: the field named in the error (``expires_after``, ``output_expires_after``).
+        anchor: OpenAI's ``expires_after.anchor``; only ``created_at``.
+
+    Raises:
+        InvalidArgumentError: an anchor other than ``created_at``, or seconds out of 3600 to
+            2,592,000 (INVALID_EXPIRES_AFTER, naming ``field_name``).
+
+    """
+    if anchor != EXPIRY_ANCHOR:
+        raise InvalidArgumentError(
+            f"{field_name}.anchor must be {EXPIRY_ANCHOR!r}, not {clip_text(anchor, 32)!r}",
+            reason="INVALID_EXPIRES_AFTER",
+            field=f"{field_name}.anchor",
+        )
+    if seconds == 0:
+        return DEFAULT_FILE_EXPIRY_S
+    if not MIN_FILE_EXPIRY_S <= seconds <= MAX_FILE_EXPIRY_S:
+        raise InvalidArgumentError(
+            f"{field_name}.seconds must be {MIN_FILE_EXPIRY_S} to {MAX_FILE_EXPIRY_S} (1 hour to 30 days), "
+            f"not {seconds}",
+            reason="INVALID_EXPIRES_AFTER",
+            field=f"{field_name}.seconds",
+        )
+    return seconds
+
+
+def expiry_marker(expires_at: int, file_id: str) -> str:
+    """The key of a file's expiry marker: sorts by ``expires_at`` (12 digits: Unix seconds to year 33658)."""
+    return f"expiry/{expires_at:012d}-{file_id}"
+
+
 def page_limit(limit: int, most: int, default: int) -> int:
     """A page size: ``default`` for 0, else 1 to ``most`` (INVALID_ARGUMENT INVALID_PAGINATION)."""
     if limit == 0:
@@ -323,16 +385,27 @@ class BatchStore:
         prefix = f"{owner_dir(owner)}/files"
         return [key.rpartition("/")[2] for key in self.store.sizes(prefix)]
 
-    def create_file(self, owner: str, filename: str, data: bytes) -> FileInfo:
+    def create_file(
+        self, owner: str, filename: str, data: bytes, expires_after_s: int = DEFAULT_FILE_EXPIRY_S
+    ) -> FileInfo:
         """Store an uploaded input file (purpose ``batch``), every line checked first.
+
+        Args:
+            owner: the key's name.
+            filename: as uploaded.
+            data: the JSONL bytes.
+            expires_after_s: seconds it is kept (0: :data:`DEFAULT_FILE_EXPIRY_S`, 30 days).
 
         Raises:
             InvalidArgumentError: a bad line or a file over a limit (see
                 :func:`~engines.batches.lines.parse_input`); a file name over 256 characters
-                (INVALID_FILE_NAME).
-            ResourceExhaustedError: the key keeps ``max_files`` files already (TOO_MANY_FILES).
+                (INVALID_FILE_NAME); ``expires_after_s`` out of 3600 to 2,592,000
+                (INVALID_EXPIRES_AFTER).
+            ResourceExhaustedError: the key keeps ``max_files`` files already (TOO_MANY_FILES;
+                its expired files do not count).
 
         """
+        expires_after_s = expiry_seconds(expires_after_s, "expires_after")
         if len(filename) > FILENAME_MAX_CHARS:
             raise InvalidArgumentError(
                 f"filename is over {FILENAME_MAX_CHARS} characters",
@@ -341,36 +414,73 @@ class BatchStore:
             )
         lines = parse_input(data, self.limits.input)
         if len(self._file_ids(owner)) >= self.limits.max_files:
+            self._drop_expired(owner)  # expired files not yet swept do not count
+        if len(self._file_ids(owner)) >= self.limits.max_files:
             raise ResourceExhaustedError(
                 f"this key keeps {self.limits.max_files} files already, the most it may "
                 "(UR_BATCH_MAX_FILES); delete some first",
                 reason="TOO_MANY_FILES",
                 limit=self.limits.max_files,
             )
+        now = int(self.clock())
         info = FileInfo(
-            new_id("file-", self.clock()), len(data), int(self.clock()), filename, PURPOSE_INPUT, len(lines)
+            new_id("file-", now), len(data), now, filename, PURPOSE_INPUT, len(lines), now + expires_after_s
         )
         self._write_file(owner, info, data)
         return info
 
     def _write_file(self, owner: str, info: FileInfo, data: bytes) -> bool:
-        """Bytes first, then the description (only if absent: False when it was there already)."""
+        """Write a file: its expiry marker, its bytes, then its description (False: it was there).
+
+        Each only if absent, so a write resumed after a crash keeps what the first one wrote.
+        """
+        if info.expires_at:
+            self.store.create(expiry_marker(info.expires_at, info.id), json.dumps({"owner": owner}).encode())
         self.store.create(f"file_data/{info.id}", data)
         return self.store.create(self._file_key(owner, info.id), json.dumps(asdict(info)).encode())
+
+    def _remove_file(self, owner: str, info: FileInfo) -> None:
+        """Delete a file: its description, its bytes, then its expiry marker.
+
+        The order of :meth:`_write_file` reversed: a crash leaves a marker a sweep finishes, never
+        a description without bytes.
+        """
+        self.store.delete(self._file_key(owner, info.id))
+        self.store.delete(f"file_data/{info.id}")
+        if info.expires_at:
+            self.store.delete(expiry_marker(info.expires_at, info.id))
+
+    def _load_file(self, owner: str, file_id: str) -> FileInfo | None:
+        """The caller's file's description, or None: absent, or expired (then deleted here)."""
+        data = self.store.read(self._file_key(owner, file_id))
+        if data is None:
+            return None
+        info = FileInfo(**json.loads(data))
+        if info.expired(self.clock()):
+            self._remove_file(owner, info)
+            return None
+        return info
+
+    def _drop_expired(self, owner: str) -> None:
+        """Delete the key's expired files (those no sweep reached yet)."""
+        for file_id in self._file_ids(owner):  # bounded: the key's files (max_files plus outputs)
+            self._load_file(owner, file_id)
 
     def get_file(self, owner: str, file_id: str) -> FileInfo:
         """The description of the caller's file ``file_id``.
 
+        An expired file is deleted here (if no sweep did yet) and answered as absent.
+
         Raises:
             InvalidArgumentError: not a file id (INVALID_FILE_ID).
-            FileNotFoundInStoreError: no such file of this key (NOT_FOUND FILE_NOT_FOUND).
+            FileNotFoundInStoreError: no such file of this key, or it expired (NOT_FOUND FILE_NOT_FOUND).
 
         """
         check_file_id(file_id)
-        data = self._read(
-            self._file_key(owner, file_id), FileNotFoundInStoreError(f"no file {file_id!r}", id=file_id)
-        )
-        return FileInfo(**json.loads(data))
+        info = self._load_file(owner, file_id)
+        if info is None:
+            raise FileNotFoundInStoreError(f"no file {file_id!r}", id=file_id)
+        return info
 
     def file_content(self, owner: str, file_id: str) -> tuple[FileInfo, bytes]:
         """The caller's file and its bytes (errors as :meth:`get_file`)."""
@@ -382,14 +492,12 @@ class BatchStore:
 
     def delete_file(self, owner: str, file_id: str) -> None:
         """Delete the caller's file (errors as :meth:`get_file`)."""
-        self.get_file(owner, file_id)
-        self.store.delete(self._file_key(owner, file_id))
-        self.store.delete(f"file_data/{file_id}")
+        self._remove_file(owner, self.get_file(owner, file_id))
 
     def list_files(
         self, owner: str, *, purpose: str = "", after: str = "", limit: int = 0, newest_first: bool = True
     ) -> tuple[list[FileInfo], bool]:
-        """A page of the caller's files, and whether more follow.
+        """A page of the caller's files, and whether more follow (expired ones are deleted, not listed).
 
         Raises:
             InvalidArgumentError: a purpose other than "", batch or batch_output
@@ -409,10 +517,9 @@ class BatchStore:
         found: list[FileInfo] = []
         # Bounded: a key keeps at most max_files files (plus its batches' outputs).
         for file_id in _page(self._file_ids(owner), after, newest_first):
-            data = self.store.read(self._file_key(owner, file_id))
-            if data is None:
-                continue  # deleted since the listing
-            info = FileInfo(**json.loads(data))
+            info = self._load_file(owner, file_id)
+            if info is None:
+                continue  # deleted since the listing, or expired
             if purpose and info.purpose != purpose:
                 continue
             if len(found) == limit:
@@ -433,15 +540,27 @@ class BatchStore:
         return f"{owner_dir(owner)}/batches/{batch_id}"
 
     def create_batch(
-        self, owner: str, input_file_id: str, endpoint: str, completion_window: str, metadata: dict[str, str]
+        self,
+        owner: str,
+        input_file_id: str,
+        endpoint: str,
+        completion_window: str,
+        metadata: dict[str, str],
+        output_expires_after_s: int = DEFAULT_FILE_EXPIRY_S,
     ) -> Batch:
         """Create a batch (status validating) over the caller's input file.
+
+        ``output_expires_after_s`` is how long its output and error files are kept after they are
+        written (0: :data:`DEFAULT_FILE_EXPIRY_S`, 30 days). A batch whose input file expires
+        while it runs keeps running: the runner holds its lines (a batch not yet started, or
+        resumed by another runner after the file expired, fails ``input_file_deleted``).
 
         Raises:
             InvalidArgumentError: an unsupported endpoint (INVALID_BATCH_ENDPOINT), a window other
                 than 24h (INVALID_COMPLETION_WINDOW), metadata over its bounds
-                (INVALID_BATCH_METADATA), not a file id (INVALID_FILE_ID).
-            FileNotFoundInStoreError: no such file of this key.
+                (INVALID_BATCH_METADATA), not a file id (INVALID_FILE_ID),
+                ``output_expires_after_s`` out of 3600 to 2,592,000 (INVALID_EXPIRES_AFTER).
+            FileNotFoundInStoreError: no such file of this key, or it expired.
             FailedPreconditionError: the file is not of purpose batch (INPUT_FILE_NOT_BATCH).
             ResourceExhaustedError: the key keeps ``max_batches`` batches and none has ended
                 (TOO_MANY_BATCHES).
@@ -460,6 +579,7 @@ class BatchStore:
                 field="completion_window",
             )
         check_metadata(metadata)
+        output_expires_after_s = expiry_seconds(output_expires_after_s, "output_expires_after")
         check_file_id(input_file_id, "input_file_id")
         info = self.get_file(owner, input_file_id)
         if info.purpose != PURPOSE_INPUT:
@@ -482,6 +602,7 @@ class BatchStore:
             expires_at=int(now) + COMPLETION_WINDOW_S,
             metadata=dict(metadata),
             total=info.line_count,
+            output_expires_after_s=output_expires_after_s,
         )
         # The marker first: a crash before the record leaves a marker the runners drop.
         self.store.create(f"active/{batch.id}", json.dumps({"owner": owner}).encode())
@@ -661,6 +782,8 @@ class BatchStore:
         Each of ``lines`` appears exactly once in one of them; a line without a result gets an
         error line with ``missing`` (code, message). The files get the batch's planned ids and
         are written only if absent, so a finalize resumed after a crash writes the same files.
+        They expire ``batch.output_expires_after_s`` after they are written (OpenAI anchors
+        ``output_expires_after`` on the file's creation, not the batch's).
         """
         results = self.results(batch.id)
         good: list[bytes] = []
@@ -682,10 +805,66 @@ class BatchStore:
                 ids.append("")
                 continue
             data = b"".join(chunk)
-            info = FileInfo(file_id, len(data), now, f"{batch.id}_{kind}.jsonl", PURPOSE_OUTPUT, len(chunk))
+            info = FileInfo(
+                file_id,
+                len(data),
+                now,
+                f"{batch.id}_{kind}.jsonl",
+                PURPOSE_OUTPUT,
+                len(chunk),
+                now + batch.output_expires_after_s,
+            )
             self._write_file(batch.owner, info, data)
             ids.append(file_id)
         return Outputs(ids[0], ids[1], len(good), failed)
+
+    # Expiry.
+
+    def sweep_expired(self, now: float, limit: int) -> int:
+        """Delete up to ``limit`` files due at ``now`` (Unix seconds), oldest first, of any key.
+
+        Reads the ``expiry/`` markers (they sort by time, so only the due ones are read). A due
+        marker whose file is gone (deleted by its key, by a read that found it expired, or a crash
+        between the deletes) is a stray: its bytes, if any, and it are deleted. A marker whose
+        file's description names another time (a finalize resumed after a crash wrote a second
+        one) is replaced by the right one.
+
+        Returns:
+            Markers handled (files deleted plus strays), at most ``limit``.
+
+        Raises:
+            UnavailableError: the store failed (what was deleted stays deleted; the next sweep
+                goes on).
+
+        """
+        handled = 0
+        for key in sorted(self.store.sizes("expiry")):  # bounded: stops at the first not due, or at limit
+            if handled >= limit:
+                break
+            marker = EXPIRY_MARKER.fullmatch(key.rpartition("/")[2])
+            if marker is None:  # not a marker's name (none is written so): a stray
+                self.store.delete(key)
+                handled += 1
+                continue
+            if int(marker[1]) > now:
+                break  # the rest are later still
+            handled += 1
+            file_id = marker[2]
+            data = self.store.read(key)
+            owner = str(json.loads(data)["owner"]) if data else None
+            description = None if owner is None else self.store.read(self._file_key(owner, file_id))
+            if owner is not None and description is not None:
+                info = FileInfo(**json.loads(description))
+                if not info.expired(now):  # not this file's time: a stray left by a resumed write
+                    if info.expires_at:  # its own marker, in case the stray was the only one
+                        self.store.create(expiry_marker(info.expires_at, info.id), data or b"")
+                    self.store.delete(key)
+                    continue
+                self._remove_file(owner, info)
+            else:
+                self.store.delete(f"file_data/{file_id}")
+            self.store.delete(key)
+        return handled
 
     # Leases.
 

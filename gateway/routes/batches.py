@@ -36,6 +36,10 @@ BatchId = Annotated[str, Path(max_length=MAX_ID_CHARS)]
 async def create_batch(body: CreateBatchRequest, rpc: Rpc) -> JsonResponse:
     """Create a batch over an uploaded file (OpenAI ``batches.create``); it starts ``validating``.
 
+    ``output_expires_after`` (``{"anchor": "created_at", "seconds": 3600 to 2592000}``) is how
+    long its output and error files are kept after they are written; 30 days without it (a bad
+    one is a 400 of the body's validation, ``param`` naming the field).
+
     Raises:
         grpc.aio.AioRpcError: 404 ``file_not_found``; 400 ``invalid_batch_endpoint``,
             ``input_file_not_batch`` (a file of another purpose), ``invalid_batch_metadata``
@@ -47,6 +51,7 @@ async def create_batch(body: CreateBatchRequest, rpc: Rpc) -> JsonResponse:
         endpoint=body.endpoint,
         completion_window=body.completion_window,
         metadata=body.metadata or {},
+        output_expires_after_seconds=body.output_expires_after.seconds if body.output_expires_after else 0,
     )
     reply = await rpc.unary(rpc.clients.batches.CreateBatch, request)
     return JsonResponse(batch_object(reply.batch))

@@ -6,11 +6,13 @@ Each is a call to the server's ``BatchService`` (the server stores and checks th
 key's id is 404, as an absent one.
 
 An upload is ``multipart/form-data`` with the file as ``file`` and ``purpose=batch`` (the only
-purpose; others are 400). Its body is bounded while it arrives by the gateway's body limit
-(:class:`gateway.middleware.BodySizeLimitMiddleware`: 413 past ``max_message_bytes``); the form's
-parts are spooled to disk past 1 MiB, and the file goes to the server in 1 MiB messages, so
-neither side holds more than a chunk of it in a message. The server then checks every line
-(400 naming the first bad line) and its own size and line limits.
+purpose; others are 400), and optionally OpenAI's ``expires_after[anchor]=created_at`` and
+``expires_after[seconds]`` (3600 to 2592000; the file is kept 30 days without them; the File
+object's ``expires_at`` says when it goes). Its body is bounded while it arrives by the
+gateway's body limit (:class:`gateway.middleware.BodySizeLimitMiddleware`: 413 past
+``max_message_bytes``); the form's parts are spooled to disk past 1 MiB, and the file goes to the
+server in 1 MiB messages, so neither side holds more than a chunk of it in a message. The server
+then checks every line (400 naming the first bad line) and its own size and line limits.
 """
 
 from __future__ import annotations
@@ -27,7 +29,16 @@ from universal_runtime.v1 import batch_pb2
 from gateway.calls import Rpc
 from gateway.errors import GatewayError
 from gateway.responses import JsonResponse
-from gateway.schemas.batches import MAX_FILES_PAGE, MAX_ID_CHARS, FileDeleted, FileList, FileObject
+from gateway.schemas.batches import (
+    EXPIRY_ANCHOR,
+    MAX_EXPIRES_AFTER_S,
+    MAX_FILES_PAGE,
+    MAX_ID_CHARS,
+    MIN_EXPIRES_AFTER_S,
+    FileDeleted,
+    FileList,
+    FileObject,
+)
 from gateway.schemas.errors import ErrorResponse
 from gateway.streaming import call_until_disconnect, keep_rate_limit_headers
 from gateway.translate.batches import file_object, list_object
@@ -60,6 +71,13 @@ _UPLOAD_OPENAPI = {
                             "description": "JSONL: one request a line.",
                         },
                         "purpose": {"type": "string", "enum": ["batch"]},
+                        "expires_after[anchor]": {"type": "string", "enum": [EXPIRY_ANCHOR]},
+                        "expires_after[seconds]": {
+                            "type": "integer",
+                            "minimum": MIN_EXPIRES_AFTER_S,
+                            "maximum": MAX_EXPIRES_AFTER_S,
+                            "description": "Seconds the file is kept after its upload (30 days without it).",
+                        },
                     },
                 }
             }
@@ -86,12 +104,57 @@ _CONTENT_RESPONSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _chunks(upload: UploadFile, filename: str) -> AsyncIterator[batch_pb2.CreateFileRequest]:
-    """The upload's messages: the name and purpose, then the file in :data:`CHUNK_BYTES` pieces.
+def expires_after_seconds(form: Any) -> int:
+    """OpenAI's ``expires_after[anchor]`` and ``expires_after[seconds]`` form fields: the seconds, 0 without.
+
+    Both or neither (the SDK sends both); the anchor must be ``created_at`` and the seconds an
+    integer of 3600 to 2592000 (1 hour to 30 days; OpenAI's bounds).
+
+    Raises:
+        GatewayError: 400 ``invalid_expires_after`` with ``param`` the field at fault.
+
+    """
+    anchor, seconds = form.get("expires_after[anchor]"), form.get("expires_after[seconds]")
+    if anchor is None and seconds is None:
+        return 0
+
+    def bad(field: str, problem: str) -> GatewayError:
+        return GatewayError(
+            400,
+            f"expires_after[{field}]: {problem}",
+            code="invalid_expires_after",
+            param=f"expires_after.{field}",
+        )
+
+    if anchor != EXPIRY_ANCHOR:
+        shown = "missing" if anchor is None else f"got {str(anchor)[:64]!r}"
+        raise bad("anchor", f"must be {EXPIRY_ANCHOR!r} ({shown})")
+    text = seconds.strip() if isinstance(seconds, str) else ""
+    # At most 8 digits: anything longer is out of range anyway, and int() never reads a long string.
+    if not (text.isascii() and text.isdigit() and len(text) <= 8):
+        shown = "missing" if seconds is None else f"got {str(seconds)[:64]!r}"
+        raise bad(
+            "seconds", f"must be an integer of {MIN_EXPIRES_AFTER_S} to {MAX_EXPIRES_AFTER_S} ({shown})"
+        )
+    value = int(text)
+    if not MIN_EXPIRES_AFTER_S <= value <= MAX_EXPIRES_AFTER_S:
+        raise bad(
+            "seconds",
+            f"must be {MIN_EXPIRES_AFTER_S} to {MAX_EXPIRES_AFTER_S} (1 hour to 30 days), got {value}",
+        )
+    return value
+
+
+async def _chunks(
+    upload: UploadFile, filename: str, expires_after_s: int
+) -> AsyncIterator[batch_pb2.CreateFileRequest]:
+    """The upload's messages: the name, purpose and expiry, then the file in :data:`CHUNK_BYTES` pieces.
 
     Bounded by the file, which the body limit bounds: at most ``max_message_bytes / CHUNK_BYTES`` reads.
     """
-    yield batch_pb2.CreateFileRequest(filename=filename, purpose="batch")
+    yield batch_pb2.CreateFileRequest(
+        filename=filename, purpose="batch", expires_after_seconds=expires_after_s
+    )
     while chunk := await upload.read(CHUNK_BYTES):
         yield batch_pb2.CreateFileRequest(data=chunk)
 
@@ -102,7 +165,9 @@ async def create_file(rpc: Rpc) -> JsonResponse:
 
     Raises:
         GatewayError: 400 ``invalid_file`` without a file part, 400 ``invalid_file_purpose`` for
-            another purpose, 400 for more than :data:`MAX_FORM_FIELDS` fields; 413 for a body
+            another purpose, 400 ``invalid_expires_after`` for a bad ``expires_after[anchor]`` or
+            ``expires_after[seconds]`` (``param`` names it; see :func:`expires_after_seconds`),
+            400 for more than :data:`MAX_FORM_FIELDS` fields; 413 for a body
             over the gateway's limit (while it arrives); 507 ``too_many_files``.
         grpc.aio.AioRpcError: 400 ``invalid_batch_line`` (the message names the line and the
             problem), ``batch_file_too_large``, ``batch_file_too_many_lines``,
@@ -130,9 +195,12 @@ async def create_file(rpc: Rpc) -> JsonResponse:
             raise GatewayError(
                 400, "file: attach the JSONL file as the form field 'file'", code="invalid_file", param="file"
             )
+        expires_after_s = expires_after_seconds(form)
         filename = (upload.filename or "batch.jsonl")[:MAX_FILENAME_CHARS]
         with resource_reasons_as(507, TOO_MANY_FILES):
-            reply = await rpc.unary(rpc.clients.batches.CreateFile, _chunks(upload, filename))
+            reply = await rpc.unary(
+                rpc.clients.batches.CreateFile, _chunks(upload, filename, expires_after_s)
+            )
     return JsonResponse(file_object(reply.file))
 
 

@@ -27,9 +27,26 @@ DEFAULT_BATCHES_PAGE = 20
 MAX_METADATA_PAIRS = 16
 """Most ``metadata`` pairs of a batch (OpenAI's bound); keys up to 64 characters, values up to 512."""
 
+EXPIRY_ANCHOR = "created_at"
+"""The only ``expires_after.anchor`` OpenAI accepts: the file's creation."""
+
+MIN_EXPIRES_AFTER_S, MAX_EXPIRES_AFTER_S = 3600, 2_592_000
+"""OpenAI's bounds of ``expires_after.seconds`` and ``output_expires_after.seconds``: 1 hour to 30 days."""
+
 BatchStatus = Literal[
     "validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled"
 ]
+
+
+class ExpiresAfter(OpenAIRequestModel):
+    """OpenAI's expiry policy of a file: ``seconds`` after ``anchor`` (its creation)."""
+
+    anchor: Literal["created_at"] = Field(description="Only `created_at`: the file's creation.")
+    seconds: int = Field(
+        ge=MIN_EXPIRES_AFTER_S,
+        le=MAX_EXPIRES_AFTER_S,
+        description="Seconds the file is kept after it is written: 3600 to 2592000 (1 hour to 30 days).",
+    )
 
 
 class CreateBatchRequest(OpenAIRequestModel):
@@ -46,6 +63,11 @@ class CreateBatchRequest(OpenAIRequestModel):
         default=None,
         max_length=MAX_METADATA_PAIRS,
         description="At most 16 pairs, kept with the batch; keys up to 64 characters, values up to 512.",
+    )
+    output_expires_after: ExpiresAfter | None = Field(
+        default=None,
+        description="How long the batch's output and error files are kept after they are written "
+        "(30 days without it).",
     )
 
 

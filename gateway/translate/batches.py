@@ -38,8 +38,9 @@ _TIMES = (
 def file_object(file: batch_pb2.File) -> dict[str, Any]:
     """OpenAI's File object: ``{"id", "object": "file", "bytes", "created_at", "filename", "purpose", ...}``.
 
-    ``status`` is always ``processed`` (a stored file was checked whole at upload) and
-    ``expires_at`` ``null`` (files stay until deleted).
+    ``status`` is always ``processed`` (a stored file was checked whole at upload);
+    ``expires_at`` is when it expires (Unix seconds), ``null`` for a file that never does (0:
+    stored before files expired).
     """
     return {
         "id": file.id,
@@ -49,7 +50,7 @@ def file_object(file: batch_pb2.File) -> dict[str, Any]:
         "filename": file.filename,
         "purpose": file.purpose,
         "status": "processed",
-        "expires_at": None,
+        "expires_at": file.expires_at or None,
         "status_details": None,
     }
 

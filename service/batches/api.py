@@ -7,7 +7,7 @@ of its own, so another key's id is simply not found.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from engines.batches.lines import check_size
 from engines.batches.store import (
@@ -16,13 +16,35 @@ from engines.batches.store import (
     BatchError,
     BatchStore,
     FileInfo,
+    expiry_seconds,
 )
 from engines.errors import InvalidArgumentError, ResourceExhaustedError, clip_text
 from engines.executor import DeviceExecutor
 from service import metrics
 from service.batches.runner import BatchRunner
 
-__all__ = ["Batch", "BatchApi", "BatchError", "FileInfo", "invalid_argument"]
+__all__ = ["Batch", "BatchApi", "BatchError", "BatchSpec", "FileInfo", "expiry_seconds", "invalid_argument"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpec:
+    """What a client asks of a new batch (OpenAI's ``batches.create`` body; :meth:`BatchStore.create_batch`).
+
+    Attributes:
+        input_file_id: the caller's file of purpose ``batch``.
+        endpoint: the url of every line.
+        completion_window: ``24h`` ("" means it).
+        metadata: at most 16 pairs.
+        output_expires_after_s: seconds its output and error files are kept after they are
+            written; 0: 30 days (OpenAI's default).
+
+    """
+
+    input_file_id: str
+    endpoint: str
+    completion_window: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    output_expires_after_s: int = 0
 
 
 def invalid_argument(problem: str, reason: str) -> InvalidArgumentError:
@@ -70,9 +92,12 @@ class BatchApi:
             )
         check_size(size, self.store.limits.input)
 
-    async def create_file(self, owner: str, filename: str, data: bytes) -> FileInfo:
-        """Store an input file, every line checked (:meth:`BatchStore.create_file`)."""
-        return await self.writes.run(self.store.create_file, owner, filename, data)
+    async def create_file(self, owner: str, filename: str, data: bytes, expires_after_s: int = 0) -> FileInfo:
+        """Store an input file, every line checked, kept ``expires_after_s`` (0: 30 days).
+
+        See :meth:`BatchStore.create_file`.
+        """
+        return await self.writes.run(self.store.create_file, owner, filename, data, expires_after_s)
 
     async def list_files(
         self, owner: str, purpose: str, after: str, limit: int, newest_first: bool
@@ -96,13 +121,9 @@ class BatchApi:
         """Delete one of the caller's files."""
         await self.writes.run(self.store.delete_file, owner, file_id)
 
-    async def create_batch(
-        self, owner: str, input_file_id: str, endpoint: str, completion_window: str, metadata: dict[str, str]
-    ) -> Batch:
-        """Create a batch (validating) and wake the runner."""
-        batch = await self.writes.run(
-            self.store.create_batch, owner, input_file_id, endpoint, completion_window, metadata
-        )
+    async def create_batch(self, owner: str, spec: BatchSpec) -> Batch:
+        """Create a batch (validating) as ``spec`` asks, and wake the runner."""
+        batch = await self.writes.run(lambda: self.store.create_batch(owner, **asdict(spec)))
         metrics.batch_status(batch.status)
         self.runner.wake()
         return batch

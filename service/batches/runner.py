@@ -20,6 +20,12 @@ A batch's life (statuses as OpenAI's Batch API):
    flight finish. Then ``finalizing`` writes the output and error files (every input line exactly
    once across the two) and the batch ends ``completed``, ``cancelled`` or ``expired``.
 
+Files expire (:meth:`~engines.batches.store.BatchStore.sweep_expired`): each periodic scan also
+deletes up to :data:`SWEEP_LIMIT` files due, of any key, on the runner's lane. A batch whose input
+file expires while it runs keeps running: the runner read its lines when it took the batch and
+writes its outputs from them (as when the file is deleted); only a batch that must read the file
+again (not started yet, or resumed after a restart) fails ``input_file_deleted``.
+
 The executor (:class:`Execute`: ``execute(url, body, key_name, request_id=...) -> (http_status,
 json_body)``) is the gateway's routes run in this process under the batch's key at batch priority
 (``gateway.batch_lines``); the composition root (:mod:`service.cli`) passes it to
@@ -79,6 +85,9 @@ class Execute(Protocol):
 
 #: Seconds between two saves of a running batch's counts (and reads of its status by other replicas' cancels).
 COUNTS_INTERVAL_S = 1.0
+#: Most expired files one sweep deletes (each a few store calls on the runner's lane, so a backlog
+#: of many does not hold the lane up: the next scans go on with the rest).
+SWEEP_LIMIT = 100
 
 _MISSING = {
     CANCELLING: ("batch_cancelled", "the batch was cancelled before this line ran"),
@@ -137,6 +146,8 @@ class BatchRunner:
         self._retry_at: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._scanner: asyncio.Task[None] | None = None
+        #: ``time.monotonic()`` of the last sweep of expired files (-inf: none yet).
+        self._swept_at = float("-inf")
 
     @property
     def started(self) -> bool:
@@ -171,6 +182,18 @@ class BatchRunner:
         while self._running:
             await asyncio.gather(*self._running.values(), return_exceptions=True)
 
+    async def sweep(self) -> int:
+        """Delete up to :data:`SWEEP_LIMIT` expired files of any key, on the lane; how many.
+
+        Raises:
+            RuntimeServiceError: the store failed (the next sweep goes on).
+
+        """
+        swept = await self.lane.run(self.store.sweep_expired, self.clock(), SWEEP_LIMIT)
+        if swept:
+            log.info("expired batch files deleted", extra={"count": swept})
+        return swept
+
     async def _scan_forever(self) -> None:
         while True:
             self._wake.clear()  # before the scan: a wake during it scans again at once
@@ -178,6 +201,14 @@ class BatchRunner:
                 await self.scan()
             except Exception:  # the store down: the next scan retries
                 log.warning("batch scan failed", exc_info=True)
+            # Sweep on the periodic scans only (at most once a scan_interval_s), not at each wake:
+            # a burst of batch creations does not list the expiry markers each time.
+            if time.monotonic() - self._swept_at >= self.scan_interval_s:
+                self._swept_at = time.monotonic()
+                try:
+                    await self.sweep()
+                except Exception:  # the store down: the next sweep goes on
+                    log.warning("expired file sweep failed", exc_info=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.scan_interval_s)
 

@@ -16,7 +16,16 @@ import grpc
 from universal_runtime.v1 import batch_pb2 as pb
 from universal_runtime.v1 import batch_pb2_grpc
 
-from service.batches.api import Batch, BatchApi, BatchError, FileInfo, invalid_argument, too_many_transfers
+from service.batches.api import (
+    Batch,
+    BatchApi,
+    BatchError,
+    BatchSpec,
+    FileInfo,
+    expiry_seconds,
+    invalid_argument,
+    too_many_transfers,
+)
 from service.convert.messages import MessageCopy
 from service.request_context import api_key_name_var
 
@@ -49,7 +58,15 @@ _BATCH = MessageCopy(
     pb.Batch,
     Batch,
     given=("errors", "status", "request_counts", "metadata"),
-    dropped=("owner", "total", "completed", "failed", "planned_output_file_id", "planned_error_file_id"),
+    dropped=(
+        "owner",
+        "total",
+        "completed",
+        "failed",
+        "planned_output_file_id",
+        "planned_error_file_id",
+        "output_expires_after_s",
+    ),
 )
 
 
@@ -114,9 +131,10 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
             self._transfers.release()
 
     async def CreateFile(self, request_iterator: AsyncIterator[pb.CreateFileRequest], context: Any):
-        """Upload an input file in chunks; checked whole, then stored."""
+        """Upload an input file in chunks; checked whole, then stored (kept ``expires_after_seconds``)."""
         owner = api_key_name_var.get()
         filename = purpose = None
+        expires_after_s = 0
         data = bytearray()
         messages = 0
         async with self._transfer():
@@ -124,9 +142,13 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
                 messages += 1
                 if filename is None:
                     filename, purpose = message.filename, message.purpose
+                    expires_after_s = message.expires_after_seconds
                     self._api.check_upload(filename, purpose, 0)
-                elif message.filename or message.purpose:
-                    raise _bad_chunks("filename and purpose go in the first message only")
+                    expiry_seconds(expires_after_s, "expires_after")  # refused before the bytes are read
+                elif message.filename or message.purpose or message.expires_after_seconds:
+                    raise _bad_chunks(
+                        "filename, purpose and expires_after_seconds go in the first message only"
+                    )
                 if messages > MAX_UPLOAD_MESSAGES:
                     raise _bad_chunks(f"an upload may be at most {MAX_UPLOAD_MESSAGES} messages")
                 chunk = message.data  # read once: each read copies the bytes
@@ -134,7 +156,7 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
                 data += chunk
             if filename is None:
                 raise _bad_chunks("no message received: send the filename, the purpose and the file's bytes")
-            info = await self._api.create_file(owner, filename, bytes(data))
+            info = await self._api.create_file(owner, filename, bytes(data), expires_after_s)
         return pb.CreateFileResponse(file=file_pb(info))
 
     async def ListFiles(self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext):
@@ -167,13 +189,14 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
 
     async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext):
         """Create a batch over one of the caller's input files."""
-        batch = await self._api.create_batch(
-            api_key_name_var.get(),
-            request.input_file_id,
-            request.endpoint,
-            request.completion_window,
-            dict(request.metadata),
+        spec = BatchSpec(
+            input_file_id=request.input_file_id,
+            endpoint=request.endpoint,
+            completion_window=request.completion_window,
+            metadata=dict(request.metadata),
+            output_expires_after_s=request.output_expires_after_seconds,
         )
+        batch = await self._api.create_batch(api_key_name_var.get(), spec)
         return pb.CreateBatchResponse(batch=batch_pb(batch))
 
     async def GetBatch(self, request: pb.GetBatchRequest, context: grpc.aio.ServicerContext):

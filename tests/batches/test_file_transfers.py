@@ -28,7 +28,7 @@ class StandInApi:
         if purpose != "batch":
             raise InvalidArgumentError("purpose must be batch", reason="INVALID_FILE_PURPOSE")
 
-    async def create_file(self, owner: str, filename: str, data: bytes) -> FileInfo:
+    async def create_file(self, owner: str, filename: str, data: bytes, expires_after_s: int = 0) -> FileInfo:
         file_id = f"file-{len(self.files):024d}"
         self.files[file_id] = data
         return FileInfo(file_id, len(data), 0, filename, "batch", data.count(b"\n"))

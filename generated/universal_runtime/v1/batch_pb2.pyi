@@ -29,30 +29,34 @@ BATCH_STATUS_CANCELLING: BatchStatus
 BATCH_STATUS_CANCELLED: BatchStatus
 
 class File(_message.Message):
-    __slots__ = ("id", "bytes", "created_at", "filename", "purpose", "line_count")
+    __slots__ = ("id", "bytes", "created_at", "filename", "purpose", "line_count", "expires_at")
     ID_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     FILENAME_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
     LINE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     id: str
     bytes: int
     created_at: int
     filename: str
     purpose: str
     line_count: int
-    def __init__(self, id: _Optional[str] = ..., bytes: _Optional[int] = ..., created_at: _Optional[int] = ..., filename: _Optional[str] = ..., purpose: _Optional[str] = ..., line_count: _Optional[int] = ...) -> None: ...
+    expires_at: int
+    def __init__(self, id: _Optional[str] = ..., bytes: _Optional[int] = ..., created_at: _Optional[int] = ..., filename: _Optional[str] = ..., purpose: _Optional[str] = ..., line_count: _Optional[int] = ..., expires_at: _Optional[int] = ...) -> None: ...
 
 class CreateFileRequest(_message.Message):
-    __slots__ = ("filename", "purpose", "data")
+    __slots__ = ("filename", "purpose", "data", "expires_after_seconds")
     FILENAME_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     filename: str
     purpose: str
     data: bytes
-    def __init__(self, filename: _Optional[str] = ..., purpose: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+    expires_after_seconds: int
+    def __init__(self, filename: _Optional[str] = ..., purpose: _Optional[str] = ..., data: _Optional[bytes] = ..., expires_after_seconds: _Optional[int] = ...) -> None: ...
 
 class CreateFileResponse(_message.Message):
     __slots__ = ("file",)
@@ -196,7 +200,7 @@ class Batch(_message.Message):
     def __init__(self, id: _Optional[str] = ..., endpoint: _Optional[str] = ..., errors: _Optional[_Iterable[_Union[BatchError, _Mapping]]] = ..., input_file_id: _Optional[str] = ..., completion_window: _Optional[str] = ..., status: _Optional[_Union[BatchStatus, str]] = ..., output_file_id: _Optional[str] = ..., error_file_id: _Optional[str] = ..., created_at: _Optional[int] = ..., in_progress_at: _Optional[int] = ..., expires_at: _Optional[int] = ..., finalizing_at: _Optional[int] = ..., completed_at: _Optional[int] = ..., failed_at: _Optional[int] = ..., expired_at: _Optional[int] = ..., cancelling_at: _Optional[int] = ..., cancelled_at: _Optional[int] = ..., request_counts: _Optional[_Union[BatchRequestCounts, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateBatchRequest(_message.Message):
-    __slots__ = ("input_file_id", "endpoint", "completion_window", "metadata")
+    __slots__ = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after_seconds")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -208,11 +212,13 @@ class CreateBatchRequest(_message.Message):
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_WINDOW_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_EXPIRES_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     input_file_id: str
     endpoint: str
     completion_window: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, input_file_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., completion_window: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    output_expires_after_seconds: int
+    def __init__(self, input_file_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., completion_window: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., output_expires_after_seconds: _Optional[int] = ...) -> None: ...
 
 class CreateBatchResponse(_message.Message):
     __slots__ = ("batch",)

@@ -65,13 +65,22 @@ class BatchServiceStub:
     lines), INVALID_BATCH_LINE (metadata `line`, 1-based, and `problem`), BATCH_FILE_TOO_LARGE,
     BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_NAME,
     INVALID_FILE_ID, INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW,
-    INVALID_BATCH_METADATA, INVALID_PAGINATION (a limit out of range, an order other than asc or
-    desc), FILE_CHUNKS_INCONSISTENT (no message, filename or purpose after the first message, too
-    many messages); NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
+    INVALID_BATCH_METADATA, INVALID_EXPIRES_AFTER (metadata `field`), INVALID_PAGINATION (a
+    limit out of range, an order other than asc or desc), FILE_CHUNKS_INCONSISTENT (no message;
+    filename, purpose or expires_after_seconds after the first message; too many messages);
+    NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
     BATCH_NOT_CANCELLABLE (the batch is finalizing or ended otherwise), INPUT_FILE_NOT_BATCH (a
     file of another purpose given as a batch's input); RESOURCE_EXHAUSTED TOO_MANY_FILES,
     TOO_MANY_BATCHES (metadata `limit`), STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE,
     STATE_STORE_CONFLICT (a batch changed under 16 updates in a row: retry).
+
+    Expiry (OpenAI's): every file expires, 30 days after it was written unless the upload's
+    `expires_after_seconds` (or, for a batch's output and error files, the batch's
+    `output_expires_after_seconds`) says otherwise, 1 hour to 30 days. An expired file is gone:
+    NOT_FOUND FILE_NOT_FOUND for every call, as deleted; the server deletes it at the first read
+    that finds it expired, or in a sweep of its runner (every `UR_BATCH_SCAN_INTERVAL_S`), for keys
+    that never come back. A running batch whose input file expires keeps running, as one whose
+    input file is deleted (see DeleteFile).
     """
 
     def __init__(self, channel):
@@ -167,13 +176,22 @@ class BatchServiceServicer:
     lines), INVALID_BATCH_LINE (metadata `line`, 1-based, and `problem`), BATCH_FILE_TOO_LARGE,
     BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_NAME,
     INVALID_FILE_ID, INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW,
-    INVALID_BATCH_METADATA, INVALID_PAGINATION (a limit out of range, an order other than asc or
-    desc), FILE_CHUNKS_INCONSISTENT (no message, filename or purpose after the first message, too
-    many messages); NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
+    INVALID_BATCH_METADATA, INVALID_EXPIRES_AFTER (metadata `field`), INVALID_PAGINATION (a
+    limit out of range, an order other than asc or desc), FILE_CHUNKS_INCONSISTENT (no message;
+    filename, purpose or expires_after_seconds after the first message; too many messages);
+    NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
     BATCH_NOT_CANCELLABLE (the batch is finalizing or ended otherwise), INPUT_FILE_NOT_BATCH (a
     file of another purpose given as a batch's input); RESOURCE_EXHAUSTED TOO_MANY_FILES,
     TOO_MANY_BATCHES (metadata `limit`), STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE,
     STATE_STORE_CONFLICT (a batch changed under 16 updates in a row: retry).
+
+    Expiry (OpenAI's): every file expires, 30 days after it was written unless the upload's
+    `expires_after_seconds` (or, for a batch's output and error files, the batch's
+    `output_expires_after_seconds`) says otherwise, 1 hour to 30 days. An expired file is gone:
+    NOT_FOUND FILE_NOT_FOUND for every call, as deleted; the server deletes it at the first read
+    that finds it expired, or in a sweep of its runner (every `UR_BATCH_SCAN_INTERVAL_S`), for keys
+    that never come back. A running batch whose input file expires keeps running, as one whose
+    input file is deleted (see DeleteFile).
     """
 
     def CreateFile(self, request_iterator, context):
@@ -347,13 +365,22 @@ class BatchService:
     lines), INVALID_BATCH_LINE (metadata `line`, 1-based, and `problem`), BATCH_FILE_TOO_LARGE,
     BATCH_FILE_TOO_MANY_LINES (metadata `limit`), INVALID_FILE_PURPOSE, INVALID_FILE_NAME,
     INVALID_FILE_ID, INVALID_BATCH_ID, INVALID_BATCH_ENDPOINT, INVALID_COMPLETION_WINDOW,
-    INVALID_BATCH_METADATA, INVALID_PAGINATION (a limit out of range, an order other than asc or
-    desc), FILE_CHUNKS_INCONSISTENT (no message, filename or purpose after the first message, too
-    many messages); NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
+    INVALID_BATCH_METADATA, INVALID_EXPIRES_AFTER (metadata `field`), INVALID_PAGINATION (a
+    limit out of range, an order other than asc or desc), FILE_CHUNKS_INCONSISTENT (no message;
+    filename, purpose or expires_after_seconds after the first message; too many messages);
+    NOT_FOUND FILE_NOT_FOUND, BATCH_NOT_FOUND (metadata `id`); FAILED_PRECONDITION
     BATCH_NOT_CANCELLABLE (the batch is finalizing or ended otherwise), INPUT_FILE_NOT_BATCH (a
     file of another purpose given as a batch's input); RESOURCE_EXHAUSTED TOO_MANY_FILES,
     TOO_MANY_BATCHES (metadata `limit`), STORAGE_FULL; UNAVAILABLE STATE_STORE_UNAVAILABLE,
     STATE_STORE_CONFLICT (a batch changed under 16 updates in a row: retry).
+
+    Expiry (OpenAI's): every file expires, 30 days after it was written unless the upload's
+    `expires_after_seconds` (or, for a batch's output and error files, the batch's
+    `output_expires_after_seconds`) says otherwise, 1 hour to 30 days. An expired file is gone:
+    NOT_FOUND FILE_NOT_FOUND for every call, as deleted; the server deletes it at the first read
+    that finds it expired, or in a sweep of its runner (every `UR_BATCH_SCAN_INTERVAL_S`), for keys
+    that never come back. A running batch whose input file expires keeps running, as one whose
+    input file is deleted (see DeleteFile).
     """
 
     @staticmethod
