@@ -27,7 +27,7 @@ from engines.batches.store import (
 from engines.errors import InvalidArgumentError
 from engines.executor import DeviceExecutor
 from service.batches.runner import SWEEP_LIMIT, BatchRunner
-from tests.batches.helpers import LIMITS, FakeExecutor, jsonl, line, settle
+from tests.batches.helpers import LIMITS, FakeExecutor, jsonl, line, make_store, settle
 
 DAY = 24 * 3600
 
@@ -85,10 +85,8 @@ def test_a_custom_expiry_is_kept_and_every_reader_sees_the_file_gone_once_due(st
     short = store.create_file("k", "short.jsonl", jsonl(line("a")), expires_after_s=3600)
     long = store.create_file("k", "long.jsonl", jsonl(line("b")), expires_after_s=7200)
     assert (short.expires_at - short.created_at, long.expires_at - long.created_at) == (3600, 7200)
-    assert [f.expires_at for f in store.list_files("k", newest_first=False)[0]] == [
-        short.expires_at,
-        long.expires_at,
-    ]
+    listed = {f.id: f.expires_at for f in store.list_files("k")[0]}
+    assert listed == {short.id: short.expires_at, long.id: long.expires_at}
     clock.tick(3600)
     gone(store, "k", short.id)
     assert [f.id for f in store.list_files("k")[0]] == [long.id]
@@ -283,3 +281,27 @@ async def test_the_runners_periodic_scan_sweeps_expired_files_a_bounded_number_a
         await run.stop()
     for file in files:
         assert traces(store, file.id) == set()
+
+
+def test_a_sweep_that_found_nothing_due_lists_again_only_when_a_file_may_be_due(store, clock, tmp_path):
+    listings = []
+    listed = store.store.sizes
+    store.store.sizes = lambda prefix="": (prefix == "expiry" and listings.append(prefix)) or listed(prefix)
+    replica = make_store(tmp_path, clock)  # another server on the same state store
+    first = store.create_file("k", "in.jsonl", jsonl(line("a")), expires_after_s=7200)
+    assert store.sweep_expired(clock(), 100) == 0
+    assert listings == ["expiry"]
+    clock.tick(1800)
+    assert store.sweep_expired(clock(), 100) == 0 and len(listings) == 1  # nothing can be due yet
+    # Written after the listing, by the replica: due 3600 s after it was written, at the soonest.
+    second = replica.create_file("gone", "in.jsonl", jsonl(line("b")), expires_after_s=3600)
+    clock.tick(1799)
+    assert store.sweep_expired(clock(), 100) == 0 and len(listings) == 1
+    clock.tick(1)  # an hour after the listing: lists again, and sees the replica's file
+    assert store.sweep_expired(clock(), 100) == 0 and len(listings) == 2
+    clock.tick(1800)  # the replica's file is due (the first is due 1800 s later)
+    assert store.sweep_expired(clock(), 100) == 1 and len(listings) == 3
+    assert traces(store, second.id) == set() and store.get_file("k", first.id) == first
+    clock.tick(1800)
+    assert store.sweep_expired(clock(), 100) == 1
+    assert keys(store) == set()
