@@ -109,7 +109,7 @@ _ALNUM = string.ascii_letters + string.digits
 
 
 class FileNotFoundInStoreError(RuntimeServiceError, status="NOT_FOUND", reason="FILE_NOT_FOUND"):
-    """No file of this id belongs to the caller (absent, deleted, or another key's)."""
+    """No file of this id belongs to the caller (absent, deleted, expired, or another key's)."""
 
 
 class BatchNotFoundError(RuntimeServiceError, status="NOT_FOUND", reason="BATCH_NOT_FOUND"):

@@ -213,7 +213,7 @@ class BatchServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetFile(self, request, context):
-        """One file's description. NOT_FOUND when absent, deleted or another key's.
+        """One file's description. NOT_FOUND when absent, deleted, expired or another key's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
