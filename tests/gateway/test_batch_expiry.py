@@ -113,3 +113,19 @@ async def test_batches_create_with_output_expires_after_gives_its_files_that_exp
     assert output.purpose == "batch_output"
     assert output.expires_at == output.created_at + 7200  # anchored on the file's creation (OpenAI's rule)
     assert (await team_a.files.retrieve(file.id)).expires_at == file.created_at + THIRTY_DAYS
+
+
+async def test_expires_after_sent_as_a_file_part_is_400_and_nothing_is_stored(urls, team_a):  # noqa: F811
+    before = [f.id async for f in team_a.files.list()]
+    async with httpx.AsyncClient(
+        base_url=urls, headers={"authorization": f"Bearer {KEYS['team-a']}"}
+    ) as http:
+        response = await http.post(
+            "/v1/files",
+            data={"purpose": "batch", "expires_after[anchor]": "created_at"},
+            files={"file": ("in.jsonl", LINES), "expires_after[seconds]": ("seconds.txt", b"3600")},
+        )
+    # The form takes one file part (max_files=1): a second is refused while the form is read.
+    assert response.status_code == 400, response.text
+    assert "Maximum number of files is 1" in response.json()["error"]["message"]
+    assert [f.id async for f in team_a.files.list()] == before
