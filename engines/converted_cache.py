@@ -9,8 +9,8 @@ Where the cache is: the catalog option ``cache_dir`` of the model, else
 ``$XDG_CACHE_HOME/universal-runtime/converted`` (``~/.cache/...`` without the variable; the
 container image sets ``XDG_CACHE_HOME=/cache``).
 
-What bounds it: a copy is keyed by its source's fingerprint, so new weights at the same path (an
-upgraded model, a reinstalled package) make a new copy. Each copy records the *identity* of what
+What bounds it: a copy is keyed by its source's fingerprint (its files' sizes and content), so new
+weights at the same path (an upgraded model) make a new copy. Each copy records the *identity* of what
 it converts (the source's path and the conversion: :data:`IDENTITY_FILE`), and building a copy
 removes the copies it supersedes: those of the same identity not used for
 :data:`IN_USE_GRACE_S` (a use touches the copy's folder). So the cache holds at most one copy per
@@ -53,13 +53,36 @@ def converted_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return cache_home / "universal-runtime" / "converted"
 
 
+#: Bytes read from each of three places (start, middle, end) of a file larger than three times this,
+#: for its fingerprint; a smaller file is read whole.
+FINGERPRINT_SAMPLE_BYTES = 1 << 20
+
+
+def _content_digest(path: Path, size: int) -> str:
+    """SHA-256 of the file's content, or of three samples of it when larger than 3 MiB."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        if size <= 3 * FINGERPRINT_SAMPLE_BYTES:
+            digest.update(file.read())
+        else:
+            for offset in (0, (size - FINGERPRINT_SAMPLE_BYTES) // 2, size - FINGERPRINT_SAMPLE_BYTES):
+                file.seek(offset)
+                digest.update(file.read(FINGERPRINT_SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
 def source_fingerprint(location: Path | str) -> str:
     """A short hex digest that changes when the weights at ``location`` change.
 
-    For a local file or folder: its resolved path with the relative path, size and mtime of each
-    file (a model folder holds tens of files, so this stays cheap). A hub id is its own identity.
-    The mtime counts in whole seconds: container image layers (and tar) keep no finer times, so
-    a copy made at an image's build is found by the server the image runs.
+    For a local file or folder: its resolved path with the relative path, size and content of
+    each file (the whole content of a file up to 3 MiB; of a larger one, 1 MiB from its start,
+    middle and end, as weights that differ differ throughout). A hub id is its own identity.
+
+    Content, not modification times: times do not survive the copies a model's files go through
+    intact. Podman's ``COPY --from`` rounds them to the nearest second (found by ``make
+    image-test``: the image's build made MiniLM's OpenVINO export and the server in it made it
+    again), tar and other layer writers truncate them, and a reinstall of the same package
+    changes them without changing the weights. Work: at most 3 MiB read per file.
     """
     path = Path(location)
     parts = [str(location)]
@@ -67,11 +90,10 @@ def source_fingerprint(location: Path | str) -> str:
         path = path.resolve()
         parts = [str(path)]
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        for file in files:
-            stat = file.stat()
-            parts.append(
-                f"{file.relative_to(path) if file != path else file.name}|{stat.st_size}|{int(stat.st_mtime)}"
-            )
+        for file in files:  # bounded: the model's files (tens in a folder)
+            size = file.stat().st_size
+            name = file.relative_to(path) if file != path else file.name
+            parts.append(f"{name}|{size}|{_content_digest(file, size)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

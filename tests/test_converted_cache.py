@@ -1,42 +1,62 @@
 """Keys of the converted copies (engines/converted_cache.py): what changes them, what does not;
 and what bounds the cache: a build removes the copies it supersedes.
 
-Found by `make image-test`: the image's build made MiniLM's OpenVINO export, and the server in the
-container exported it again at the first load, because the key held the weights' mtimes in
-nanoseconds and image layers keep whole seconds.
+Found by `make image-test`, twice: the image's build made MiniLM's OpenVINO export, and the server
+in the container exported it again at the first load, because the key held the weights' mtimes:
+first in nanoseconds (image layers keep whole seconds), then in whole seconds truncated (podman's
+``COPY --from`` rounds them to the nearest second). The key now holds the files' content.
 """
 
 from __future__ import annotations
 
 import os
 
-from engines.converted_cache import IDENTITY_FILE, IN_USE_GRACE_S, build_once, source_fingerprint
+from engines.converted_cache import (
+    FINGERPRINT_SAMPLE_BYTES,
+    IDENTITY_FILE,
+    IN_USE_GRACE_S,
+    build_once,
+    source_fingerprint,
+)
 from engines.generation.requantize import requantized
 
 NS = 1_000_000_000
 
 
-def test_a_copy_that_keeps_whole_seconds_has_the_same_key(tmp_path):
+def test_a_copy_of_the_weights_with_other_times_has_the_same_key(tmp_path):
     weights = tmp_path / "model" / "weights.bin"
     weights.parent.mkdir()
     weights.write_bytes(b"w" * 100)
-    os.utime(weights, ns=(1_700_000_000 * NS + 123_456_789, 1_700_000_000 * NS + 987_654_321))
+    os.utime(weights, ns=(1_700_000_000 * NS + 700_000_000, 1_700_000_000 * NS + 700_000_000))
     built = source_fingerprint(weights.parent)
-    os.utime(weights, ns=(1_700_000_000 * NS, 1_700_000_000 * NS))  # what an image layer keeps
-    assert source_fingerprint(weights.parent) == built
+    for seconds in (1_700_000_000, 1_700_000_001, 1_800_000_000):  # truncated, rounded, reinstalled
+        os.utime(weights, ns=(seconds * NS, seconds * NS))
+        assert source_fingerprint(weights.parent) == built
 
 
 def test_new_weights_change_the_key(tmp_path):
     weights = tmp_path / "weights.gguf"
     weights.write_bytes(b"w" * 100)
-    os.utime(weights, ns=(1_700_000_000 * NS, 1_700_000_000 * NS))
     first = source_fingerprint(weights)
-    os.utime(weights, ns=(1_700_000_001 * NS, 1_700_000_001 * NS))  # replaced a second later
+    weights.write_bytes(b"v" * 100)  # same size, other content
     second = source_fingerprint(weights)
-    weights.write_bytes(b"w" * 101)
-    os.utime(weights, ns=(1_700_000_001 * NS, 1_700_000_001 * NS))  # same second, other size
+    weights.write_bytes(b"w" * 101)  # other size
     third = source_fingerprint(weights)
     assert len({first, second, third}) == 3
+
+
+def test_a_large_file_is_read_at_its_start_middle_and_end(tmp_path):
+    weights = tmp_path / "weights.safetensors"
+    size = 4 * FINGERPRINT_SAMPLE_BYTES
+    content = bytearray(size)
+    weights.write_bytes(content)
+    keys = {source_fingerprint(weights)}
+    for offset in (10, size // 2, size - 10):  # a byte in each sample
+        changed = bytearray(content)
+        changed[offset] = 1
+        weights.write_bytes(changed)
+        keys.add(source_fingerprint(weights))
+    assert len(keys) == 4
 
 
 # What bounds the cache: a build removes the copies it supersedes (same identity, not in use).

@@ -7,7 +7,7 @@ option names the type to serve; the first load writes the copy with ``llama_mode
 (``allow_requantize``: the source is already quantized) and later loads reuse it.
 
 The copy lives in a folder of the converted cache (:mod:`engines.converted_cache`) named by the
-source file's identity (:func:`~engines.converted_cache.source_fingerprint`: path, size, mtime)
+source file's identity (:func:`~engines.converted_cache.source_fingerprint`: path, size, content)
 and the target type, and is made by :func:`~engines.converted_cache.build_once`: in a temporary
 folder renamed into place, under a file lock, so that two loads (two models of one file, or two
 server processes sharing the cache) never quantize the same file twice.

@@ -134,7 +134,7 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
         return path
 
     def _converted_dir(self, gguf: Path) -> Path:
-        """Where the dequantized copy of ``gguf`` lives: keyed by path, size and mtime of the file."""
+        """Where the dequantized copy of ``gguf`` lives: keyed by path, size and content of the file."""
         # Keyed by the file, so catalog entries sharing it share the copy.
         return converted_root(self.options.cache_dir) / f"{gguf.stem}-{source_fingerprint(gguf)}"
 

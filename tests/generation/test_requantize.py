@@ -83,7 +83,9 @@ def test_the_key_follows_the_type_and_the_source_file(source, tmp_path):
     q8 = requantized(source, "q8_0", cache, quantizer)
     assert q4 != q8 and len(quantizer.calls) == 2
     stat = source.stat()
-    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the file replaced in place
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: the same weights
+    assert requantized(source, "q4_0", cache, quantizer) == q4 and len(quantizer.calls) == 2
+    source.write_bytes(source.read_bytes()[:-1] + b"\x03")  # the file replaced in place
     assert requantized(source, "q4_0", cache, quantizer) != q4 and len(quantizer.calls) == 3
 
 
