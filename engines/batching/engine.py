@@ -15,6 +15,7 @@ from engines.batching.options import EncoderOptions, exported_runtime
 from engines.batching.tokens import TokenCounter
 from engines.device import cpu_threads, torch_dtype_for, torch_module_memory
 from engines.encoder_runtime import ExportedModel, export_encoder
+from engines.hf_construction import hf_construction
 from engines.memory_estimate import device_bytes
 from engines.options import parse_options
 from engines.sources import resolve_source
@@ -80,9 +81,10 @@ class BatchedEncoderEngine(Engine[EncoderOptionsT]):
 
         resolved = resolve_source(self.spec.source)
         local = resolved.path is not None
-        tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
         dtype = torch_dtype_for(self.device, self.options.dtype)
-        model = model_class.from_pretrained(resolved.location, dtype=dtype, local_files_only=local)
+        with hf_construction():  # one build at a time: engines/hf_construction.py
+            tokenizer = AutoTokenizer.from_pretrained(resolved.location, local_files_only=local)
+            model = model_class.from_pretrained(resolved.location, dtype=dtype, local_files_only=local)
         return tokenizer, model.to(self.device).eval()
 
     def export_for_runtime(self, model: Any, tokenizer: Any, output: str) -> ExportedModel | None:

@@ -40,6 +40,7 @@ from engines.documents.options import DEFAULT_PROMPTS as DEFAULT_TASK_PROMPTS
 from engines.documents.options import DonutOptions
 from engines.documents.types import DocumentAnswer, DocumentField, DocumentLabel
 from engines.errors import InputTooLongError
+from engines.hf_construction import hf_construction
 from engines.ocr.types import OcrPage
 from engines.registry import register_backend
 from engines.sources import resolve_source
@@ -177,11 +178,12 @@ class DonutEngine(DocumentModelEngine[DonutOptions]):
         self.refuse_unserved(
             self.spec, self.served, "Donut model whose vocabulary lacks the task's prompt tags"
         )
-        model = VisionEncoderDecoderModel.from_pretrained(
-            resolved.location,
-            dtype=torch_dtype_for(self.device, self.options.dtype),
-            local_files_only=local,
-        )
+        with hf_construction():  # one build at a time: engines/hf_construction.py
+            model = VisionEncoderDecoderModel.from_pretrained(
+                resolved.location,
+                dtype=torch_dtype_for(self.device, self.options.dtype),
+                local_files_only=local,
+            )
         self.model = model.to(self.device).eval()
         self.processor = processor
         self.positions = int(getattr(model.config.decoder, "max_position_embeddings", 1024) or 1024)

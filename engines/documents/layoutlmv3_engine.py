@@ -33,6 +33,7 @@ from engines.documents.model_engine import DocumentModelEngine, read_model_confi
 from engines.documents.options import LayoutLMv3Options
 from engines.documents.types import Citation, DocumentAnswer, DocumentField, DocumentLabel
 from engines.errors import InputTooLongError, ModelLoadError
+from engines.hf_construction import hf_construction
 from engines.ocr.types import Box, OcrPage
 from engines.registry import register_backend
 from engines.sources import resolve_source
@@ -271,11 +272,12 @@ class LayoutLMv3Engine(DocumentModelEngine[LayoutLMv3Options]):
         processor = LayoutLMv3Processor.from_pretrained(resolved.location, local_files_only=local)
         # Words and boxes come from our OCR; the checkpoint's own Tesseract pass would only cost time.
         processor.image_processor.apply_ocr = False
-        model = getattr(transformers, self.head).from_pretrained(
-            resolved.location,
-            dtype=torch_dtype_for(self.device, self.options.dtype),
-            local_files_only=local,
-        )
+        with hf_construction():  # one build at a time: engines/hf_construction.py
+            model = getattr(transformers, self.head).from_pretrained(
+                resolved.location,
+                dtype=torch_dtype_for(self.device, self.options.dtype),
+                local_files_only=local,
+            )
         self.model = model.to(self.device).eval()
         self.processor = processor
         # RoBERTa-style positions start after the padding index: 514 embeddings hold 512 tokens.

@@ -21,6 +21,7 @@ from engines.embedding.options import SentenceTransformersOptions
 from engines.embedding.quantization import CALIBRATION_TEXTS, needs_calibration, quantize
 from engines.encoder_types import ClassificationRequest, ClassificationResult, RerankRequest, RerankResult
 from engines.errors import FailedPreconditionError, InvalidArgumentError
+from engines.hf_construction import hf_construction
 from engines.registry import register_backend
 from engines.rerank.ranking import ranked
 from engines.scoring import classifications, softmax
@@ -52,12 +53,13 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransform
 
         resolved = resolve_source(self.spec.source)
         dtype = torch_dtype_for(self.device, self.options.dtype)
-        self.model = SentenceTransformer(
-            resolved.location,
-            device=self.device,
-            model_kwargs={"torch_dtype": dtype},
-            local_files_only=resolved.path is not None,
-        )
+        with hf_construction():  # one build at a time: engines/hf_construction.py
+            self.model = SentenceTransformer(
+                resolved.location,
+                device=self.device,
+                model_kwargs={"torch_dtype": dtype},
+                local_files_only=resolved.path is not None,
+            )
         self.model.eval()
         self.swap_transformer(self.model[0])
         if self.options.max_seq_length is not None:

@@ -49,6 +49,7 @@ from engines.generation.options import DEFAULT_MAX_CONTEXT, TransformersGenerati
 from engines.generation.scheduler import StepResult
 from engines.generation.sequence import GenerationSequence
 from engines.generation.structured import output_constraint
+from engines.hf_construction import hf_construction
 from engines.memory_estimate import (
     TransformerShape,
     device_bytes,
@@ -209,8 +210,14 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
     def _load_pretrained(self) -> tuple[Any, Any]:
         """(tokenizer, model) on the CPU, from the converted cache when there is one.
 
-        Sets :attr:`loaded_from` to the folder, hub id or GGUF file the weights came from.
+        Sets :attr:`loaded_from` to the folder, hub id or GGUF file the weights came from. Builds
+        one model at a time in the process (:func:`~engines.hf_construction.hf_construction`).
         """
+        with hf_construction():
+            return self._build_pretrained()
+
+    def _build_pretrained(self) -> tuple[Any, Any]:
+        """:meth:`_load_pretrained`'s work, with the build lock held."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         dtype = torch_dtype_for(self.device, self.options.dtype)

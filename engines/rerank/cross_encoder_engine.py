@@ -13,6 +13,7 @@ from engines.batching.engine import BatchedEncoderEngine
 from engines.batching.tokens import TokenCounter, TokenIds
 from engines.device import torch_dtype_for
 from engines.encoder_types import RerankRequest, RerankResult
+from engines.hf_construction import hf_construction
 from engines.registry import register_backend
 from engines.rerank.options import CrossEncoderOptions
 from engines.rerank.ranking import ranked
@@ -40,13 +41,14 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine[CrossEncoderOptions]):
         from sentence_transformers import CrossEncoder
 
         resolved = resolve_source(self.spec.source)
-        self.model = CrossEncoder(
-            resolved.location,
-            device=self.device,
-            model_kwargs={"torch_dtype": torch_dtype_for(self.device, self.options.dtype)},
-            local_files_only=resolved.path is not None,
-            max_length=self.options.max_length,
-        )
+        with hf_construction():  # one build at a time: engines/hf_construction.py
+            self.model = CrossEncoder(
+                resolved.location,
+                device=self.device,
+                model_kwargs={"torch_dtype": torch_dtype_for(self.device, self.options.dtype)},
+                local_files_only=resolved.path is not None,
+                max_length=self.options.max_length,
+            )
         self.model.eval()
         self.swap_transformer(self.model[0])
         tokenizer = self.model.tokenizer

@@ -19,6 +19,7 @@ import torch
 from universal_runtime.v1 import generation_pb2 as g
 
 from engines.generation.transformers_engine import TransformersGenerationEngine
+from engines.hf_construction import hf_construction
 from tests.conftest import HF_CHAT_MODEL, TEST_CATALOG, error_info
 from tests.scrape import observations, scrape
 
@@ -100,12 +101,14 @@ async def reference():
     assert (Path(folder) / gguf_file).is_file()
 
     def load():
-        return (
-            AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, local_files_only=True),
-            AutoModelForCausalLM.from_pretrained(
-                folder, gguf_file=gguf_file, dtype=torch.float32, local_files_only=True
-            ).eval(),
-        )
+        # The server of this process may be building a model meanwhile: one build at a time.
+        with hf_construction():
+            return (
+                AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, local_files_only=True),
+                AutoModelForCausalLM.from_pretrained(
+                    folder, gguf_file=gguf_file, dtype=torch.float32, local_files_only=True
+                ).eval(),
+            )
 
     return await asyncio.to_thread(load)
 
