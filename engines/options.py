@@ -21,17 +21,20 @@ import difflib
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     NonNegativeFloat,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import core_schema as cs
 
 from engines.errors import InvalidArgumentError, clip_text
 
@@ -57,11 +60,65 @@ TorchDtype = Literal["float32", "float16", "bfloat16"]
 """Compute dtypes a torch backend's ``dtype`` option may name (see :func:`engines.device.torch_dtype_for`)."""
 
 
+LOAD_OVERRIDE_SCHEMA_KEY = "x-load-override"
+"""JSON Schema keyword of an option a LoadModel caller may override: its ``at_most`` bound, or true."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOverride:
+    """Marks an option a LoadModel caller may set over the catalog's (``Annotated`` metadata).
+
+    A client names models, never files: only finite numbers, booleans and enums carry this mark,
+    and a number only with a bound for callers. Everything else (a file, folder, source, cache
+    directory, draft model, template or head) stays the operator's, set only in the catalog;
+    :func:`refuse_operator_options` refuses it from a client, :func:`check_override_bounds` a
+    value past ``at_most``.
+
+    Attributes:
+        at_most: The largest value a caller may give (the catalog may set more); ``None`` for a
+            boolean, an enum, or a number whose type bounds it already.
+        threads: The option is a thread count: at most the CPUs the server may use.
+
+    """
+
+    at_most: float | None = None
+    threads: bool = False
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: cs.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        """The option's schema with :data:`LOAD_OVERRIDE_SCHEMA_KEY` (its bound for callers, or true)."""
+        schema = handler(core_schema)
+        bound: Any = "cores" if self.threads else self.at_most
+        schema[LOAD_OVERRIDE_SCHEMA_KEY] = True if bound is None else {"at_most": bound}
+        return schema
+
+
+OVERRIDE = LoadOverride()
+"""The mark of a boolean, an enum or a number its type already bounds (see :class:`LoadOverride`)."""
+THREADS_OVERRIDE = LoadOverride(threads=True)
+"""The mark of a thread count: a caller may ask for at most the CPUs the server may use."""
+MAX_TOKENS_OVERRIDE = 1 << 20
+"""Largest token count (context, pool) a LoadModel caller may ask for: above the longest context
+of the common open models; an operator may set more in the catalog."""
+MAX_BATCH_OVERRIDE = 1 << 16
+"""Largest batch size, in tokens or inputs, a LoadModel caller may ask for."""
+
+
 def _one_line_descriptions(schema: dict[str, Any]) -> None:
-    """JSON Schema hook: an option's description is its docstring on one line (schema and README tables)."""
+    """JSON Schema hook: descriptions on one line (schema, README tables) that say what LoadModel may set."""
     for prop in schema.get("properties", {}).values():
         if "description" in prop:
             prop["description"] = " ".join(prop["description"].split())
+            override = prop.get(LOAD_OVERRIDE_SCHEMA_KEY)
+            if override is not None:
+                bound = override["at_most"] if isinstance(override, dict) else None
+                limit = ""
+                if bound == "cores":
+                    limit = ", at most the usable cores"
+                elif bound is not None:
+                    limit = f", at most {_number(bound)}"
+                prop["description"] += f" LoadModel may override it{limit}."
 
 
 class EngineOptions(BaseModel):
@@ -84,7 +141,7 @@ class EngineOptions(BaseModel):
         json_schema_extra=_one_line_descriptions,
     )
 
-    niceness: Annotated[int, Field(ge=0, le=19)] | None = None
+    niceness: Annotated[Annotated[int, Field(ge=0, le=19)] | None, OVERRIDE] = None
     """Nice value (0-19) of the model lane's threads; unset: 0, or 10 for OCR and layout models
     (batch work that yields the cores to interactive calls)."""
 
@@ -105,14 +162,14 @@ class EngineOptions(BaseModel):
 class TorchEngineOptions(EngineOptions):
     """Options of backends that compute with torch on their lane."""
 
-    threads: AtLeastOne | None = None
+    threads: Annotated[AtLeastOne | None, THREADS_OVERRIDE] = None
     """Torch intra-op threads of the model's lane on the CPU; unset: every core the process may use."""
 
 
 class TorchDtypeOptions(EngineOptions):
     """The ``dtype`` option of backends that load torch weights (combine with :class:`TorchEngineOptions`)."""
 
-    dtype: TorchDtype | None = None
+    dtype: Annotated[TorchDtype | None, OVERRIDE] = None
     """Torch compute dtype of the weights; unset: bfloat16 on CUDA with bf16 support, else float16
     on CUDA and MPS, float32 on the CPU."""
 
@@ -120,7 +177,7 @@ class TorchDtypeOptions(EngineOptions):
 class QueuedEngineOptions(EngineOptions):
     """Options of backends that queue requests before a device step (generation, encoder batching)."""
 
-    max_queue_wait_s: NonNegativeFloat = 0.0
+    max_queue_wait_s: Annotated[NonNegativeFloat, LoadOverride(at_most=3600)] = 0.0
     """Seconds a request may wait in the model's queue before it fails with QUEUE_WAIT_EXCEEDED; 0: no
     limit (the server's UR_MAX_QUEUE_WAIT_S fills it in when unset)."""
 
@@ -153,6 +210,81 @@ def parse_options(model: type[OptionsT], raw: Mapping[str, Any], *, backend: str
             option=_option_name(errors[0]),
             backend=backend,
         ) from None
+
+
+def _number(value: float) -> str:
+    """``value`` as a README writes it: ``1048576``, ``0.5``."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def load_override(model: type[EngineOptions], name: str) -> LoadOverride | None:
+    """The :class:`LoadOverride` mark of option ``name`` of ``model``; None when callers may not set it."""
+    field = model.model_fields.get(name)
+    marks = [mark for mark in field.metadata if isinstance(mark, LoadOverride)] if field else []
+    return marks[0] if marks else None
+
+
+def refuse_operator_options(
+    model: type[EngineOptions], overrides: Mapping[str, Any], *, backend: str
+) -> None:
+    """Refuse LoadModel overrides of options only the catalog sets (run before the options are parsed).
+
+    An option the backend does not know passes here: :func:`parse_options` names it, with the
+    closest known one.
+
+    Args:
+        model: the backend's options model.
+        overrides: the caller's overrides, by option name.
+        backend: the backend's registry name, for messages.
+
+    Raises:
+        InvalidArgumentError: reason OPTION_NOT_OVERRIDABLE for an option without a
+            :class:`LoadOverride` mark (a file, folder, source, template...: the operator's, set in
+            the catalog); metadata ``option`` names it, the message lists what a caller may set.
+
+    """
+    for name in sorted(overrides):
+        if name in model.model_fields and load_override(model, name) is None:
+            allowed = sorted(n for n in model.model_fields if load_override(model, n) is not None)
+            raise InvalidArgumentError(
+                f"option {name!r} of backend {backend} is set by the server's operator in the catalog, "
+                f"not by LoadModel; a caller may override: {', '.join(allowed)}",
+                reason="OPTION_NOT_OVERRIDABLE",
+                option=name,
+                backend=backend,
+            )
+
+
+def check_override_bounds(
+    model: type[OptionsT], overrides: Mapping[str, Any], typed: OptionsT, *, backend: str, cores: int
+) -> None:
+    """Refuse LoadModel overrides past their bound for callers (run after :func:`parse_options`).
+
+    Args:
+        model: the backend's options model.
+        overrides: the caller's overrides, by option name (each one marked: see
+            :func:`refuse_operator_options`).
+        typed: the catalog's options with the overrides, typed; its values are the ones compared.
+        backend: the backend's registry name, for messages.
+        cores: the CPUs the server may use (the bound of a thread count).
+
+    Raises:
+        InvalidArgumentError: reason INVALID_MODEL_OPTION, metadata ``option`` naming the first
+            value past :attr:`LoadOverride.at_most` (or ``cores`` for a thread count).
+
+    """
+    for name in sorted(overrides):
+        mark = load_override(model, name)
+        value = getattr(typed, name, None)
+        bound = None if mark is None else cores if mark.threads else mark.at_most
+        if bound is not None and value is not None and value > bound:
+            what = f"the {cores} CPUs this server may use" if mark.threads else _number(bound)
+            raise InvalidArgumentError(
+                f"option {name}: a LoadModel caller may ask for at most {what}, got {_number(value)}",
+                reason="INVALID_MODEL_OPTION",
+                option=name,
+                backend=backend,
+            )
 
 
 def _option_name(error: Any) -> str:

@@ -67,6 +67,38 @@ def _existing(path: Path, source: str) -> Path:
     return path.resolve()
 
 
+def file_in_folder(folder: Path, name: str, *, option: str, model: str) -> Path:
+    """The file an option names inside its model's source ``folder``, resolved (symlinks followed).
+
+    A catalog's file options (a head, a label map, an ONNX or GGUF file) name files of the model's
+    own folder; ``name`` may hold sub-folders, but the path it resolves to (through ``..`` or any
+    symlink on the way) must stay inside the resolved ``folder``, so that no option reaches the
+    server's other files. Whether the file exists is the caller's check.
+
+    Args:
+        folder: the model's source folder.
+        name: the option's value, a path relative to ``folder``.
+        option: the option's name, for the error.
+        model: the model's catalog name, for the error.
+
+    Raises:
+        ModelLoadError: reason MODEL_SOURCE_INVALID when ``name`` is absolute or resolves outside
+            ``folder`` (metadata ``option``).
+
+    """
+    root = folder.resolve()
+    path = (root / name).resolve()
+    if Path(name).is_absolute() or not path.is_relative_to(root):
+        raise ModelLoadError(
+            f"model {model!r}: option {option} ({name!r}) must name a file inside the model's source "
+            f"folder {root}",
+            reason="MODEL_SOURCE_INVALID",
+            model=model,
+            option=option,
+        )
+    return path
+
+
 def path_size_bytes(path: Path) -> int:
     """Size of a file, or the total size of the files under a folder, in bytes."""
     if path.is_file():

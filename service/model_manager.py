@@ -29,7 +29,7 @@ from typing import Any
 
 from engines.base import Engine, ModelSpec
 from engines.capabilities import CAPABILITY_TASKS, TASKLESS_CAPABILITIES, Capability
-from engines.device import available_memory_bytes, release_device_memory
+from engines.device import available_memory_bytes, cpu_threads, release_device_memory
 from engines.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -42,7 +42,7 @@ from engines.errors import (
     clip_text,
 )
 from engines.executor import DeviceExecutor, ExecutorPool
-from engines.options import EngineOptions, parse_options
+from engines.options import EngineOptions, check_override_bounds, parse_options, refuse_operator_options
 from engines.registry import engine_class
 from engines.stats import EngineStats
 from engines.types import MemoryUsage, Task
@@ -643,24 +643,31 @@ class ModelManager:
         """``spec`` with LoadModel's option overrides over its options, and those options typed (blocking).
 
         The entry itself is checked first (:meth:`_preflight`), so a fault of the catalog stays
-        FAILED_PRECONDITION; then the merged options go through the backend's options model. The
+        FAILED_PRECONDITION; then the merged options go through the backend's options model, and
+        the overrides through its allow-list for callers (:func:`engines.options.refuse_operator_options`:
+        bounded numbers, booleans and enums; files, folders and sources stay the catalog's). The
         overrides are kept in their typed form (``4096.0`` from a Struct becomes ``4096``).
 
         Raises:
             FailedPreconditionError: what :meth:`_preflight` raises.
             InvalidArgumentError: reason INVALID_MODEL_OPTION: an override is unknown, of the wrong
-                type or out of range, or breaks a rule between options (metadata ``option``,
+                type, out of range or past its bound for callers, or breaks a rule between options;
+                reason OPTION_NOT_OVERRIDABLE: an option only the catalog sets (metadata ``option``,
                 ``field`` ``options.<name>``).
 
         """
         cls = self._preflight(spec)
         try:
+            refuse_operator_options(cls.options_model, overrides, backend=spec.backend)
             typed = parse_options(cls.options_model, {**spec.options, **overrides}, backend=spec.backend)
+            check_override_bounds(
+                cls.options_model, overrides, typed, backend=spec.backend, cores=cpu_threads()
+            )
         except InvalidArgumentError as exc:
             option = exc.metadata.get("option", "")
             raise InvalidArgumentError(
                 exc.message,  # names the option (or "options:" for a rule between them) already
-                reason="INVALID_MODEL_OPTION",
+                reason=exc.reason,
                 field=f"options.{option}" if option not in ("", "options") else "options",
                 option=option,
                 backend=spec.backend,
@@ -816,7 +823,6 @@ class ModelManager:
         """
         name = engine.spec.name
         estimate = await asyncio.to_thread(engine.required_memory)
-        managed.required = estimate
         needed = pool_bytes(engine.device, estimate)
         async with self._budget_lock:
             # A model picked to evict may get a request before its turn; then plan again (bounded).
@@ -826,6 +832,8 @@ class ModelManager:
                 evicted = [await self._evict(victim, reason, name) for victim, reason in plan.victims]
                 if all(evicted):
                     self._budget.reserve(name, needed)
+                    # Kept only now: a refused load's estimate (its options) is not the entry's.
+                    managed.required = estimate
                     return
                 await asyncio.sleep(MAKE_ROOM_RETRY_S)  # an unload under way ends, or a request does
         raise ResourceExhaustedError(

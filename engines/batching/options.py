@@ -8,10 +8,20 @@ Runtime or OpenVINO).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import NonNegativeFloat, ValidationInfo, field_validator
 
 from engines.encoder_runtime import Quantization, Runtime, RuntimeChoice
-from engines.options import AtLeastOne, QueuedEngineOptions, TorchDtypeOptions, TorchEngineOptions
+from engines.options import (
+    MAX_BATCH_OVERRIDE,
+    OVERRIDE,
+    AtLeastOne,
+    LoadOverride,
+    QueuedEngineOptions,
+    TorchDtypeOptions,
+    TorchEngineOptions,
+)
 
 
 class BatchingConfig(QueuedEngineOptions):
@@ -22,17 +32,17 @@ class BatchingConfig(QueuedEngineOptions):
     (QUEUE_WAIT_EXCEEDED) before its batch, instead of a late answer (0: no limit).
     """
 
-    max_batch_tokens: AtLeastOne = 16384
+    max_batch_tokens: Annotated[AtLeastOne, LoadOverride(at_most=16 * MAX_BATCH_OVERRIDE)] = 16384
     """Most padded tokens per batch (inputs x the longest input's tokens); one longer input still runs
     alone."""
-    max_batch_size: AtLeastOne = 64
+    max_batch_size: Annotated[AtLeastOne, LoadOverride(at_most=4096)] = 64
     """Most inputs per batch."""
-    max_wait_ms: NonNegativeFloat = 0.0
+    max_wait_ms: Annotated[NonNegativeFloat, LoadOverride(at_most=1000)] = 0.0
     """Milliseconds the oldest queued input waits for more before its batch runs; 0: batch what is queued
     when the device is free."""
-    max_queue: AtLeastOne = 4096
+    max_queue: Annotated[AtLeastOne, LoadOverride(at_most=MAX_BATCH_OVERRIDE)] = 4096
     """Most inputs waiting for a batch; more are refused with OVERLOADED (HTTP 429)."""
-    fair_batch_ms: NonNegativeFloat = 25.0
+    fair_batch_ms: Annotated[NonNegativeFloat, LoadOverride(at_most=10_000)] = 25.0
     """While inputs of more than one API key arrived in the last second, most estimated milliseconds of
     device time per batch, so that another key's input waits about two such batches, not two full ones;
     0: batches as large as the other limits allow."""
@@ -45,10 +55,10 @@ class EncoderOptions(BatchingConfig, TorchEngineOptions, TorchDtypeOptions):
 class ExportableEncoderOptions(EncoderOptions):
     """Options of encoders that may run in ONNX Runtime or OpenVINO (:mod:`engines.encoder_runtime`)."""
 
-    runtime: Runtime = "torch"
+    runtime: Annotated[Runtime, OVERRIDE] = "torch"
     """What runs the forward pass: torch, onnx (ONNX Runtime) or openvino; the last two on the CPU only (on
     a GPU the model stays in torch)."""
-    quantize: Quantization = "none"
+    quantize: Annotated[Quantization, OVERRIDE] = "none"
     """int8: weights quantized by the exported runtime (needs runtime onnx or openvino)."""
     cache_dir: str | None = None
     """Folder of the exported copies; unset: ~/.cache/universal-runtime/converted (under XDG_CACHE_HOME

@@ -19,7 +19,7 @@ from engines.errors import ModelLoadError
 from engines.memory_estimate import device_bytes
 from engines.options import parse_options
 from engines.registry import register_backend
-from engines.sources import resolve_source
+from engines.sources import PACKAGE_SCHEME, file_in_folder, resolve_source
 from engines.types import DetokenizeRequest, MemoryUsage, Task, TokenizeRequest, TokenizeResult
 
 
@@ -30,8 +30,9 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
     ``source`` is the folder holding the head files. Catalog options:
     :class:`~engines.classification.options.EmbeddingHeadOptions` (the head and label map files,
     the encoder's source, ``normalize``, and the encoder's own options, which go to the encoder).
-    The head files load with skops' safe loader (``.skops``) or joblib, so the latter must come
-    from a trusted install (the catalog is operator configuration, never client input).
+    The head files load with skops' safe loader (``.skops``) or joblib, the latter only from an
+    installed package (a ``pkg://`` source); both resolve inside the source folder, and only the
+    catalog names them (LoadModel may not override them).
     """
 
     runs_torch = True
@@ -50,13 +51,46 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
         """
         super().check_spec(spec)
         options = parse_options(EmbeddingHeadOptions, spec.options, backend=cls.backend)
-        folder = cls._folder_of(spec)
-        for name in (options.head, options.label_map):
-            if name is not None and not (folder / name).is_file():
+        for option, path in cls._files_of(spec, options).items():
+            if not path.is_file():
                 raise ModelLoadError(
-                    f"model {spec.name!r}: missing file {name} in {folder}", reason="MODEL_SOURCE_MISSING"
+                    f"model {spec.name!r}: missing file {path.name} ({option}) in {path.parent}",
+                    reason="MODEL_SOURCE_MISSING",
                 )
+            cls._check_loadable(spec, option, path)
         SentenceTransformersEmbeddingEngine.check_spec(cls._encoder_spec_of(spec, options))
+
+    @classmethod
+    def _files_of(cls, spec: ModelSpec, options: EmbeddingHeadOptions) -> dict[str, Path]:
+        """The head (and label map) files by option, inside the source folder (:func:`file_in_folder`)."""
+        folder = cls._folder_of(spec)
+        names = {"head": options.head, "label_map": options.label_map}
+        return {
+            option: file_in_folder(folder, name, option=option, model=spec.name)
+            for option, name in names.items()
+            if name is not None
+        }
+
+    @staticmethod
+    def _check_loadable(spec: ModelSpec, option: str, path: Path) -> None:
+        """Refuse a pickled file outside an installed package: only skops files load from elsewhere.
+
+        Unpickling runs code the file names, so a joblib file is trusted like the package's own
+        code, and only then (:data:`engines.sources.PACKAGE_SCHEME` sources: installed with pip
+        like the server itself).
+
+        Raises:
+            ModelLoadError: reason MODEL_SOURCE_INVALID (metadata ``option``).
+
+        """
+        if path.suffix != ".skops" and not spec.source.startswith(PACKAGE_SCHEME):
+            raise ModelLoadError(
+                f"model {spec.name!r}: {option} {path.name!r} is not a .skops file; a pickled (joblib) "
+                f"file loads only from an installed package ({PACKAGE_SCHEME} source): save it with skops",
+                reason="MODEL_SOURCE_INVALID",
+                model=spec.name,
+                option=option,
+            )
 
     @staticmethod
     def _folder_of(spec: ModelSpec) -> Path:
@@ -78,9 +112,6 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
             options=options.encoder_options(),
         )
 
-    def _folder(self) -> Path:
-        return self._folder_of(self.spec)
-
     def required_memory(self) -> MemoryUsage:
         """The encoder's estimate (its weights and a full batch, on this device) plus the head file.
 
@@ -89,7 +120,7 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
             FileNotFoundError: the encoder's folder is missing.
 
         """
-        head = self._folder() / self.options.head
+        head = self._files_of(self.spec, self.options)["head"]
         encoder_spec = self._encoder_spec_of(self.spec, self.options)
         encoder = SentenceTransformersEmbeddingEngine(
             encoder_spec, self.device, self.executor
@@ -101,28 +132,29 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
         """The part of :meth:`required_memory` on the engine's device."""
         return device_bytes(self.required_memory(), self.device)
 
-    def _read(self, path: Path) -> Any:
+    def _read(self, option: str, path: Path) -> Any:
         if not path.is_file():
             raise ModelLoadError(
                 f"model {self.spec.name!r}: missing file {path.name}", reason="MODEL_SOURCE_MISSING"
             )
         if path.suffix == ".skops":
             return load_head(path)
+        self._check_loadable(self.spec, option, path)
         import joblib
 
-        # Trusted: an installed package's file named by the operator's catalog (module docstring).
+        # Trusted: an installed package's file, named by the operator's catalog (_check_loadable).
         return joblib.load(path)
 
     def load(self) -> None:
         """Load the head, the label names and the encoder."""
         import warnings
 
-        folder = self._folder()
+        files = self._files_of(self.spec, self.options)
         with warnings.catch_warnings():
             # Heads pickled by an older scikit-learn warn on load; the linear models are stable.
             warnings.simplefilter("ignore")
-            self.head = self._read(folder / self.options.head)
-            label_map = self._read(folder / self.options.label_map) if self.options.label_map else None
+            self.head = self._read("head", files["head"])
+            label_map = self._read("label_map", files["label_map"]) if "label_map" in files else None
         self.labels = label_names(list(self.head.classes_), label_map)
         encoder_spec = self._encoder_spec_of(self.spec, self.options)
         self.encoder = SentenceTransformersEmbeddingEngine(encoder_spec, self.device, self.executor)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from engines.batching.options import ExportableEncoderOptions
 from engines.embedding.options import SentenceTransformersOptions
-from engines.options import AtLeastOne, NonEmptyStr
+from engines.options import MAX_BATCH_OVERRIDE, OVERRIDE, AtLeastOne, LoadOverride, NonEmptyStr
 
 
 class TransformersClassifierOptions(ExportableEncoderOptions):
     """Options of ``transformers_classifier``: the encoder options plus the longest input."""
 
-    max_seq_length: AtLeastOne | None = None
+    max_seq_length: Annotated[AtLeastOne | None, LoadOverride(at_most=MAX_BATCH_OVERRIDE)] = None
     """Longest input in tokens; unset: the smaller of the tokenizer's model_max_length and the model's
     max_position_embeddings."""
 
@@ -31,11 +31,11 @@ class EmbeddingHeadOptions(SentenceTransformersOptions):
     hub id); required."""
     head: NonEmptyStr = "LogisticRegression.joblib"
     """File of the scikit-learn head in the source folder (.skops: skops' safe loader; other files: joblib,
-    from a trusted install only)."""
+    only from an installed package's pkg:// source)."""
     label_map: NonEmptyStr | None = None
     """File in the source folder with a dict from class ids to names; unset: the head's classes are the
     names."""
-    normalize: bool = False
+    normalize: Annotated[bool, OVERRIDE] = False
     """Scale vectors to unit L2 norm before the head (false: the encoder's own output, as the head was
     trained)."""
 

@@ -12,7 +12,17 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, NonNegativeInt, field_validator
 
-from engines.options import AtLeastOne, EngineOptions, Fraction, NonEmptyStr, TorchEngineOptions
+from engines.options import (
+    MAX_BATCH_OVERRIDE,
+    OVERRIDE,
+    THREADS_OVERRIDE,
+    AtLeastOne,
+    EngineOptions,
+    Fraction,
+    LoadOverride,
+    NonEmptyStr,
+    TorchEngineOptions,
+)
 
 TorchDtype = Literal["float32", "float16", "bfloat16"]
 """Compute dtypes a torch document model may be forced to (``engines.device.torch_dtype_for``)."""
@@ -37,38 +47,38 @@ class RapidLayoutOptions(EngineOptions):
 
     model_file: NonEmptyStr = "layout_cdla.onnx"
     """File name of the ONNX model in the source folder (unused when the source is the file)."""
-    threads: AtLeastOne | None = None
+    threads: Annotated[AtLeastOne | None, THREADS_OVERRIDE] = None
     """ONNX Runtime intra-op threads of the session (inter-op: 1); unset: ONNX Runtime's default, every
     core."""
-    score_threshold: Fraction = 0.5
+    score_threshold: Annotated[Fraction, OVERRIDE] = 0.5
     """Lowest confidence (0-1) of a layout region that is kept."""
-    iou_threshold: Fraction = 0.5
+    iou_threshold: Annotated[Fraction, OVERRIDE] = 0.5
     """Overlap (intersection over union, 0-1) above which the weaker of two same-class regions is dropped."""
 
 
 class DocumentModelOptions(TorchEngineOptions):
     """Options every torch document model (LayoutLMv3, Donut) accepts."""
 
-    dtype: TorchDtype | None = None
+    dtype: Annotated[TorchDtype | None, OVERRIDE] = None
     """Compute dtype of the weights; unset: bfloat16 on a CUDA GPU that has it, else float16 on a GPU,
     float32 on the CPU."""
-    max_question_chars: AtLeastOne = 1_000
+    max_question_chars: Annotated[AtLeastOne, LoadOverride(at_most=100_000)] = 1_000
     """Longest question accepted, in characters (DocVQA questions are a sentence)."""
 
 
 class LayoutLMv3Options(DocumentModelOptions):
     """Options of the ``layoutlmv3`` backend (bounds of the windows a page is read in)."""
 
-    max_seq_length: AtLeastOne | None = None
+    max_seq_length: Annotated[AtLeastOne | None, LoadOverride(at_most=MAX_BATCH_OVERRIDE)] = None
     """Tokens of one window (question and words); unset or larger: the model's own window (512 for the base
     models)."""
-    max_words: AtLeastOne = 2_048
+    max_words: Annotated[AtLeastOne, LoadOverride(at_most=MAX_BATCH_OVERRIDE)] = 2_048
     """Words of a page read, from its start (the rest are ignored)."""
-    stride: NonNegativeInt = 128
+    stride: Annotated[NonNegativeInt, LoadOverride(at_most=4096)] = 128
     """Tokens by which consecutive windows overlap (at most a quarter of the window)."""
-    max_windows: AtLeastOne = 8
+    max_windows: Annotated[AtLeastOne, LoadOverride(at_most=256)] = 8
     """Windows read per page for questions and fields (classification reads the first)."""
-    max_answer_tokens: AtLeastOne = 64
+    max_answer_tokens: Annotated[AtLeastOne, LoadOverride(at_most=4096)] = 64
     """Longest answer span, in tokens."""
 
 
@@ -88,7 +98,7 @@ class DonutOptions(DocumentModelOptions):
     task_prompts: dict[DonutTask, DonutPrompt] = Field(default_factory=dict)
     """Decoder prompt per task (document_qa, extract_fields, classify_document), replacing the default for
     that task; the document_qa prompt must hold {question}."""
-    max_new_tokens: Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS_CAP)] = 128
+    max_new_tokens: Annotated[int, Field(ge=1, le=MAX_NEW_TOKENS_CAP), OVERRIDE] = 128
     """Most tokens decoded per answer (also bounded by the decoder's positions left after the prompt)."""
     answer_key: NonEmptyStr = "answer"
     """Key of the answer in the JSON the document_qa prompt produces."""

@@ -29,7 +29,7 @@ from engines.documents.options import RapidLayoutOptions
 from engines.documents.types import LayoutRegion, RegionType
 from engines.ocr.types import Box
 from engines.registry import register_backend
-from engines.sources import resolve_source
+from engines.sources import file_in_folder, resolve_source
 from engines.types import MemoryUsage
 
 #: CDLA class names (the model's ``character`` metadata) -> region types.
@@ -68,12 +68,15 @@ class RapidLayoutEngine(LayoutEngine[RapidLayoutOptions]):
 
         Raises:
             ValueError: the source is a hub id (this backend reads local files only).
+            ModelLoadError: ``model_file`` resolves outside the folder (MODEL_SOURCE_INVALID).
 
         """
         path = resolve_source(self.spec.source).path
         if path is None:
             raise ValueError("rapid_layout needs a local ONNX file or a folder holding one as its source")
-        return path if path.is_file() else path / self.options.model_file
+        if path.is_file():
+            return path
+        return file_in_folder(path, self.options.model_file, option="model_file", model=self.spec.name)
 
     def required_memory(self) -> MemoryUsage:
         """The ONNX file (the session's weights) plus the working memory of one page, in host RAM.

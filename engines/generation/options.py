@@ -13,7 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 
 from engines.generation.context_size import CONTEXT_ALIGNMENT, DEFAULT_CAP
 from engines.options import (
+    MAX_BATCH_OVERRIDE,
+    MAX_TOKENS_OVERRIDE,
+    OVERRIDE,
+    THREADS_OVERRIDE,
     AtLeastOne,
+    LoadOverride,
     NonEmptyStr,
     QueuedEngineOptions,
     TorchDtypeOptions,
@@ -87,9 +92,9 @@ class ReasoningOptions(BaseModel):
 class GenerationOptions(QueuedEngineOptions):
     """Options every continuously batched generation backend reads (the scheduler's limits)."""
 
-    max_sequences: AtLeastOne = 8
+    max_sequences: Annotated[AtLeastOne, LoadOverride(at_most=256)] = 8
     """Sequences decoded together in one step (the model's KV slots)."""
-    max_waiting: NonNegativeInt = 64
+    max_waiting: Annotated[NonNegativeInt, LoadOverride(at_most=4096)] = 64
     """Requests that may wait for a slot (being prepared or queued) beyond the max_sequences running; more
     are refused with RESOURCE_EXHAUSTED."""
     chat_template: str | None = None
@@ -132,42 +137,46 @@ class SpeculativeOptions(BaseModel):
 class LlamaCppOptions(GenerationOptions):
     """Options of the ``llama_cpp`` backend (a GGUF file served by llama.cpp)."""
 
-    n_ctx: NonNegativeInt | None = None
+    n_ctx: Annotated[NonNegativeInt | None, LoadOverride(at_most=MAX_TOKENS_OVERRIDE)] = None
     """Tokens one sequence can hold (prompt plus completion); unset or 0: the training context capped at
     max_context, smaller when memory is short."""
-    max_context: AtLeastOne = DEFAULT_CAP
+    max_context: Annotated[AtLeastOne, LoadOverride(at_most=MAX_TOKENS_OVERRIDE)] = DEFAULT_CAP
     """Cap (tokens) of the automatic context size when n_ctx is unset."""
-    n_batch: Annotated[int, Field(ge=2)] = 512
+    n_batch: Annotated[int, Field(ge=2), LoadOverride(at_most=MAX_BATCH_OVERRIDE)] = 512
     """Tokens one llama.cpp decode call carries (one per running sequence plus prompt chunks); at least
     max_sequences."""
-    step_prefill_tokens: Annotated[int, Field(ge=2)] = DEFAULT_STEP_PREFILL_TOKENS
+    step_prefill_tokens: Annotated[int, Field(ge=2), LoadOverride(at_most=MAX_BATCH_OVERRIDE)] = (
+        DEFAULT_STEP_PREFILL_TOKENS
+    )
     """Prompt tokens prefilled per step beside running sequences: the longest a new prompt holds up running
     streams is one such chunk per step."""
-    prompt_cache: bool = True
+    prompt_cache: Annotated[bool, OVERRIDE] = True
     """A free slot keeps its last prompt's KV cells, and a new prompt sharing their prefix prefills only
     the rest."""
-    flash_attn: bool = False
+    flash_attn: Annotated[bool, OVERRIDE] = False
     """llama.cpp's flash attention kernels; on by default when speculative is set (drafts then verify token
     for token)."""
-    n_threads: AtLeastOne | None = None
+    n_threads: Annotated[AtLeastOne | None, THREADS_OVERRIDE] = None
     """llama.cpp threads for decoding and prefill; unset: every core the process may use."""
-    n_gpu_layers: Annotated[int, Field(ge=-1)] | None = None
+    n_gpu_layers: Annotated[Annotated[int, Field(ge=-1)] | None, LoadOverride(at_most=4096)] = None
     """Layers offloaded to the GPU (-1: all); unset: all on a CUDA device, else 0."""
-    quantize: QuantizeType | None = None
+    quantize: Annotated[QuantizeType | None, OVERRIDE] = None
     """Serve the GGUF requantized to this type (case-insensitive), made once and cached; unset: the file as
     it is."""
     cache_dir: Path | None = _cache_dir("the requantized copy (with quantize)")
-    kv_pool_tokens: Annotated[int, Field(ge=CONTEXT_ALIGNMENT)] | None = None
+    kv_pool_tokens: Annotated[
+        Annotated[int, Field(ge=CONTEXT_ALIGNMENT)] | None, LoadOverride(at_most=16 * MAX_TOKENS_OVERRIDE)
+    ] = None
     """KV cells (tokens) of one buffer shared by all sequences, admitted by the cells they reserve; unset:
     a KV stream of n_ctx cells per sequence."""
-    n_ubatch: Annotated[int, Field(ge=1)] | None = None
+    n_ubatch: Annotated[Annotated[int, Field(ge=1)] | None, LoadOverride(at_most=MAX_BATCH_OVERRIDE)] = None
     """Tokens llama.cpp computes per graph evaluation (physical batch, at most n_batch); unset: n_batch."""
-    cache_type_k: KvCacheType = "f16"
+    cache_type_k: Annotated[KvCacheType, OVERRIDE] = "f16"
     """Element type of the KV cache's keys (llama.cpp's --cache-type-k)."""
-    cache_type_v: KvCacheType = "f16"
+    cache_type_v: Annotated[KvCacheType, OVERRIDE] = "f16"
     """Element type of the KV cache's values (llama.cpp's --cache-type-v); a quantized type needs
     flash_attn."""
-    use_mmap: bool | None = None
+    use_mmap: Annotated[bool | None, OVERRIDE] = None
     """Memory-map the GGUF (pages read on demand); false: read it into memory at load; unset: llama.cpp's
     choice for the device."""
     use_mlock: bool = False
@@ -227,13 +236,13 @@ class TransformersGenerationOptions(GenerationOptions, TorchEngineOptions, Torch
     """File name of a GGUF in the source folder to load (dequantized; the converted copy is cached); unset:
     the source is a transformers model."""
     cache_dir: Path | None = _cache_dir("the converted copy of gguf_file")
-    max_context: int | None = Field(
+    max_context: Annotated[int | None, LoadOverride(at_most=MAX_TOKENS_OVERRIDE)] = Field(
         default=None,
         ge=1,
         description="Tokens one sequence can hold (prompt plus completion); unset: the model's "
         f"max_position_embeddings capped at {DEFAULT_MAX_CONTEXT}.",
     )
-    prefill_tokens: AtLeastOne = DEFAULT_PREFILL_TOKENS
+    prefill_tokens: Annotated[AtLeastOne, LoadOverride(at_most=MAX_BATCH_OVERRIDE)] = DEFAULT_PREFILL_TOKENS
     """Padded prompt tokens one prefill forward may carry (new prompts are prefilled together up to this)."""
 
     @field_validator("gguf_file")

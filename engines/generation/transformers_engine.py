@@ -61,7 +61,7 @@ from engines.memory_estimate import (
 )
 from engines.options import parse_options
 from engines.registry import register_backend
-from engines.sources import ResolvedSource, resolve_source
+from engines.sources import ResolvedSource, file_in_folder, resolve_source
 from engines.tokenization import Offsets, hf_detokenize, hf_tokenize
 from engines.types import GenerationRequest, MemoryUsage
 
@@ -113,8 +113,8 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
         """The ``gguf_file`` option's file in the local source folder, or None when unset.
 
         Raises:
-            ModelLoadError: the source is not local (MODEL_SOURCE_INVALID), or the file is not in
-                it (MODEL_SOURCE_MISSING).
+            ModelLoadError: the source is not local or the file resolves outside it
+                (MODEL_SOURCE_INVALID), or the file is not in it (MODEL_SOURCE_MISSING).
 
         """
         if not gguf_file:
@@ -125,7 +125,11 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
                 reason="MODEL_SOURCE_INVALID",
                 model=spec.name,
             )
-        path = resolved.path / gguf_file if resolved.path.is_dir() else resolved.path
+        path = (
+            file_in_folder(resolved.path, gguf_file, option="gguf_file", model=spec.name)
+            if resolved.path.is_dir()
+            else resolved.path
+        )
         if not path.is_file():
             raise ModelLoadError(
                 f"gguf_file {gguf_file!r} is not a file in {resolved.path}",

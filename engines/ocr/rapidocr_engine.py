@@ -13,6 +13,7 @@ import itertools
 import statistics
 import unicodedata
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from engines.ocr.layout import reading_order, same_line
 from engines.ocr.options import RapidOcrOptions
 from engines.ocr.types import Box, OcrLine, OcrWord
 from engines.registry import register_backend
-from engines.sources import resolve_source
+from engines.sources import file_in_folder, resolve_source
 from engines.types import MemoryUsage
 
 # The packaged PP-OCRv4 recognition model reads Chinese and Latin script (English).
@@ -248,16 +249,28 @@ class RapidOcrEngine(OcrEngine[RapidOcrOptions]):
             FileNotFoundError: one of the three model files is missing.
 
         """
-        folder = resolve_source(self.spec.source).path
-        if folder is None:
-            raise ValueError("rapidocr needs a local folder of ONNX models as its source")
-        files = [
-            folder / name for name in (self.options.det_model, self.options.rec_model, self.options.cls_model)
-        ]
+        files = list(self._model_files().values())
         missing = [str(path) for path in files if not path.is_file()]
         if missing:
             raise FileNotFoundError(f"rapidocr model files not found: {', '.join(missing)}")
         return MemoryUsage(ram_bytes=sum(path.stat().st_size for path in files) + RAPIDOCR_PAGE_BYTES)
+
+    def _model_files(self) -> dict[str, Path]:
+        """The three ONNX files by option, each inside the source folder (:func:`file_in_folder`).
+
+        Raises:
+            ValueError: the source is not a local folder.
+            ModelLoadError: a file option resolves outside the folder (MODEL_SOURCE_INVALID).
+
+        """
+        folder = resolve_source(self.spec.source).path
+        if folder is None:
+            raise ValueError("rapidocr needs a local folder of ONNX models as its source")
+        names = {name: getattr(self.options, name) for name in ("det_model", "rec_model", "cls_model")}
+        return {
+            name: file_in_folder(folder, file, option=name, model=self.spec.name)
+            for name, file in names.items()
+        }
 
     def estimated_load_bytes(self) -> int:
         """:meth:`required_memory` (host RAM: the sessions run on the CPU)."""
@@ -267,15 +280,13 @@ class RapidOcrEngine(OcrEngine[RapidOcrOptions]):
         """Create the three ONNX Runtime sessions."""
         from rapidocr_onnxruntime import RapidOCR
 
-        folder = resolve_source(self.spec.source).path
-        if folder is None:
-            raise ValueError("rapidocr needs a local folder of ONNX models as its source")
+        files = self._model_files()
         # rapidocr leaves ONNX Runtime's own default (every core) for -1.
         threads = self.options.threads if self.options.threads is not None else -1
         self.ocr = RapidOCR(
-            det_model_path=str(folder / self.options.det_model),
-            rec_model_path=str(folder / self.options.rec_model),
-            cls_model_path=str(folder / self.options.cls_model),
+            det_model_path=str(files["det_model"]),
+            rec_model_path=str(files["rec_model"]),
+            cls_model_path=str(files["cls_model"]),
             intra_op_num_threads=threads,
             inter_op_num_threads=threads,
             cls_thresh=2.0,  # never reached: PageOrientation turns the crops

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,7 +68,41 @@ def load_options(request: pb.LoadModelRequest | pb.WatchModelRequest) -> dict[st
         "options",
         f"options of at most {MAX_OPTION_OVERRIDE_BYTES} bytes, got {size}",
     )
+    _require_finite(request.options, "options")
     return json_format.MessageToDict(request.options)
+
+
+def _require_finite(value: struct_pb2.Struct | struct_pb2.ListValue | struct_pb2.Value, field: str) -> None:
+    """Refuse NaN and infinities anywhere in a Struct (JSON has neither; a bound cannot hold them).
+
+    Recursion is bounded by the Struct's encoded size (:data:`MAX_OPTION_OVERRIDE_BYTES`) and
+    protobuf's own nesting limit of 100.
+
+    Raises:
+        InvalidArgumentError: reason INVALID_MODEL_OPTION, ``field`` the dotted path of the number
+            (``options.n_ctx``), ``option`` that path without ``options.``.
+
+    """
+    if isinstance(value, struct_pb2.Struct):
+        for key, item in value.fields.items():
+            _require_finite(item, f"{field}.{key}")
+    elif isinstance(value, struct_pb2.ListValue):
+        for i, item in enumerate(value.values):
+            _require_finite(item, f"{field}[{i}]")
+    elif value.HasField("struct_value"):
+        _require_finite(value.struct_value, field)
+    elif value.HasField("list_value"):
+        _require_finite(value.list_value, field)
+    elif value.HasField("number_value"):
+        number = value.number_value
+        option = field.removeprefix("options.")
+        require(
+            math.isfinite(number),
+            field,
+            f"a finite number, got {number}",
+            reason="INVALID_MODEL_OPTION",
+            option=option,
+        )
 
 
 def options_struct(options: Mapping[str, Any]) -> struct_pb2.Struct:
@@ -118,8 +153,20 @@ def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
         kv_cache=kv_cache,
         options=options_struct(managed.effective_options()),
         required_memory=(
-            pb.MemoryUsage(ram_bytes=required.ram_bytes, vram_bytes=required.vram_bytes)
+            pb.MemoryUsage(ram_bytes=_int64(required.ram_bytes), vram_bytes=_int64(required.vram_bytes))
             if (required := managed.required) is not None
             else None
         ),
     )
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _int64(value: int) -> int:
+    """``value`` (bytes) clamped to an ``int64`` field's range.
+
+    An estimate past 2^63 - 1 bytes (a catalog's huge context) reads as the largest, so that one
+    entry never breaks the listing of every model.
+    """
+    return min(max(int(value), 0), _INT64_MAX)
