@@ -15,9 +15,16 @@ per RPC.
 from __future__ import annotations
 
 import io
+import math
+import os
+import pickle
+import shutil
+import tempfile
+from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import struct_pb2
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 from universal_runtime.v1 import anomaly_pb2 as a
@@ -36,6 +43,7 @@ from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import response_store_pb2 as r
 from universal_runtime.v1 import tokenization_pb2 as t
 
+from engines.registry import registered_backends
 from service.server import start_server
 from service.settings import Settings
 from tests.fuzz.calls import assert_healthy, fuzz_rpc, invoke
@@ -46,8 +54,56 @@ EMBED = "all-minilm-l6-v2"
 DETECTOR = "fuzz-seed-detector"
 CLASSIFIER = "fuzz-seed-classifier"
 
+#: Where the pickle planted for LoadModel's options lies, and the marker its unpickling would write.
+PLANTED = Path(tempfile.gettempdir()) / f"ur-fuzz-planted-{os.getpid()}"
+PAYLOAD, MARKER = PLANTED / "head.joblib", PLANTED / "marker"
+
+
+def _option_names() -> list[str]:
+    return sorted({name for cls in registered_backends().values() for name in cls.options_model.model_fields})
+
+
+def _hostile_options() -> st.SearchStrategy[struct_pb2.Struct]:
+    """LoadModel options as a hostile client sends them: real option names, values no caller may set.
+
+    Random keys never name an option, so a fuzz of random Structs stopped at "unknown option":
+    these name every backend's options, with a planted pickle's path (absolute, ``../``), a
+    folder, non-finite and huge numbers. Every such case must be refused; none may load anything.
+    (Each option of each catalog backend is tried with the pickle's path, one by one, in
+    ``tests/test_load_override_policy.py``: a few drawn cases rarely name the one option that reads a file.)
+    """
+    values = st.sampled_from(
+        [
+            str(PAYLOAD),
+            f"../../../../../../..{PAYLOAD}",
+            "/etc",
+            "~/.ssh",
+            math.nan,
+            math.inf,
+            -math.inf,
+            1e15,
+            1e5,
+        ]
+    )
+    entries = st.dictionaries(
+        st.sampled_from(_option_names()),
+        values | st.dictionaries(st.text(max_size=8), values, max_size=2),
+        min_size=1,
+        max_size=3,
+    )
+
+    def as_struct(options: dict) -> struct_pb2.Struct:
+        struct = struct_pb2.Struct()
+        struct.update(options)
+        return struct
+
+    return entries.map(as_struct)
+
+
 # Values that keep the cases cheap or the run's state its own; the rest is drawn freely.
 OVERRIDES = {
+    "universal_runtime.v1.LoadModelRequest.options": _hostile_options(),
+    "universal_runtime.v1.WatchModelRequest.options": _hostile_options(),
     "max_tokens": st.integers(min_value=-2, max_value=8),
     "n": st.integers(min_value=-1, max_value=3),
     "universal_runtime.v1.LoadModelRequest.name": st.sampled_from([EMBED, "en-core-web-sm", "rapidocr", "x"]),
@@ -169,6 +225,22 @@ def test_every_rpc_has_a_seed():
     assert {method.name for method in METHODS} == set(SEEDS)
 
 
+class _Planted:
+    """Unpickling this writes :data:`MARKER`: proof that a load ran a client-named pickle."""
+
+    def __reduce__(self):
+        return (Path.write_text, (MARKER, "pwned"))
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """The pickle :func:`_hostile_options` names, planted for this module's run."""
+    PLANTED.mkdir(exist_ok=True)
+    PAYLOAD.write_bytes(pickle.dumps(_Planted()))
+    yield
+    shutil.rmtree(PLANTED, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 async def own_channel(tmp_path_factory):
     """A channel to a server of this module's own: default catalog, own data folder."""
@@ -214,6 +286,7 @@ def mutated(method) -> st.SearchStrategy[list]:
 
 
 @pytest.mark.parametrize("method", METHODS, ids=lambda method: method.name)
-async def test_rpc_survives_mutated_valid_requests(seeded, method):
+async def test_rpc_survives_mutated_valid_requests(seeded, planted, method):
     await fuzz_rpc(seeded, method, mutated(method))
     await assert_healthy(inference_service_pb2_grpc.InferenceServiceStub(seeded))
+    assert not MARKER.exists(), f"{method.name} unpickled the planted file"
