@@ -127,7 +127,11 @@ class EntityResult(EncoderResult):
 
 @dataclass(slots=True)
 class ClassifierInfo:
-    """What a saved classifier is (the ``<name>.json`` file)."""
+    """What a saved classifier is (the ``<name>.json`` file).
+
+    ``shared`` is not in the file: it says which namespace the classifier was found in (the
+    shared one every key may use, or the calling key's own; :mod:`engines.owners`).
+    """
 
     name: str
     embedding_model: str
@@ -135,6 +139,7 @@ class ClassifierInfo:
     example_count: int
     created_at_unix_ms: int
     training_accuracy: float
+    shared: bool = False
 
 
 # Like model names but one segment only: no '/', no '..', no leading dot.

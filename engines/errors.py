@@ -155,6 +155,10 @@ def kv_pool_exhausted(
     )
 
 
+class PermissionDeniedError(RuntimeServiceError, status="PERMISSION_DENIED", reason="ADMIN_ROLE_REQUIRED"):
+    """The caller's API key may not do this: it needs role ``admin`` (HTTP 403 at the gateway)."""
+
+
 class UnavailableError(RuntimeServiceError, status="UNAVAILABLE", reason="UNAVAILABLE"):
     """The server is shutting down or a model failed to become ready."""
 

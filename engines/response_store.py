@@ -5,15 +5,26 @@ The gateway translates the Responses API; the server keeps what it stores (``sto
 any replica that shares the state store (``UR_STATE_URL``). The JSON is opaque here: this module
 checks that it is a JSON object (the response) and a JSON array (its input items), and bounds it.
 
-Layout, under the store's ``responses/`` folder:
+Every response has an owner: the name of the API key that stored it (``""`` on a server without
+keys). Every method takes it, and reads only that owner's responses: another key's id is
+RESPONSE_NOT_FOUND, exactly as an id never stored, and ids are unique per owner (two keys may
+each store ``resp_x``), so no answer tells one key what another stored.
 
-* ``data/<id>``: one response: a header line (JSON: id, created_at, previous_response_id,
+Layout, under the store's ``responses/`` folder (``<owner>``: :func:`engines.owners.owner_segment`
+of the key's name, a hash, so that any name is a safe key):
+
+* ``data/<id>`` (a server without keys, as before owners existed) or ``data/<owner>/<id>`` (a
+  key's): one response: a header line (JSON: id, created_at, previous_response_id,
   expires_at_ms, the response JSON's length) followed by the response JSON and the input items'
   JSON, as given.
-* ``expiry/<expires_at_ms>-<bytes>-<id>``: an empty marker per response. Its name sorts by when the
-  response expires (every response lives the same TTL, so that is also by age) and carries its
-  size, so one listing of ``expiry/`` gives the count, the bytes held and the oldest responses,
-  without reading any of them.
+* ``expiry/<expires_at_ms>-<bytes>-<id>`` (without keys) or ``expiry/<expires_at_ms>-<bytes>-<id>-<owner>``:
+  an empty marker per response. Its name sorts by when the response expires (every response
+  lives the same TTL, so that is also by age) and carries its size and its data's key, so one
+  listing of ``expiry/`` gives the count, the bytes held and the oldest responses, without reading
+  any of them. The bounds below are the store's, over every owner's responses.
+
+Responses stored before owners existed are the keyless server's (``data/<id>``): a server with
+keys finds none of them (they expire on their TTL).
 
 Bounds (:class:`ResponseLimits`, server settings ``UR_RESPONSES_*``):
 
@@ -48,6 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from engines.errors import InvalidArgumentError, RuntimeServiceError, clip_text
+from engines.owners import owner_segment
 from engines.state_store import StateStore
 
 log = logging.getLogger(__name__)
@@ -163,26 +175,54 @@ def _check_json(data: bytes, kind: type, field: str) -> None:
         )
 
 
+_SEGMENT = re.compile(r"[0-9a-f]{32}")
+
+
+def _segment(owner: str) -> str:
+    """The owner's part of a response's keys: ``""`` without keys, else its hash."""
+    return owner_segment(owner) if owner else ""
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class _Marker:
-    """An ``expiry/`` marker, parsed: ordering is by expiry, then id."""
+    """An ``expiry/`` marker, parsed: ordering is by expiry, then id.
+
+    ``owner`` is the owner's segment (:func:`_segment`): ``""`` for a response of a server
+    without keys.
+    """
 
     expires_at_ms: int
     id: str
     size: int
+    owner: str = ""
 
     @property
     def key(self) -> str:
-        return f"{EXPIRY_DIR}/{self.expires_at_ms:015d}-{self.size}-{self.id}"
+        suffix = f"-{self.owner}" if self.owner else ""
+        return f"{EXPIRY_DIR}/{self.expires_at_ms:015d}-{self.size}-{self.id}{suffix}"
+
+    @property
+    def data_key(self) -> str:
+        return _data_key(self.owner, self.id)
 
     @classmethod
     def parse(cls, key: str) -> _Marker | None:
         name = key.rpartition("/")[2]
         expires, _, rest = name.partition("-")
-        size, _, response_id = rest.partition("-")
-        if not (expires.isdigit() and size.isdigit() and RESPONSE_ID.fullmatch(response_id)):
+        size, _, rest = rest.partition("-")
+        response_id, _, owner = rest.partition("-")  # an id has no '-'
+        if not (
+            expires.isdigit()
+            and size.isdigit()
+            and RESPONSE_ID.fullmatch(response_id)
+            and (not owner or _SEGMENT.fullmatch(owner))
+        ):
             return None  # a stray file (a temporary one of a crashed write): not a response's
-        return cls(int(expires), response_id, int(size))
+        return cls(int(expires), response_id, int(size), owner)
+
+
+def _data_key(segment: str, response_id: str) -> str:
+    return f"{DATA_DIR}/{segment}/{response_id}" if segment else f"{DATA_DIR}/{response_id}"
 
 
 class ResponseStore:
@@ -205,14 +245,19 @@ class ResponseStore:
         self.limits = limits
         self._clock = clock
 
-    def put(self, response: StoredResponse) -> PutResult:
-        """Store a new response, first sweeping expired ones and evicting the oldest over the bounds.
+    def put(self, response: StoredResponse, owner: str = "") -> PutResult:
+        """Store a new response of ``owner``, first sweeping expired ones and evicting the oldest over bounds.
+
+        Args:
+            response: the response.
+            owner: the name of the API key storing it (``""`` without keys).
 
         Raises:
             InvalidArgumentError: a bad id or previous id (INVALID_RESPONSE_ID), JSON that is not an
                 object and an array (INVALID_RESPONSE_JSON), or more than ``max_bytes`` (or
                 ``max_total_bytes``) of it (RESPONSE_TOO_LARGE).
-            ResponseExistsError: the id is taken (ALREADY_EXISTS, RESPONSE_ID_EXISTS).
+            ResponseExistsError: ``owner`` has a response of that id (ALREADY_EXISTS,
+                RESPONSE_ID_EXISTS); another owner's of the same id does not count.
 
         """
         validate_response_id(response.id, "id")
@@ -237,32 +282,28 @@ class ResponseStore:
             expires_at=math.ceil(expires_at_ms / 1000),
         )
         evicted = self._make_room(int(now * 1000), response.size)
-        marker = _Marker(expires_at_ms, stored.id, stored.size)
+        marker = _Marker(expires_at_ms, stored.id, stored.size, _segment(owner))
         # The marker first: a crash before the data leaves a marker that eviction clears, never
         # data that no listing of expiry/ names.
         if not self.store.create(marker.key, b"") or not self.store.create(
-            f"{DATA_DIR}/{stored.id}", _encode(stored, expires_at_ms)
+            marker.data_key, _encode(stored, expires_at_ms)
         ):
             self.store.delete(marker.key)
             raise ResponseExistsError(f"a stored response with id {stored.id!r} exists already", id=stored.id)
         return PutResult(stored, evicted)
 
-    def get(self, response_id: str) -> StoredResponse:
-        """The stored response ``response_id``.
+    def get(self, response_id: str, owner: str = "") -> StoredResponse:
+        """The stored response ``response_id`` of ``owner`` (an API key's name, ``""`` without keys).
 
         Raises:
             InvalidArgumentError: a malformed id (INVALID_RESPONSE_ID).
-            ResponseNotFoundError: none has this id (RESPONSE_NOT_FOUND), or it outlived the TTL
-                (RESPONSE_EXPIRED; it is deleted).
+            ResponseNotFoundError: ``owner`` has none of this id (RESPONSE_NOT_FOUND; also when
+                another owner has), or it outlived the TTL (RESPONSE_EXPIRED; it is deleted).
 
         """
-        validate_response_id(response_id)
-        data = self.store.read(f"{DATA_DIR}/{response_id}")
-        if data is None:
-            raise _not_found(response_id)
-        response, expires_at_ms = _decode(data, response_id)
-        if expires_at_ms <= self._clock() * 1000:
-            self._remove(_Marker(expires_at_ms, response_id, response.size))
+        response, marker = self._read(response_id, owner)
+        if marker.expires_at_ms <= self._clock() * 1000:
+            self._remove(marker)
             raise ResponseNotFoundError(
                 f"the stored response {response_id!r} expired (responses are kept "
                 f"{self.limits.ttl_s:g} s; setting responses_ttl_s)",
@@ -271,24 +312,35 @@ class ResponseStore:
             )
         return response
 
-    def delete(self, response_id: str) -> None:
-        """Delete the stored response ``response_id``.
+    def delete(self, response_id: str, owner: str = "") -> None:
+        """Delete the stored response ``response_id`` of ``owner`` (an API key's name, ``""`` without keys).
 
         Raises:
             InvalidArgumentError: a malformed id (INVALID_RESPONSE_ID).
-            ResponseNotFoundError: none has this id (RESPONSE_NOT_FOUND).
+            ResponseNotFoundError: ``owner`` has none of this id (RESPONSE_NOT_FOUND; another
+                owner's is left alone).
+
+        """
+        self._remove(self._read(response_id, owner)[1])
+
+    def _read(self, response_id: str, owner: str) -> tuple[StoredResponse, _Marker]:
+        """``owner``'s response ``response_id`` and its marker (expired or not).
+
+        Raises:
+            InvalidArgumentError: a malformed id. ResponseNotFoundError: ``owner`` has none.
 
         """
         validate_response_id(response_id)
-        data = self.store.read(f"{DATA_DIR}/{response_id}")
+        segment = _segment(owner)
+        data = self.store.read(_data_key(segment, response_id))
         if data is None:
             raise _not_found(response_id)
         response, expires_at_ms = _decode(data, response_id)
-        self._remove(_Marker(expires_at_ms, response_id, response.size))
+        return response, _Marker(expires_at_ms, response_id, response.size, segment)
 
     def _remove(self, marker: _Marker) -> None:
         # The data first: once it is gone the response is, and a marker left by a crash is swept.
-        self.store.delete(f"{DATA_DIR}/{marker.id}")
+        self.store.delete(marker.data_key)
         self.store.delete(marker.key)
 
     def _make_room(self, now_ms: int, new_bytes: int) -> int:

@@ -15,6 +15,7 @@ from gateway.errors import GatewayError
 from gateway.grpc_clients import GrpcClients
 from gateway.middleware import REQUEST_ID_HEADER, new_request_id
 from gateway.settings import GatewayConfig
+from service.shared.client_address import CLIENT_ADDRESS_METADATA_KEY, clip_address
 
 CallMetadata = tuple[tuple[str, str], ...]
 """gRPC call metadata as ``(key, value)`` pairs."""
@@ -54,7 +55,9 @@ async def get_call_metadata(request: Request) -> CallMetadata:
     Always ``x-request-id``; plus ``authorization: Bearer <token>`` when the app has API keys and
     the client presented one of them: the client's own token, so the server can name its key, in
     canonical form (``Bearer`` and one space) even if the client wrote ``bearer`` or extra spaces;
-    plus ``x-ur-priority`` when the client sent ``X-UR-Priority`` (:func:`_priority`).
+    plus ``x-ur-priority`` when the client sent ``X-UR-Priority`` (:func:`_priority`); plus the
+    client's address in ``x-ur-client-address`` when the server knows it, which a server without
+    keys shares its PDF renderer by (:mod:`service.shared.client_address`).
 
     Raises:
         GatewayError: 400 ``invalid_priority`` for an ``X-UR-Priority`` other than ``batch`` or
@@ -62,13 +65,20 @@ async def get_call_metadata(request: Request) -> CallMetadata:
 
     """
     request_id = (REQUEST_ID_HEADER, get_request_id(request))
-    priority = _priority(request)
+    extra = (*_priority(request), *_client_address(request))
     if not get_config(request).api_keys:  # the common case: nothing to check or forward
-        return (request_id, *priority)
+        return (request_id, *extra)
     matched = _matched_key(request)
     if matched is None:
-        return (request_id, *priority)
-    return (request_id, ("authorization", f"Bearer {matched[1]}"), *priority)
+        return (request_id, *extra)
+    return (request_id, ("authorization", f"Bearer {matched[1]}"), *extra)
+
+
+def _client_address(request: Request) -> CallMetadata:
+    """The ``x-ur-client-address`` metadata of the request's client (its IP address); ``()`` when unknown."""
+    client = request.client
+    address = clip_address(client.host) if client is not None and client.host else ""
+    return ((CLIENT_ADDRESS_METADATA_KEY, address),) if address else ()
 
 
 PRIORITY_HEADER = "x-ur-priority"
@@ -99,15 +109,28 @@ API_KEY_HEADER = "x-api-key"
 """The header Anthropic's clients send the key in (the ``anthropic`` SDK, tools built on it)."""
 
 
+def _repeated_credential(request: Request) -> str | None:
+    """The credential header the request sends more than once (``Authorization``, ``x-api-key``), or ``None``.
+
+    Such a request is refused whichever of its values is right: an intermediary that adds its
+    own header, or a client that tries several keys in one request, must not have one picked.
+    """
+    for header, name in (("authorization", "Authorization"), (API_KEY_HEADER, "x-api-key")):
+        if len(request.headers.getlist(header)) > 1:
+            return name
+    return None
+
+
 def _matched_key(request: Request) -> tuple[str, str] | None:
     """The ``(name, token)`` of the app's key the request presents, or ``None`` (checked once).
 
-    ``Authorization: Bearer <key>`` first, else ``x-api-key: <key>`` (:data:`API_KEY_HEADER`).
+    ``Authorization: Bearer <key>`` first, else ``x-api-key: <key>`` (:data:`API_KEY_HEADER`);
+    ``None`` for a request that sends either header twice (:func:`_repeated_credential`).
     """
     if not hasattr(request.state, "api_key_match"):
         keys = get_config(request).api_keys
         match = None
-        if keys:
+        if keys and _repeated_credential(request) is None:
             match = keys.match(request.headers.get("authorization", ""))
             api_key = request.headers.get(API_KEY_HEADER)
             if match is None and api_key:
@@ -122,7 +145,8 @@ async def require_api_key(request: Request) -> None:
     The matching key's name is kept as ``request.state.api_key_name``.
 
     Raises:
-        GatewayError: 401 ``invalid_api_key`` when the header is missing or matches no key.
+        GatewayError: 401 ``invalid_api_key`` when the header is missing, matches no key, or is
+            sent more than once.
 
     """
     if not get_config(request).api_keys:
@@ -130,13 +154,14 @@ async def require_api_key(request: Request) -> None:
     matched = _matched_key(request)
     if matched is not None:
         request.state.api_key_name = matched[0]
-    else:
-        raise GatewayError(
-            401,
-            "Missing or invalid API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
-            code="invalid_api_key",
-            error_type="authentication_error",
-        )
+        return
+    repeated = _repeated_credential(request)
+    message = (
+        f"More than one {repeated} header: send one API key"
+        if repeated is not None
+        else "Missing or invalid API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+    )
+    raise GatewayError(401, message, code="invalid_api_key", error_type="authentication_error")
 
 
 Clients = Annotated[GrpcClients, Depends(get_clients)]

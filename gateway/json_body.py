@@ -13,9 +13,10 @@ their route class, :class:`JsonBodyRoute`; the upload routes through :mod:`gatew
 Each failure is a 400 in OpenAI's error shape (:mod:`gateway.errors`). The three steps run on the
 event loop for a body of at most :data:`INLINE_BODY_BYTES` bytes and in a worker thread above it,
 so a large body never holds the loop the gRPC server shares (nor does its translation to
-protobuf, placed the same way by :func:`off_loop_for_body`). Decoding and validation hold the GIL
-for their whole work on one object, so the thread bounds the loop's wait to those steps of the
-body's largest object, and the key limit bounds that object.
+protobuf, placed the same way by :func:`off_loop_for_body`). Decoding (orjson) and validation
+(pydantic-core) are native calls that hold the GIL, and so the loop, for their whole work unless
+a Python validator runs between: a body of millions of small items (anomaly rows) bounds its long
+lists and validates them in steps (:mod:`gateway.schemas.anomaly`).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from service.quotas import QUOTA_EXCEEDED, Admission, QuotaRefusal, Quotas, enco
 from service.request_context import (
     REQUEST_ID_METADATA_KEY,
     api_key_name_var,
+    api_key_role_var,
     client_request_id,
     model_var,
     request_id_var,
@@ -124,6 +125,7 @@ class RequestContextInterceptor(AsyncServerInterceptor):
         request_id_var.set(request_id)
         model_var.set("")
         api_key_name_var.set("")
+        api_key_role_var.set("")
         headers = CallHeaders(context)
         call_headers_var.set(headers)
         started = time.perf_counter()
@@ -199,13 +201,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     costs the server its metadata, not a parse of 15 MB); a client stream is received, unparsed
     and bounded, before the refusal (see :func:`_read_upload_then_refuse`). A call with a
     valid key gets the method's own handler, which sets the key's name in ``api_key_name_var`` for
-    the RPC's log line, and the call's :class:`engines.fair_share.Share` in ``share_var`` for the
-    queues: the key's name, its policy's priority and weight, the priority lowered to ``batch``
-    when the call asks for it in ``x-ur-priority`` metadata (:func:`call_share`; a value other
-    than ``batch`` or ``interactive`` is refused INVALID_ARGUMENT).
+    the RPC's log line and its stored objects' owner, its role in ``api_key_role_var`` (what
+    :func:`service.tasks.callers.require_admin` reads), and the call's
+    :class:`engines.fair_share.Share` in ``share_var`` for the queues: the key's name, its
+    policy's priority and weight, the priority lowered to ``batch`` when the call asks for it in
+    ``x-ur-priority`` metadata (:func:`call_share`; a value other than ``batch`` or
+    ``interactive`` is refused INVALID_ARGUMENT).
 
     The scheme is matched in any case (``bearer``, ``BEARER``: RFC 7235 section 2.1), as the
-    gateway does, and the token against every key in constant time (:meth:`ApiKeys.match`).
+    gateway does, and the token against every key in constant time (:meth:`ApiKeys.match`). A call
+    with more than one ``authorization`` entry is refused UNAUTHENTICATED whichever is right, as
+    the gateway refuses two ``Authorization`` headers.
 
     Args:
         keys: The keys (:func:`service.shared.api_keys.load_api_keys`), or one key, named ``default``.
@@ -225,9 +231,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if handler_call_details.method.startswith(self._public):
             return await continuation(handler_call_details)
         metadata = handler_call_details.invocation_metadata or ()
-        authorization = _text_metadata(metadata).get("authorization", "")
-        matched = self._keys.match(authorization)
+        credentials = [value for key, value in metadata if key == "authorization"]
+        # One credential per call: with two, whichever is right must not be picked (a proxy that
+        # adds its own, a client trying several keys in one call).
+        one = credentials[0] if len(credentials) == 1 else None
+        matched = self._keys.match(one) if isinstance(one, str) else None
         handler = await continuation(handler_call_details)
+        if len(credentials) > 1:
+            return _refusal(_repeated_credential_status, handler)
         if matched is None:
             return _refusal(_unauthenticated_status, handler)
         if handler is None:
@@ -236,7 +247,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         share = call_share(name, self._keys.policy(name), metadata)
         if isinstance(share, InvalidArgumentError):
             return _refusal(lambda: status_for_error(share), handler)
-        return _naming_key(handler, name, share)
+        return _naming_key(handler, name, share, self._keys.policy(name).role)
 
 
 PRIORITY_METADATA_KEY = "x-ur-priority"
@@ -307,6 +318,14 @@ def _unauthenticated_status() -> grpc.Status:
     return rich_status(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key", "UNAUTHENTICATED")
 
 
+def _repeated_credential_status() -> grpc.Status:
+    return rich_status(
+        grpc.StatusCode.UNAUTHENTICATED,
+        "more than one authorization metadata entry: send one API key",
+        "UNAUTHENTICATED",
+    )
+
+
 def _refusal(
     status: Callable[[], grpc.Status], handler: grpc.RpcMethodHandler | None
 ) -> grpc.RpcMethodHandler:
@@ -350,8 +369,13 @@ _BEHAVIOURS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
 _DEFAULT_POLICY = KeyPolicy()
 
 
-def _naming_key(handler: grpc.RpcMethodHandler, key_name: str, share: Share) -> grpc.RpcMethodHandler:
-    """``handler`` whose behaviour first sets ``api_key_name_var`` and ``share_var`` (the call's share).
+def _naming_key(
+    handler: grpc.RpcMethodHandler, key_name: str, share: Share, role: str = ""
+) -> grpc.RpcMethodHandler:
+    """``handler`` whose behaviour first sets ``api_key_name_var``, ``api_key_role_var`` and ``share_var``.
+
+    ``role`` is the key's (:data:`service.shared.api_keys.ROLES`), ``""`` without a key; the share
+    is the call's.
 
     Set when the behaviour is called (inside :class:`RequestContextInterceptor`, which resets the
     name per call), in the call's own task: the queues read the share there when they enqueue.
@@ -361,6 +385,7 @@ def _naming_key(handler: grpc.RpcMethodHandler, key_name: str, share: Share) -> 
 
     def named(request: Any, context: grpc.aio.ServicerContext) -> Any:
         api_key_name_var.set(key_name)
+        api_key_role_var.set(role)
         share_var.set(share)
         return behaviour(request, context)
 

@@ -31,6 +31,7 @@ from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
 from engines.metrics import set_enabled as set_metrics_enabled
 from engines.ocr.pdf_worker import PRELOAD as PDF_WORKER_PRELOAD
+from engines.owners import OwnedStores
 from engines.process_lane import preload_modules
 from engines.response_store import ResponseLimits, ResponseStore
 from engines.state_store import StateStore, open_state_store
@@ -261,7 +262,8 @@ def inference_servicer(
     """The InferenceService and its tasks, each given its collaborators (the one place they are wired).
 
     Custom classifiers and anomaly detectors are saved in the state store (``settings.state_url``,
-    shared by replicas, or else ``settings.data_dir``), each store within its quota settings; the
+    shared by replicas, or else ``settings.data_dir``), shared or per API key
+    (:class:`engines.owners.OwnedStores`), each folder within its quota settings; the
     scikit-learn work of each runs on a CPU lane of its own, beside
     the models' lanes (:mod:`engines.executor`), and anomaly fits in a process lane
     (:mod:`engines.process_lane`).
@@ -270,16 +272,26 @@ def inference_servicer(
     # loads): PDF children restarted after a kill then import nothing before their first page.
     preload_modules(*PDF_WORKER_PRELOAD)
     state = state_store(settings)
-    detectors = DetectorStore(
-        state.child(ANOMALY_DIR),
-        keep_versions=settings.anomaly_keep_versions,
-        quota=StoreQuota(settings.anomaly_store_max_items, settings.anomaly_store_max_bytes),
-        cache_ttl_s=settings.state_cache_ttl_s,
+    # The shared namespace at anomaly/ and classifiers/ (where older versions kept everything),
+    # each key's under owners/<hash of its name>/; every folder within its own quota.
+    detectors = OwnedStores(
+        state,
+        ANOMALY_DIR,
+        lambda folder: DetectorStore(
+            folder,
+            keep_versions=settings.anomaly_keep_versions,
+            quota=StoreQuota(settings.anomaly_store_max_items, settings.anomaly_store_max_bytes),
+            cache_ttl_s=settings.state_cache_ttl_s,
+        ),
     )
-    classifiers = ClassifierStore(
-        state.child(CLASSIFIERS_DIR),
-        quota=StoreQuota(settings.classifier_store_max_items, settings.classifier_store_max_bytes),
-        cache_ttl_s=settings.state_cache_ttl_s,
+    classifiers = OwnedStores(
+        state,
+        CLASSIFIERS_DIR,
+        lambda folder: ClassifierStore(
+            folder,
+            quota=StoreQuota(settings.classifier_store_max_items, settings.classifier_store_max_bytes),
+            cache_ttl_s=settings.state_cache_ttl_s,
+        ),
     )
     generation = GenerationTask(manager)
     encoders = EncoderTask(manager)

@@ -18,7 +18,7 @@ from universal_runtime.v1 import model_service_pb2_grpc as msg
 from engines.fair_share import DEFAULT_SHARE, Priority, Share, current_share
 from service.interceptors import AuthInterceptor, PriorityInterceptor
 from service.server import start_server
-from service.shared.api_keys import DEFAULT_POLICY, ApiKeyError, KeyPolicy, load_api_keys
+from service.shared.api_keys import DEFAULT_POLICY, SINGLE_KEY_POLICY, ApiKeyError, KeyPolicy, load_api_keys
 from tests.conftest import error_info
 
 PLAIN = "plain-Secret-0001"
@@ -47,7 +47,9 @@ def write(tmp_path, text: str):
 def test_both_forms_in_one_file_with_their_policies(tmp_path):
     keys = load_api_keys(SINGLE, write(tmp_path, MIXED))
     assert keys.names == ("default", "plain", "bulk", "rated")
-    assert keys.policy("plain") == DEFAULT_POLICY == keys.policy("default")
+    assert keys.policy("plain") == DEFAULT_POLICY
+    # The single key is the operator's: the default policy but role admin.
+    assert keys.policy("default") == KeyPolicy(role="admin") == SINGLE_KEY_POLICY
     assert keys.policy("bulk") == KeyPolicy(priority="batch", weight=3.0)
     rated = keys.policy("rated")
     assert (rated.requests_per_second, rated.tokens_per_minute, rated.inputs_per_minute) == (2.5, 1000, 50)

@@ -3,6 +3,9 @@
 The state store (:mod:`engines.state_store`) is ``<data_dir>`` on the local disk, or the URL of
 ``UR_STATE_URL`` (``s3://bucket/prefix``) that several replicas share.
 
+A :class:`DetectorStore` is one namespace: the shared ``anomaly/``, or one API key's
+``owners/<hash>/anomaly/`` (:class:`engines.owners.OwnedStores`).
+
 Layout, one folder per detector::
 
     <root>/<name>/manifest.json    # versions, SHA-256 of each file, summary of the latest

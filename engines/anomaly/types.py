@@ -136,7 +136,11 @@ class ScoreResult:
 
 @dataclass(frozen=True, slots=True)
 class DetectorInfo:
-    """What the store knows about a saved detector's latest version."""
+    """What the store knows about a saved detector's latest version.
+
+    ``shared`` is not in the store's files: it says which namespace the detector was found in
+    (the shared one every key may use, or the calling key's own; :mod:`engines.owners`).
+    """
 
     name: str
     version: int
@@ -147,6 +151,7 @@ class DetectorInfo:
     contamination: float
     normalization: Normalization
     created_at_ms: int
+    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,6 @@ by the store's ``timeout_s``; the store's own failures raise UnavailableError
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import secrets
@@ -66,6 +65,7 @@ from engines.errors import (
     UnavailableError,
     clip_text,
 )
+from engines.owners import owner_segment
 from engines.state_store import StateStore
 
 VALIDATING = "validating"
@@ -254,8 +254,8 @@ class Outputs:
 
 
 def owner_dir(owner: str) -> str:
-    """The folder of a key's files and batches (a hash: key names may hold any character)."""
-    return f"owners/{hashlib.sha256(owner.encode()).hexdigest()[:32]}"
+    """The folder of a key's files and batches (a hash: key names may be ``.`` or ``..``)."""
+    return f"owners/{owner_segment(owner)}"
 
 
 def new_id(prefix: str, now: float) -> str:

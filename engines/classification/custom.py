@@ -1,7 +1,9 @@
 """Custom classifiers fitted from labelled examples through the API, saved under ``classifiers/``.
 
 ``classifiers/`` is a folder of the state store (:mod:`engines.state_store`): ``<data_dir>`` on
-the local disk, or the URL of ``UR_STATE_URL`` that several replicas share. Each classifier is:
+the local disk, or the URL of ``UR_STATE_URL`` that several replicas share. A :class:`ClassifierStore`
+is one namespace: the shared ``classifiers/``, or one API key's ``owners/<hash>/classifiers/``
+(:class:`engines.owners.OwnedStores`). Each classifier is:
 
 * ``<name>.json``: what it is (embedding model, labels, example count, time, training accuracy)
   and which head is current: its ``version`` and the head's ``sha256``;
@@ -38,7 +40,8 @@ HEAD_SUFFIX = ".skops"
 log = logging.getLogger(__name__)
 
 INFO_SUFFIX = ".json"
-_INFO_FIELDS = frozenset(f.name for f in fields(ClassifierInfo))
+# What a description file holds: not ``shared``, which is where it was found, not what it says.
+_INFO_FIELDS = frozenset(f.name for f in fields(ClassifierInfo)) - {"shared"}
 
 
 @dataclass(slots=True)
@@ -100,6 +103,11 @@ def _check_info(info: ClassifierInfo) -> None:
     _in_range(info.created_at_unix_ms, INT64_MAX)
     if not isinstance(info.training_accuracy, (int, float)) or isinstance(info.training_accuracy, bool):
         raise TypeError("training_accuracy is a number")
+
+
+def _described(info: ClassifierInfo) -> dict[str, Any]:
+    """The fields of ``info`` a description file holds (:data:`_INFO_FIELDS`)."""
+    return {key: value for key, value in asdict(info).items() if key in _INFO_FIELDS}
 
 
 def _is_description_key(key: str) -> bool:
@@ -264,7 +272,7 @@ class ClassifierStore:
         head_bytes = dump_head(head)
         sha = _sha256(head_bytes)
         # The description's size does not depend on the version's digits enough to matter here.
-        info_size = len(json.dumps({**asdict(info), "version": 1, "sha256": sha}, indent=2).encode())
+        info_size = len(json.dumps({**_described(info), "version": 1, "sha256": sha}, indent=2).encode())
 
         def first_version(current: Blob | None) -> int:
             if current is not None and not overwrite:
@@ -273,7 +281,7 @@ class ClassifierStore:
             return 1 if current is None else self._version(current) + 1
 
         def description(_current: Blob | None, version: int) -> bytes:
-            return json.dumps({**asdict(info), "version": version, "sha256": sha}, indent=2).encode()
+            return json.dumps({**_described(info), "version": version, "sha256": sha}, indent=2).encode()
 
         with self._lock:
             version, previous = publish_version(

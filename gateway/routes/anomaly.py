@@ -21,10 +21,11 @@ router = APIRouter(tags=["anomaly"], route_class=JsonBodyRoute)
 
 @router.post("/v1/anomaly/fit")
 async def fit_detector(body: FitBody, rpc: Rpc) -> dict[str, Any]:
-    """Fit and save a named detector: ``{"detector", "version", "row_count", "threshold"}``.
+    """Fit and save a named detector: ``{"detector", "version", "row_count", "threshold", "shared"}``.
 
     Raises:
-        grpc.aio.AioRpcError: INVALID_ARGUMENT (400) for bad rows, names or settings.
+        grpc.aio.AioRpcError: INVALID_ARGUMENT (400) for bad rows, names or settings;
+            PERMISSION_DENIED (403) for ``shared`` from a key without role admin.
 
     """
     request = await off_loop_for_body(rpc.request, to_fit_request, body)
@@ -46,9 +47,10 @@ async def detect(body: DetectBody, rpc: Rpc) -> dict[str, Any]:
 
 @router.get("/v1/anomaly/detectors")
 async def list_detectors(rpc: Rpc) -> dict[str, Any]:
-    """Saved detectors: ``{"object": "list", "data": [...], "unreadable": [names]}``.
+    """The detectors the key may use: ``{"object": "list", "data": [...], "unreadable": [names]}``.
 
-    ``unreadable`` names saved detectors whose manifest cannot be read (left out of ``data``).
+    Its own and the shared ones (each with ``shared``); ``unreadable`` names saved detectors whose
+    manifest cannot be read (left out of ``data``).
     """
     response = await rpc.unary(rpc.clients.inference.ListAnomalyDetectors, pb.ListAnomalyDetectorsRequest())
     return {
@@ -59,13 +61,17 @@ async def list_detectors(rpc: Rpc) -> dict[str, Any]:
 
 
 @router.delete("/v1/anomaly/detectors/{name}")
-async def delete_detector(name: str, rpc: Rpc) -> dict[str, Any]:
-    """Delete every version of a detector: ``{"detector", "versions_deleted", "deleted": true}``.
+async def delete_detector(name: str, rpc: Rpc, shared: bool = False) -> dict[str, Any]:
+    """Delete every version of the key's own detector (``?shared=true``: the shared one).
+
+    Answers ``{"detector", "versions_deleted", "deleted": true}``.
 
     Raises:
-        grpc.aio.AioRpcError: NOT_FOUND (404) for an unknown detector; INVALID_ARGUMENT for a bad name.
+        grpc.aio.AioRpcError: NOT_FOUND (404) for an unknown detector (or another key's);
+            INVALID_ARGUMENT for a bad name; PERMISSION_DENIED (403) for ``shared`` from a key
+            without role admin.
 
     """
-    request = pb.DeleteAnomalyDetectorRequest(detector=name)
+    request = pb.DeleteAnomalyDetectorRequest(detector=name, shared=shared)
     response = await rpc.unary(rpc.clients.inference.DeleteAnomalyDetector, request)
     return {**to_json(response), "deleted": True}

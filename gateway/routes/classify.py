@@ -1,7 +1,8 @@
 """``POST /v1/classify`` over ``Classify``, and custom classifiers under ``/v1/classifiers``.
 
 ``POST /v1/classifiers`` fits and saves one (``FitClassifier``), ``GET /v1/classifiers`` lists
-them, ``DELETE /v1/classifiers/{name}`` deletes one.
+them, ``DELETE /v1/classifiers/{name}`` deletes one. Each is the calling key's own, or with
+``shared`` (admin keys only) in the namespace every key may use.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ async def fit_classifier(body: FitClassifierRequest, rpc: Rpc) -> dict[str, Any]
     Raises:
         grpc.aio.AioRpcError: FAILED_PRECONDITION (400, ``classifier_exists``) for a saved name
             without ``overwrite``; INVALID_ARGUMENT (400) for a catalog model's name or unusable
-            examples; other failures as mapped by :mod:`gateway.errors`.
+            examples; PERMISSION_DENIED (403) for ``shared`` from a key without role admin; other
+            failures as mapped by :mod:`gateway.errors`.
 
     """
     response = await rpc.unary(rpc.clients.inference.FitClassifier, to_fit_classifier_request(body))
@@ -56,19 +58,22 @@ async def fit_classifier(body: FitClassifierRequest, rpc: Rpc) -> dict[str, Any]
 
 @router.get("/v1/classifiers")
 async def list_classifiers(rpc: Rpc) -> dict[str, Any]:
-    """List saved custom classifiers: ``{"object": "list", "data": [classifier, ...]}``."""
+    """The custom classifiers the key may use, its own and shared: ``{"object": "list", "data": [...]}``."""
     response = await rpc.unary(rpc.clients.inference.ListClassifiers, encoders_pb2.ListClassifiersRequest())
     return {"object": "list", "data": [classifier_json(info) for info in response.classifiers]}
 
 
 @router.delete("/v1/classifiers/{name}")
-async def delete_classifier(name: str, rpc: Rpc) -> dict[str, Any]:
-    """Delete a saved classifier: ``{"object": "classifier", "name", ..., "deleted": true}``.
+async def delete_classifier(name: str, rpc: Rpc, shared: bool = False) -> dict[str, Any]:
+    """Delete the key's own classifier (``?shared=true``: the shared one).
+
+    Answers ``{"object": "classifier", "name", ..., "deleted": true}``.
 
     Raises:
-        grpc.aio.AioRpcError: NOT_FOUND (404) when there is no such classifier.
+        grpc.aio.AioRpcError: NOT_FOUND (404) when there is no such classifier (or it is another
+            key's); PERMISSION_DENIED (403) for ``shared`` from a key without role admin.
 
     """
-    request = encoders_pb2.DeleteClassifierRequest(name=name)
+    request = encoders_pb2.DeleteClassifierRequest(name=name, shared=shared)
     response = await rpc.unary(rpc.clients.inference.DeleteClassifier, request)
     return {**classifier_json(response.classifier), "deleted": True}

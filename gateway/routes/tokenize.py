@@ -1,4 +1,9 @@
-"""``POST /tokenize`` and ``POST /detokenize`` (vLLM's routes) over ``Tokenize`` and ``Detokenize``."""
+"""``POST /tokenize`` and ``POST /detokenize`` (vLLM's routes) over ``Tokenize`` and ``Detokenize``.
+
+A body's translation to protobuf and its answer's to JSON run where its parse ran
+(:func:`gateway.json_body.off_loop_for_body`), as for every other route: thousands of chat
+messages are a second of Python.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from gateway.calls import Rpc
-from gateway.json_body import JsonBodyRoute
+from gateway.json_body import JsonBodyRoute, off_loop_for_body
 from gateway.schemas.tokenize import DetokenizeRequest, TokenizeRequest
 from gateway.translate.tokenize import to_detokenize_request, to_tokenize_request, tokenize_from_proto
 
@@ -26,8 +31,9 @@ async def tokenize(body: TokenizeRequest, rpc: Rpc) -> dict[str, Any]:
 
     """
     rpc = rpc.for_model(body.model)
-    response = await rpc.unary(rpc.clients.inference.Tokenize, to_tokenize_request(body))
-    return tokenize_from_proto(response, body)
+    request = await off_loop_for_body(rpc.request, to_tokenize_request, body)
+    response = await rpc.unary(rpc.clients.inference.Tokenize, request)
+    return await off_loop_for_body(rpc.request, tokenize_from_proto, response, body)
 
 
 @router.post("/detokenize")
@@ -40,5 +46,6 @@ async def detokenize(body: DetokenizeRequest, rpc: Rpc) -> dict[str, Any]:
 
     """
     rpc = rpc.for_model(body.model)
-    response = await rpc.unary(rpc.clients.inference.Detokenize, to_detokenize_request(body))
+    request = await off_loop_for_body(rpc.request, to_detokenize_request, body)
+    response = await rpc.unary(rpc.clients.inference.Detokenize, request)
     return {"prompt": response.text}

@@ -50,8 +50,10 @@ class FitClassifierRequest(EncoderRequestModel, StrictRequestModel):
         name: Name to save it under (``[A-Za-z0-9._-]``); then usable as ``model`` in ``/v1/classify``.
         embedding_model: Catalog name of the embedding model.
         examples: Labelled examples, at least two labels.
-        overwrite: Replace a classifier of the same name.
+        overwrite: Replace a classifier of the same name (in the same namespace).
         keep_alive: Keep-alive override of the embedding model.
+        shared: Save it in the shared namespace every key may use (an admin key only, else 403);
+            by default it is the calling key's own.
 
     """
 
@@ -59,3 +61,4 @@ class FitClassifierRequest(EncoderRequestModel, StrictRequestModel):
     embedding_model: str
     examples: list[ClassifierExample]
     overwrite: bool = False
+    shared: bool = False

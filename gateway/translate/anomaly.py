@@ -14,8 +14,10 @@ from typing import Any
 from google.protobuf.message import Message
 from universal_runtime.v1 import anomaly_pb2 as pb
 
-from gateway.schemas.anomaly import DetectBody, FitBody, FitSettings
+from gateway.schemas.anomaly import STEP_CELLS, DetectBody, FitBody, FitSettings
 from gateway.translate.common import proto_json
+
+RowsRequest = pb.FitAnomalyDetectorRequest | pb.DetectAnomalyRequest
 
 
 def _enum(enum_type: Any, prefix: str, name: str | None) -> int:
@@ -38,20 +40,8 @@ def _fit_fields(body: FitSettings) -> dict[str, Any]:
     }
 
 
-def _rows(rows: list[list[float | str]]) -> list[pb.FeatureRow]:
-    return [
-        pb.FeatureRow(
-            values=[
-                pb.FeatureValue(string_value=v) if isinstance(v, str) else pb.FeatureValue(number_value=v)
-                for v in row
-            ]
-        )
-        for row in rows
-    ]
-
-
-def _numeric_rows(body: FitSettings, rows: list[list[float | str]]) -> pb.NumericRows | None:
-    """``rows`` packed row-major when every cell is a finite number and every row has one width.
+def _numeric_rows(body: FitSettings, rows: list[list[float | str]]) -> tuple[int, list[float]] | None:
+    """``(width, values)``: ``rows`` row-major when every cell is a finite number and every row has one width.
 
     ``None`` (send cells) otherwise, or when the schema declares categorical columns: the server's
     own checks then word any error about the cells.
@@ -59,28 +49,47 @@ def _numeric_rows(body: FitSettings, rows: list[list[float | str]]) -> pb.Numeri
     if not rows or not rows[0] or any(field.type == "categorical" for field in body.schema_):
         return None
     width = len(rows[0])
-    values: list[float | str] = []
-    for row in rows:
+    values: list[float] = []
+    for row in rows:  # row by row: each C-level step is one row (MAX_COLUMNS cells at most)
         if len(row) != width:
             return None
-        values.extend(row)
-    try:
-        finite = all(map(math.isfinite, values))
-    except TypeError:  # a string cell
-        return None
-    return pb.NumericRows(column_count=width, values=values) if finite else None
+        try:
+            if not all(map(math.isfinite, row)):
+                return None
+        except TypeError:  # a string cell
+            return None
+        values.extend(row)  # type: ignore[arg-type]  # every cell is a number here
+    return width, values
 
 
-def _rows_fields(body: FitSettings, rows: list[list[float | str]]) -> dict[str, Any]:
+def _add_rows(request: RowsRequest, body: FitSettings, rows: list[list[float | str]]) -> None:
+    """Put ``rows`` in ``request``: packed (``numeric_rows``) when they allow it, else a message per row.
+
+    Added a row (or :data:`STEP_CELLS` packed values) at a time: the translation runs in a worker
+    thread beside the event loop, and one protobuf call copying millions of values would hold the
+    GIL, and so the loop, for all of them.
+    """
     packed = _numeric_rows(body, rows)
-    return {"rows": _rows(rows)} if packed is None else {"numeric_rows": packed}
+    if packed is not None:
+        width, values = packed
+        request.numeric_rows.column_count = width
+        for start in range(0, len(values), STEP_CELLS):
+            request.numeric_rows.values.extend(values[start : start + STEP_CELLS])
+        return
+    for row in rows:
+        request.rows.add(
+            values=[
+                pb.FeatureValue(string_value=v) if isinstance(v, str) else pb.FeatureValue(number_value=v)
+                for v in row
+            ]
+        )
 
 
 def to_fit_request(body: FitBody) -> pb.FitAnomalyDetectorRequest:
     """``FitBody`` → ``FitAnomalyDetectorRequest``."""
-    return pb.FitAnomalyDetectorRequest(
-        detector=body.detector, **_rows_fields(body, body.rows), **_fit_fields(body)
-    )
+    request = pb.FitAnomalyDetectorRequest(detector=body.detector, shared=body.shared, **_fit_fields(body))
+    _add_rows(request, body, body.rows)
+    return request
 
 
 def to_detect_request(body: DetectBody) -> pb.DetectAnomalyRequest:
@@ -89,12 +98,9 @@ def to_detect_request(body: DetectBody) -> pb.DetectAnomalyRequest:
     Without ``explain`` the scores are asked for packed (read them with :func:`detect_json`).
     """
     request = pb.DetectAnomalyRequest(
-        detector=body.detector,
-        explain=body.explain,
-        columnar_output=not body.explain,
-        **_rows_fields(body, body.rows),
-        **_fit_fields(body),
+        detector=body.detector, explain=body.explain, columnar_output=not body.explain, **_fit_fields(body)
     )
+    _add_rows(request, body, body.rows)
     if body.threshold is not None:
         request.threshold = body.threshold
     return request

@@ -69,11 +69,12 @@ def to_fit_classifier_request(request: FitClassifierRequest) -> encoders_pb2.Fit
         examples=[encoders_pb2.ClassifierExample(text=x.text, label=x.label) for x in request.examples],
         overwrite=request.overwrite,
         keep_alive=request.keep_alive_value,
+        shared=request.shared,
     )
 
 
 def classifier_json(info: encoders_pb2.ClassifierInfo) -> dict[str, Any]:
-    """A saved classifier as JSON: ``{"object": "classifier", "name", "embedding_model", "labels", ...}``."""
+    """A saved classifier as JSON: ``{"object": "classifier", "name", "embedding_model", ..., "shared"}``."""
     return {
         "object": "classifier",
         "name": info.name,
@@ -82,4 +83,5 @@ def classifier_json(info: encoders_pb2.ClassifierInfo) -> dict[str, Any]:
         "example_count": info.example_count,
         "created_at_unix_ms": info.created_at_unix_ms,
         "training_accuracy": info.training_accuracy,
+        "shared": info.shared,
     }

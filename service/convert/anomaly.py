@@ -246,9 +246,13 @@ def detect_options(request: pb.DetectAnomalyRequest) -> tuple[float | None, bool
 
 
 def fit_response(fitted: FittedDetector) -> pb.FitAnomalyDetectorResponse:
-    """The saved fit's name, version, row count and raw-score threshold."""
+    """The saved fit's name, version, row count, raw-score threshold and namespace."""
     return pb.FitAnomalyDetectorResponse(
-        detector=fitted.name, version=fitted.version, row_count=fitted.row_count, threshold=fitted.threshold
+        detector=fitted.name,
+        version=fitted.version,
+        row_count=fitted.row_count,
+        threshold=fitted.threshold,
+        shared=fitted.shared,
     )
 
 
@@ -352,6 +356,7 @@ def detector_info_to_pb(info: DetectorInfo) -> pb.AnomalyDetectorInfo:
         contamination=info.contamination,
         normalization=NORMALIZATIONS_PB[info.normalization],
         created_at_ms=info.created_at_ms,
+        shared=info.shared,
     )
 
 

@@ -186,6 +186,7 @@ def fit_request(request: encoders_pb2.FitClassifierRequest, *, max_examples: int
         labels=labels,
         overwrite=request.overwrite,
         keep_alive=request.keep_alive or None,
+        shared=request.shared,
     )
 
 

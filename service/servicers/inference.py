@@ -23,6 +23,7 @@ from service.convert import anomaly, documents, encoders, generation, ocr, token
 from service.convert.embedding import embed_response, embedding_request
 from service.request_context import note_model, request_id_var
 from service.settings import Settings
+from service.shared.client_address import client_address
 from service.tasks.anomaly import AnomalyStream, AnomalyTask
 from service.tasks.callers import note_caller
 from service.tasks.classifiers import ClassifierTask
@@ -55,6 +56,31 @@ async def _call_inline(fn: Callable[..., Result], *args, **kwargs) -> Result:
     return fn(*args, **kwargs)
 
 
+async def convert_request(request: Message, convert: Callable[..., Result], *args, **kwargs) -> Result:
+    """``convert(request, *args, **kwargs)``: inline for a small request, in a worker thread for a large one.
+
+    The one placement of the conversions that are linear in their request (chat messages, tools
+    and the meta-validation of their JSON Schemas), shared by Generate, GenerateStream, Tokenize
+    and Detokenize: a large one never holds the loop every caller shares (Tokenize converted
+    inline once held it 1.5 s for ``/v1/messages/count_tokens`` with 128 tools of 16 KB, a body
+    Generate took off the loop). Large means over :data:`INLINE_REQUEST_BYTES` serialized.
+
+    Raises:
+        Whatever ``convert`` raises (the converters' InvalidArgumentError).
+
+    """
+    run = asyncio.to_thread if request.ByteSize() > INLINE_REQUEST_BYTES else _call_inline
+    return await run(convert, request, *args, **kwargs)
+
+
+def _note_caller(context: Context) -> None:
+    """Name the call's caller for the process lanes' fair turns (:func:`note_caller`).
+
+    From its peer and the client address a gateway passed in metadata.
+    """
+    note_caller(context.peer(), client_address(context.invocation_metadata() or ()))
+
+
 @dataclass(eq=False)
 class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     """Implements ``universal_runtime.v1.InferenceService`` over the tasks.
@@ -82,12 +108,9 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     async def _generation_request(
         self, request: generation_pb2.GenerateRequest | generation_pb2.GenerateStreamRequest
     ):
-        # Conversion is linear in the request (messages, tools, the schema's meta-validation): a
-        # large one is converted in a worker thread so it never holds the loop every caller shares.
-        convert = asyncio.to_thread if request.ByteSize() > INLINE_REQUEST_BYTES else _call_inline
-        job = await convert(
-            generation.generation_request,
+        job = await convert_request(
             request,
+            generation.generation_request,
             request_id_var.get(),
             max_tokens_limit=self.settings.max_tokens_limit,
             max_choices=self.settings.max_choices,
@@ -161,9 +184,12 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: tokenization_pb2.TokenizeRequest, context: Context
     ) -> tokenization_pb2.TokenizeResponse:
         """Token ids of a prompt, or of chat messages rendered with the model's chat template."""
+        job = await convert_request(
+            request, tokenization.tokenize_request, max_tokens_limit=self.settings.max_tokens_limit
+        )
         return await self._model_call(
             request,
-            tokenization.tokenize_request(request, max_tokens_limit=self.settings.max_tokens_limit),
+            job,
             self.tokenization.tokenize,
             tokenization.tokenize_response,
         )
@@ -174,7 +200,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         """The text of token ids."""
         return await self._model_call(
             request,
-            tokenization.detokenize_request(request),
+            await convert_request(request, tokenization.detokenize_request),
             self.tokenization.detokenize,
             tokenization.detokenize_response,
         )
@@ -200,14 +226,14 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     async def ListClassifiers(
         self, request: encoders_pb2.ListClassifiersRequest, context: Context
     ) -> encoders_pb2.ListClassifiersResponse:
-        """List saved custom classifiers, sorted by name."""
+        """List the custom classifiers the caller may use (its own and the shared ones), sorted by name."""
         return encoders.classifiers_response(await self.classifiers.list())
 
     async def DeleteClassifier(
         self, request: encoders_pb2.DeleteClassifierRequest, context: Context
     ) -> encoders_pb2.DeleteClassifierResponse:
-        """Delete a saved custom classifier (NOT_FOUND when there is none)."""
-        info = await self.classifiers.delete(request.name)
+        """Delete the caller's own (or with ``shared`` the shared) custom classifier; NOT_FOUND when none."""
+        info = await self.classifiers.delete(request.name, shared=request.shared)
         return encoders_pb2.DeleteClassifierResponse(classifier=encoders.classifier_message(info))
 
     # -- OCR --------------------------------------------------------------------------------
@@ -216,7 +242,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[ocr_pb2.OcrRequest], context: Context
     ) -> AsyncIterator[ocr_pb2.OcrResponse]:
         """Read text from an image or PDF; one response per page, in page order, as each is done."""
-        note_caller(context.peer())
+        _note_caller(context)
         job, data = await ocr.read_upload(request_iterator, self.settings)
         note_model(job.model)
         async for page in self.ocr.read(job, data):
@@ -233,7 +259,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         respond: Callable[[str, Result], Message],
     ) -> Message:
         """The shape of the unary document RPCs: read the upload into a job, call, convert back."""
-        note_caller(context.peer())
+        _note_caller(context)
         job, data = await ocr.read_upload(request_iterator, self.settings, convert)
         note_model(job.model)
         return respond(job.model, await call(job, data))
@@ -242,7 +268,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[documents_pb2.AnalyzeDocumentRequest], context: Context
     ) -> AsyncIterator[documents_pb2.AnalyzeDocumentResponse]:
         """Structure each page (blocks in reading order, tables, Markdown); one response per page."""
-        note_caller(context.peer())
+        _note_caller(context)
         (job, return_lines), data = await ocr.read_upload(
             request_iterator, self.settings, documents.analyze_job
         )
@@ -288,10 +314,10 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: anomaly_pb2.FitAnomalyDetectorRequest, context: Context
     ) -> anomaly_pb2.FitAnomalyDetectorResponse:
         """Fit a detector on the rows and save it as the next version of its name."""
-        note_caller(context.peer())
+        _note_caller(context)
         config = anomaly.fit_config_from_pb(request, max_features=self.settings.anomaly_max_features)
         fitted = await self.anomaly.fit(
-            request.detector, config, anomaly.rows_decoder(request, self.settings)
+            request.detector, config, anomaly.rows_decoder(request, self.settings), shared=request.shared
         )
         return anomaly.fit_response(fitted)
 
@@ -299,7 +325,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: anomaly_pb2.DetectAnomalyRequest, context: Context
     ) -> anomaly_pb2.DetectAnomalyResponse:
         """Score rows against a saved detector, or fit-and-score them when no detector is named."""
-        note_caller(context.peer())
+        _note_caller(context)
         threshold, explain = anomaly.detect_options(request)
         decode = anomaly.rows_decoder(request, self.settings)
         if request.detector:
@@ -331,12 +357,12 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     async def ListAnomalyDetectors(
         self, request: anomaly_pb2.ListAnomalyDetectorsRequest, context: Context
     ) -> anomaly_pb2.ListAnomalyDetectorsResponse:
-        """Saved detectors, sorted by name."""
+        """The detectors the caller may use (its own and the shared ones), sorted by name."""
         return anomaly.detectors_response(await self.anomaly.list())
 
     async def DeleteAnomalyDetector(
         self, request: anomaly_pb2.DeleteAnomalyDetectorRequest, context: Context
     ) -> anomaly_pb2.DeleteAnomalyDetectorResponse:
-        """Delete every saved version of a detector."""
-        count = await self.anomaly.delete(request.detector)
+        """Delete every saved version of the caller's own (or with ``shared`` the shared) detector."""
+        count = await self.anomaly.delete(request.detector, shared=request.shared)
         return anomaly_pb2.DeleteAnomalyDetectorResponse(detector=request.detector, versions_deleted=count)

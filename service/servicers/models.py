@@ -1,4 +1,10 @@
-"""ModelService: list, inspect, load, unload and watch models."""
+"""ModelService: list, inspect, load, unload and watch models.
+
+Listing and watching are every key's; loading and unloading (LoadModel, UnloadModel, WatchModel
+with ``load``) need role admin when the server has keys
+(:func:`service.tasks.callers.require_admin`: PERMISSION_DENIED, reason ADMIN_ROLE_REQUIRED),
+checked before the request's fields, so a user key learns nothing from them.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from service.keep_alive import parse_keep_alive
 from service.model_manager import WATCH_MAX_S, ManagedModel, ModelManager, ModelState
 from service.request_context import note_model
 from service.status import rich_status, set_status
+from service.tasks.callers import require_admin
 
 
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
@@ -47,7 +54,13 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         return pb.GetModelResponse(model=model_message(self._manager, managed))
 
     async def LoadModel(self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext):
-        """Load (idempotent) and optionally set keep-alive, pinning and option overrides for this load."""
+        """Load (idempotent) and optionally set keep-alive, pinning and option overrides for this load.
+
+        Raises:
+            PermissionDeniedError: a key without role admin (ADMIN_ROLE_REQUIRED).
+
+        """
+        require_admin("LoadModel")
         require(bool(request.name), "name", "must be set")
         note_model(request.name)
         pinned = request.pinned if request.HasField("pinned") else None
@@ -56,7 +69,13 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         return pb.LoadModelResponse(model=model_message(self._manager, managed))
 
     async def UnloadModel(self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext):
-        """Unload once in-flight requests finish."""
+        """Unload once in-flight requests finish.
+
+        Raises:
+            PermissionDeniedError: a key without role admin (ADMIN_ROLE_REQUIRED).
+
+        """
+        require_admin("UnloadModel")
         require(bool(request.name), "name", "must be set")
         note_model(request.name)
         managed = await self._manager.unload(request.name, force=request.force)
@@ -78,12 +97,15 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         WATCH_TOO_LONG, when the model has not settled by then.
 
         Raises:
+            PermissionDeniedError: ``load`` from a key without role admin (ADMIN_ROLE_REQUIRED).
             InvalidArgumentError: no name, a malformed name, or bad LoadModel fields (options
                 over their limits, an invalid keep_alive or option).
             ModelNotFoundError: the name is not in the catalog.
             Otherwise what LoadModel raises, for a load this call started.
 
         """
+        if request.load:
+            require_admin("WatchModel with load")
         require(bool(request.name), "name", "must be set")
         note_model(request.name)
         managed = self._manager.get(request.name)

@@ -19,13 +19,23 @@ a mapping of the key and its policy; both forms may be mixed in one file::
       tokens_per_minute: 20000   # prompt + generated tokens, charged after each call
       inputs_per_minute: 600     # encoder inputs (texts to embed, classify, tag; documents to rerank)
       max_concurrent_streams: 4  # streaming RPCs in flight at once
+    operator:
+      key: "9d8c7b6a5f4e3d2c1b0a99887766554f"
+      role: admin                # user (default) or admin: see below
 
 Every policy field is optional; a limit left out is no limit (:class:`KeyPolicy`). A field the
 format does not know is refused, as is a bad value, with an error naming the key's NAME and the
 field. A name is 1-64 characters of ``[A-Za-z0-9._-]`` (it is logged with every RPC and can label
 metrics); a key is 1-4096 printable ASCII characters without spaces (it travels in an HTTP header
-and gRPC metadata). Names and keys must be unique. The single key (``UR_API_KEY``) is named
-``default`` and has the default policy. Only names appear in logs and errors, never a key.
+and gRPC metadata). Names and keys must be unique. Only names appear in logs and errors, never a key.
+
+A key's ``role`` is ``user`` (the default) or ``admin``. Only an admin key may manage models
+(``LoadModel``, ``UnloadModel``, ``WatchModel`` with ``load``, and so a load's option overrides)
+and fit, overwrite or delete the *shared* custom classifiers and anomaly detectors that every key
+may use; a user key gets PERMISSION_DENIED (reason ``ADMIN_ROLE_REQUIRED``) for those, and keeps
+its own classifiers, detectors, stored responses, batch files and batches, which no other key sees.
+The single key (``UR_API_KEY``) is named ``default`` and is the operator's: role ``admin``,
+otherwise the default policy. A server without keys has no roles: every call may do everything.
 """
 
 from __future__ import annotations
@@ -57,6 +67,12 @@ class ApiKeyError(ValueError):
 PRIORITIES = ("interactive", "batch")
 """A key's classes, most urgent first: every queue admits all ``interactive`` work before ``batch``."""
 
+ROLE_USER = "user"
+"""The default role: inference, and the key's own stored objects."""
+ROLE_ADMIN = "admin"
+"""The operator's role: also model management and the shared classifiers and detectors."""
+ROLES = (ROLE_USER, ROLE_ADMIN)
+
 
 @dataclass(frozen=True, slots=True)
 class KeyPolicy:
@@ -73,6 +89,7 @@ class KeyPolicy:
         tokens_per_minute: Prompt + generated tokens a minute (> 0).
         inputs_per_minute: Encoder inputs a minute (> 0).
         max_concurrent_streams: Streaming RPCs in flight at once (> 0).
+        role: ``"user"`` or ``"admin"`` (:data:`ROLES`; see the module docstring).
 
     """
 
@@ -83,6 +100,7 @@ class KeyPolicy:
     tokens_per_minute: int | None = None
     inputs_per_minute: int | None = None
     max_concurrent_streams: int | None = None
+    role: str = ROLE_USER
 
     @property
     def bucket_size(self) -> int | None:
@@ -109,7 +127,10 @@ class KeyPolicy:
 
 
 DEFAULT_POLICY = KeyPolicy()
-"""The policy of a key given as a plain string, and of the single key: interactive, weight 1, no quotas."""
+"""The policy of a key given as a plain string: interactive, weight 1, no quotas, role user."""
+
+SINGLE_KEY_POLICY = KeyPolicy(role=ROLE_ADMIN)
+"""The policy of the single key (``UR_API_KEY``): the operator's, so role admin; otherwise the default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +219,7 @@ def load_api_keys(api_key: str | None = None, keys_file: Path | str | None = Non
     policies: list[tuple[str, KeyPolicy]] = []
     if api_key:
         pairs.append((DEFAULT_KEY_NAME, api_key, "the API key setting"))
+        policies.append((DEFAULT_KEY_NAME, SINGLE_KEY_POLICY))
     if keys_file is not None:
         source = f"keys file {keys_file}"
         for name, key, policy in _read_keys_file(Path(keys_file)):
@@ -241,10 +263,10 @@ def _read_keys_file(path: Path) -> Iterable[tuple[str, str, KeyPolicy]]:
         yield name, key, policy
 
 
-# The policy fields: whole numbers >= 1, numbers > 0, and priority.
+# The policy fields: whole numbers >= 1, numbers > 0, priority and role.
 _INT_FIELDS = ("burst", "tokens_per_minute", "inputs_per_minute", "max_concurrent_streams")
 _POSITIVE_NUMBER_FIELDS = ("weight", "requests_per_second")
-_POLICY_FIELDS = ("priority", *_POSITIVE_NUMBER_FIELDS, *_INT_FIELDS)
+_POLICY_FIELDS = ("priority", *_POSITIVE_NUMBER_FIELDS, *_INT_FIELDS, "role")
 # A field name echoed in an error: a short identifier. Anything else (a key pasted one line too
 # deep, say) is not echoed.
 _ECHOABLE_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
@@ -283,10 +305,11 @@ def _entry(where: str, value: dict[Any, Any]) -> tuple[str, KeyPolicy]:
 def _field_value(where: str, name: str, raw: Any) -> Any:
     """``raw`` checked as the value of policy field ``name``; the error echoes numbers only."""
     shown = f", got {raw!r}" if isinstance(raw, int | float) and not isinstance(raw, bool) else ""
-    if name == "priority":
-        if raw not in PRIORITIES:
-            raise ApiKeyError(f"{where}: field 'priority' must be one of {', '.join(PRIORITIES)}")
-        return raw
+    for choice, allowed in (("priority", PRIORITIES), ("role", ROLES)):
+        if name == choice:
+            if raw not in allowed:
+                raise ApiKeyError(f"{where}: field {choice!r} must be one of {', '.join(allowed)}")
+            return raw
     # YAML reads `true` as a bool, which Python counts as an int: refused as a number.
     is_number = isinstance(raw, int | float) and not isinstance(raw, bool)
     if name in _POSITIVE_NUMBER_FIELDS:

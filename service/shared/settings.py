@@ -51,8 +51,8 @@ class SharedSettings(BaseSettings):
     api_keys_file: Path | None = Field(
         None,
         description="YAML/JSON mapping of key name to key, or to key and policy (priority, weight, "
-        "quotas: README 'API keys'); calls need one of them (with api_key, named 'default'). Each "
-        "call's log line names its key.",
+        "quotas, role: README 'API keys'); calls need one of them (with api_key, named 'default', "
+        "role admin). Each call's log line names its key.",
     )
     auth_public_health: bool = Field(
         True,

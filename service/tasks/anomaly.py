@@ -9,21 +9,27 @@ task's process lane (:class:`~engines.process_lane.ProcessLane`, at nice +10): s
 the GIL for long stretches of a 200,000-row fit, which in a thread stalled every other call
 (the probe's p99 went 7x in ``bench/isolation.py``), and a process can be killed when the call
 is cancelled or its deadline passes.
+
+Saved detectors belong to the calling API key (:func:`service.tasks.callers.call_owner`), or to
+the shared namespace every key may use and only admin keys write (:mod:`engines.owners`; a server
+without keys keeps everything there). A key finds its own detector of a name first, then a shared
+one; another key's is NOT_FOUND.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import TypeVar
 
 import numpy as np
 
-from engines.anomaly.detector import fit_and_score
-from engines.anomaly.store import DetectorStore, fit_for_store, validate_detector_name
+from engines.anomaly.detector import Detector, fit_and_score
+from engines.anomaly.store import DetectorNotFoundError, DetectorStore, fit_for_store, validate_detector_name
 from engines.anomaly.stream import StreamDetector, check_stream_config
 from engines.anomaly.types import (
     Cell,
+    DetectorInfo,
     DetectorListing,
     FeatureField,
     FitConfig,
@@ -33,7 +39,9 @@ from engines.anomaly.types import (
 )
 from engines.errors import ResourceExhaustedError
 from engines.executor import DeviceExecutor
+from engines.owners import OwnedStores
 from engines.process_lane import ProcessLane
+from service.tasks.callers import call_owner, require_admin
 
 T = TypeVar("T")
 Rows = list[list[Cell]] | np.ndarray
@@ -44,12 +52,16 @@ RowDecoder = Callable[[Sequence[FeatureField] | None], Rows]
 
 @dataclass(frozen=True, slots=True)
 class FittedDetector:
-    """A saved fit: the detector's name, its new version, the rows it saw, its raw-score threshold."""
+    """A saved fit: the detector's name, its new version, the rows it saw, its raw-score threshold.
+
+    ``shared``: whether it was saved in the shared namespace.
+    """
 
     name: str
     version: int
     row_count: int
     threshold: float
+    shared: bool = False
 
 
 class AnomalyStream:
@@ -93,7 +105,7 @@ class AnomalyTask:
     """Named detectors and one-shot detection.
 
     Attributes:
-        store: saved detectors (versioned).
+        stores: saved detectors (versioned), shared and per key.
         cpu: the thread lane rows are decoded and scored on, and detectors saved and loaded.
         fits: the process lane fits run in.
         max_window: the largest rolling window a stream may ask for (rows).
@@ -102,7 +114,7 @@ class AnomalyTask:
 
     """
 
-    store: DetectorStore
+    stores: OwnedStores[DetectorStore]
     cpu: DeviceExecutor
     fits: ProcessLane
     _: KW_ONLY
@@ -129,27 +141,45 @@ class AnomalyTask:
                 fit_timeout_s=self.fit_timeout_s,
             ) from None
 
-    async def fit(self, name: str, config: FitConfig, decode: RowDecoder) -> FittedDetector:
-        """Fit on the decoded rows and save as the next version of ``name``.
+    def _namespace(self, shared: bool, action: str) -> tuple[DetectorStore, bool]:
+        """The store a write of the current call goes to, and whether it is the shared one.
 
         Raises:
+            PermissionDeniedError: ``shared`` asked by a key without role admin (``action`` names it).
+
+        """
+        if shared:
+            require_admin(action)
+        return self.stores.target(call_owner(), shared)
+
+    async def fit(
+        self, name: str, config: FitConfig, decode: RowDecoder, *, shared: bool = False
+    ) -> FittedDetector:
+        """Fit on the decoded rows and save as the next version of ``name``.
+
+        Saved as the calling key's own, or with ``shared`` in the shared namespace (refitting a
+        detector of that name there).
+
+        Raises:
+            PermissionDeniedError: ``shared`` from a key without role admin (ADMIN_ROLE_REQUIRED).
             InvalidArgumentError: invalid name, too few or malformed rows.
             ResourceExhaustedError: the detector store is full (reason STORAGE_QUOTA_EXCEEDED), or
                 the fit ran past its time limit (FIT_TOO_SLOW).
 
         """
+        store, in_shared = self._namespace(shared, "fitting a shared anomaly detector")
         name = validate_detector_name(name)
 
         def read() -> Rows:
             # A full store is refused before the fit's work, not after (the size check repeats at save).
-            self.store.check_quota(name)
+            store.check_quota(name)
             return decode(config.schema)
 
         rows = await self.cpu.run(read)
         # Serialized in the child too: skops takes seconds of Python for a large forest.
         detector, data = await self._in_fit_lane(fit_for_store, rows, config)
-        version = await self.cpu.run(self.store.save, name, detector, data)
-        return FittedDetector(name, version, detector.row_count, detector.threshold)
+        version = await self.cpu.run(store.save, name, detector, data)
+        return FittedDetector(name, version, detector.row_count, detector.threshold, in_shared)
 
     async def detect_once(
         self, config: FitConfig, decode: RowDecoder, *, threshold: float | None, explain: bool
@@ -167,18 +197,30 @@ class AnomalyTask:
     async def detect(
         self, name: str, decode: RowDecoder, *, threshold: float | None, explain: bool
     ) -> ScoreResult:
-        """Score the rows with the latest version of the saved detector ``name`` (one executor job).
+        """Score the rows with the latest version of the detector ``name`` (one executor job).
+
+        The caller's own detector of that name, else the shared one.
 
         Raises:
             InvalidArgumentError: invalid name, rows that do not fit its schema.
-            DetectorNotFoundError: no such detector.
+            DetectorNotFoundError: neither the caller nor the shared namespace has one (also
+                when another key has).
             FailedPreconditionError: its file is missing, corrupt or untrusted.
 
         """
         name = validate_detector_name(name)
+        visible = self.stores.visible(call_owner())
+
+        def load() -> Detector:
+            for store, _ in visible[:-1]:
+                try:
+                    return store.load(name)[1]  # cached after the first load
+                except DetectorNotFoundError:
+                    continue  # not the key's own: the shared one of that name, if any
+            return visible[-1][0].load(name)[1]
 
         def load_and_score() -> ScoreResult:
-            _, detector = self.store.load(name)  # cached after the first load
+            detector = load()
             return detector.score(decode(detector.schema), threshold=threshold, explain=explain)
 
         return await self.cpu.run(load_and_score)
@@ -194,15 +236,33 @@ class AnomalyTask:
         return AnomalyStream(config, self.cpu)
 
     async def list(self) -> DetectorListing:
-        """Saved detectors (latest versions) and the names of unreadable ones, sorted by name."""
-        return await self.cpu.run(self.store.listing)
+        """The detectors the caller may use (latest versions) and the names of unreadable ones.
 
-    async def delete(self, name: str) -> int:
-        """Delete every saved version of ``name``; returns how many were deleted.
+        Its own and the shared ones, sorted by name (a name in both: its own first).
+        """
+        visible = self.stores.visible(call_owner())
+
+        def listing() -> DetectorListing:
+            infos: list[DetectorInfo] = []
+            unreadable: set[str] = set()
+            for store, shared in visible:
+                found = store.listing()
+                infos += [replace(info, shared=shared) for info in found.detectors]
+                unreadable.update(found.unreadable)
+            return DetectorListing(sorted(infos, key=lambda i: (i.name, i.shared)), sorted(unreadable))
+
+        return await self.cpu.run(listing)
+
+    async def delete(self, name: str, *, shared: bool = False) -> int:
+        """Delete every saved version of the caller's own ``name`` (with ``shared``, the shared one).
+
+        Returns how many versions were deleted.
 
         Raises:
+            PermissionDeniedError: ``shared`` from a key without role admin (ADMIN_ROLE_REQUIRED).
             InvalidArgumentError: invalid name.
-            DetectorNotFoundError: no such detector.
+            DetectorNotFoundError: the namespace has no such detector (also for another key's).
 
         """
-        return await self.cpu.run(self.store.delete, validate_detector_name(name))
+        store, _ = self._namespace(shared, "deleting a shared anomaly detector")
+        return await self.cpu.run(store.delete, validate_detector_name(name))

@@ -1,10 +1,15 @@
-"""Classify (catalog, custom or zero-shot) and custom classifiers: fit, list, delete, and their store."""
+"""Classify (catalog, custom or zero-shot) and custom classifiers: fit, list, delete, and their store.
+
+Custom classifiers belong to the calling API key (:func:`service.tasks.callers.call_owner`), or
+to the shared namespace every key may use and only admin keys write (:mod:`engines.owners`; a
+server without keys keeps everything there).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engines.capabilities import Classifier, Embedder
 from engines.classification.custom import ClassifierStore, CustomClassifier, now_unix_ms
@@ -17,13 +22,18 @@ from engines.encoder_types import (
 )
 from engines.errors import FailedPreconditionError, InvalidArgumentError, ModelNotFoundError
 from engines.executor import DeviceExecutor
+from engines.owners import OwnedStores
 from engines.types import EmbeddingRequest
 from service.model_manager import ModelManager
+from service.tasks.callers import call_owner, require_admin
 
 
 @dataclass(slots=True)
 class ClassifierFit:
-    """A validated FitClassifier call: ``texts[i]`` is labelled ``labels[i]`` (two labels or more)."""
+    """A validated FitClassifier call: ``texts[i]`` is labelled ``labels[i]`` (two labels or more).
+
+    ``shared``: save it in the shared namespace (an admin key's call only) instead of the key's own.
+    """
 
     name: str
     embedding_model: str
@@ -31,25 +41,43 @@ class ClassifierFit:
     labels: list[str]
     overwrite: bool = False
     keep_alive: str | None = None
+    shared: bool = False
+
+
+def _namespace(
+    stores: OwnedStores[ClassifierStore], shared: bool, action: str
+) -> tuple[ClassifierStore, bool]:
+    """The store a write of the current call goes to, and whether it is the shared one.
+
+    Raises:
+        PermissionDeniedError: ``shared`` asked by a key without role admin (``action`` names it).
+
+    """
+    if shared:
+        require_admin(action)
+    return stores.target(call_owner(), shared)
 
 
 class ClassifierTask:
     """Classification by catalog models and by custom heads fitted through the API.
 
     A custom classifier is a logistic-regression head over a catalog embedding model's unit
-    vectors, saved in ``store``; its name shares the namespace of catalog models (a catalog name
-    wins and cannot be fitted over).
+    vectors, saved in ``stores``: the calling key's own, or the shared ones; its name shares the
+    namespace of catalog models (a catalog name wins and cannot be fitted over). A key finds its
+    own classifier of a name first, then a shared one; another key's is NOT_FOUND.
 
     Args:
         manager: where classifiers and embedders are acquired.
-        store: saved custom classifiers.
+        stores: saved custom classifiers, shared and per key.
         cpu: executor for fitting and scoring heads (scikit-learn, blocking).
 
     """
 
-    def __init__(self, manager: ModelManager, store: ClassifierStore, cpu: DeviceExecutor) -> None:
+    def __init__(
+        self, manager: ModelManager, stores: OwnedStores[ClassifierStore], cpu: DeviceExecutor
+    ) -> None:
         self._manager = manager
-        self._store = store
+        self._stores = stores
         self._cpu = cpu
         self._fit_lock = asyncio.Lock()  # one fit at a time: check-then-save must not interleave
 
@@ -72,11 +100,11 @@ class ClassifierTask:
             return await head.classify(request)
 
     async def _custom_classifier(self, name: str) -> CustomClassifier | None:
-        """The custom classifier called ``name``; None when ``name`` is a catalog model.
+        """The custom classifier called ``name`` the caller may use; None when ``name`` is a catalog model.
 
         Raises:
             InvalidArgumentError: a malformed name.
-            ModelNotFoundError: neither a catalog model nor a saved classifier.
+            ModelNotFoundError: neither a catalog model nor a classifier of the caller's or shared.
 
         """
         try:
@@ -87,26 +115,38 @@ class ClassifierTask:
                 validate_classifier_name(name)
             except InvalidArgumentError:
                 raise not_found from None
-            custom = await asyncio.to_thread(self._store.get, name)
+            custom = await asyncio.to_thread(self._find, call_owner(), name)
             if custom is None:
                 raise ModelNotFoundError(
                     f"no model or custom classifier named {name!r}", field="model", model=name
                 ) from None
             return custom
 
+    def _find(self, owner: str, name: str) -> CustomClassifier | None:
+        """``owner``'s classifier ``name``, else the shared one, else None (blocking: store reads)."""
+        for store, _ in self._stores.visible(owner):
+            found = store.get(name)
+            if found is not None:
+                return found
+        return None
+
     async def fit(self, fit: ClassifierFit) -> ClassifierInfo:
         """Fit a head on the embeddings of the examples, save it (skops) and return its description.
 
+        Saved as the calling key's own, or with ``fit.shared`` in the shared namespace.
         Bounded by the examples' count (validated by the caller) and the embedder's input length.
 
         Raises:
+            PermissionDeniedError: ``shared`` from a key without role admin (ADMIN_ROLE_REQUIRED).
             InvalidArgumentError: an invalid name, or the name of a catalog model (CLASSIFIER_NAME_TAKEN).
-            FailedPreconditionError: a classifier of that name exists and ``overwrite`` is false.
+            FailedPreconditionError: a classifier of that name exists in the namespace and
+                ``overwrite`` is false.
             ResourceExhaustedError: the classifier store is full (reason STORAGE_QUOTA_EXCEEDED).
             UnavailableError: the state store failed (reason STATE_STORE_UNAVAILABLE).
             Errors of :meth:`ModelManager.acquire` and of the embedder.
 
         """
+        store, shared = _namespace(self._stores, fit.shared, "fitting a shared classifier")
         name = validate_classifier_name(fit.name)
         try:
             self._manager.get(name)
@@ -120,7 +160,7 @@ class ClassifierTask:
                 name=name,
             )
         async with self._fit_lock:
-            if not fit.overwrite and await asyncio.to_thread(self._store.exists, name):
+            if not fit.overwrite and await asyncio.to_thread(store.exists, name):
                 raise FailedPreconditionError(
                     f"a classifier named {name!r} exists; set overwrite to replace it",
                     reason="CLASSIFIER_EXISTS",
@@ -128,7 +168,7 @@ class ClassifierTask:
                     name=name,
                 )
             # A full store is refused before the embedding work, not after (the size check repeats at save).
-            await asyncio.to_thread(self._store.check_quota, name)
+            await asyncio.to_thread(store.check_quota, name)
             async with self._manager.acquire(fit.embedding_model, Embedder, fit.keep_alive) as embedder:
                 embedded = await embedder.embed(EmbeddingRequest(inputs=fit.texts, normalize=True))
             head, accuracy = await self._cpu.run(fit_logistic_head, embedded.vectors, fit.labels)
@@ -139,22 +179,38 @@ class ClassifierTask:
                 example_count=len(fit.texts),
                 created_at_unix_ms=now_unix_ms(),
                 training_accuracy=accuracy,
+                shared=shared,
             )
             # overwrite again at the save: another replica may have saved this name meanwhile.
-            await asyncio.to_thread(functools.partial(self._store.save, info, head, overwrite=fit.overwrite))
+            await asyncio.to_thread(functools.partial(store.save, info, head, overwrite=fit.overwrite))
         return info
 
     async def list(self) -> list[ClassifierInfo]:
-        """Saved custom classifiers, sorted by name."""
-        return await asyncio.to_thread(self._store.list)
+        """The custom classifiers the caller may use, its own and the shared ones, sorted by name.
 
-    async def delete(self, name: str) -> ClassifierInfo:
-        """Delete a saved custom classifier and return its description.
+        A name in both is listed twice, its own first (``shared`` false), as Classify finds it.
+        """
+
+        def listing() -> list[ClassifierInfo]:
+            return [
+                replace(info, shared=shared)
+                for store, shared in self._stores.visible(owner)
+                for info in store.list()
+            ]
+
+        owner = call_owner()
+        return sorted(await asyncio.to_thread(listing), key=lambda info: (info.name, info.shared))
+
+    async def delete(self, name: str, shared: bool = False) -> ClassifierInfo:
+        """Delete the caller's own custom classifier ``name`` (or with ``shared`` the shared one).
 
         Raises:
+            PermissionDeniedError: ``shared`` from a key without role admin (ADMIN_ROLE_REQUIRED).
             InvalidArgumentError: an invalid name.
-            ModelNotFoundError: no such classifier (CLASSIFIER_NOT_FOUND).
+            ModelNotFoundError: the namespace has no such classifier (CLASSIFIER_NOT_FOUND; also
+                for another key's).
 
         """
+        store, in_shared = _namespace(self._stores, shared, "deleting a shared classifier")
         validate_classifier_name(name)
-        return await asyncio.to_thread(self._store.delete, name)
+        return replace(await asyncio.to_thread(store.delete, name), shared=in_shared)

@@ -5,6 +5,10 @@ state store's ``timeout_s``; see :mod:`engines.response_store`), so it runs on a
 own, never on the event loop. Puts and reads get separate lanes: a put lists the store to keep it
 within its bounds (tens of ms on S3 for thousands of responses), which must not hold up a
 ``GET /v1/responses/{id}`` queued behind it.
+
+Every method acts for an owner, the name of the caller's API key (``""`` without keys): a
+response is stored under its owner and read or deleted only by it (another key's id is
+RESPONSE_NOT_FOUND, as an id never stored).
 """
 
 from __future__ import annotations
@@ -30,14 +34,20 @@ class ResponseStoreTask:
     writes: DeviceExecutor
     reads: DeviceExecutor
 
-    async def put(self, response: StoredResponse) -> PutResult:
-        """Store a new response (see :meth:`ResponseStore.put` for its bounds and errors)."""
-        return await self.writes.run(self.store.put, response)
+    async def put(self, owner: str, response: StoredResponse) -> PutResult:
+        """Store a new response of ``owner`` (see :meth:`ResponseStore.put` for its bounds and errors)."""
+        return await self.writes.run(self.store.put, response, owner)
 
-    async def get(self, response_id: str) -> StoredResponse:
-        """The stored response ``response_id`` (:meth:`ResponseStore.get`: NOT_FOUND when absent, expired)."""
-        return await self.reads.run(self.store.get, response_id)
+    async def get(self, owner: str, response_id: str) -> StoredResponse:
+        """``owner``'s stored response ``response_id``.
 
-    async def delete(self, response_id: str) -> None:
-        """Delete the stored response ``response_id`` (:meth:`ResponseStore.delete`: NOT_FOUND if absent)."""
-        await self.reads.run(self.store.delete, response_id)
+        :meth:`ResponseStore.get`: NOT_FOUND when absent, another key's, or expired.
+        """
+        return await self.reads.run(self.store.get, response_id, owner)
+
+    async def delete(self, owner: str, response_id: str) -> None:
+        """Delete ``owner``'s stored response ``response_id``.
+
+        :meth:`ResponseStore.delete`: NOT_FOUND when absent or another key's.
+        """
+        await self.reads.run(self.store.delete, response_id, owner)

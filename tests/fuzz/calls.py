@@ -34,23 +34,35 @@ def _path(method) -> str:
     return f"/{method.containing_service.full_name}/{method.name}"
 
 
-async def invoke(channel: grpc.aio.Channel, method, requests: list) -> tuple[grpc.StatusCode, str]:
-    """Send ``requests`` (one unless client-streaming), drain the reply; return status and details."""
+async def invoke(
+    channel: grpc.aio.Channel,
+    method,
+    requests: list,
+    *,
+    metadata: tuple[tuple[str, str], ...] = (),
+    replies: list[bytes] | None = None,
+) -> tuple[grpc.StatusCode, str]:
+    """Send ``requests`` (one unless client-streaming), drain the reply; return status and details.
+
+    ``metadata`` goes with the call (an API key); the reply's serialized messages are appended to
+    ``replies`` when it is given.
+    """
+    kept = replies if replies is not None else []
     kwargs = {
         "request_serializer": lambda msg: msg.SerializeToString(),
         "response_deserializer": lambda raw: raw,
     }
     path = _path(method)
+    options = {"timeout": DEADLINE_S, "metadata": metadata or None}
     try:
         if method.client_streaming:
-            call = channel.stream_stream(path, **kwargs)(iter(requests), timeout=DEADLINE_S)
-            async for _ in call:
-                pass
+            kept += [
+                reply async for reply in channel.stream_stream(path, **kwargs)(iter(requests), **options)
+            ]
         elif method.server_streaming:
-            async for _ in channel.unary_stream(path, **kwargs)(requests[0], timeout=DEADLINE_S):
-                pass
+            kept += [reply async for reply in channel.unary_stream(path, **kwargs)(requests[0], **options)]
         else:
-            await channel.unary_unary(path, **kwargs)(requests[0], timeout=DEADLINE_S)
+            kept.append(await channel.unary_unary(path, **kwargs)(requests[0], **options))
     except grpc.aio.AioRpcError as err:
         log.debug("%s: %s %s", method.name, err.code().name, err.details())
         return err.code(), err.details() or ""

@@ -11,7 +11,10 @@ answer: no INTERNAL/UNKNOWN over gRPC, no 5xx over HTTP, no exception text in ei
 - invalid UTF-8 and lone surrogates in one string of a valid body, on every JSON route;
 - bytes that do not parse as the request message, on every gRPC method;
 - oversized HTTP headers and gRPC metadata: refused past the limits, and the server lives;
-- bodies with many unknown keys: a 4xx or 2xx, and a bounded server log.
+- bodies with many unknown keys: a 4xx or 2xx, and a bounded server log;
+- large bodies to the token-count and tokenize routes (128 tools of 16 KB to
+  ``/v1/messages/count_tokens`` held the loop 1.5 s, issue 40) and long anomaly ``schema`` and
+  ``rows`` lists to fit and detect (a 13 MB schema to detect: 1.4 s): the stall probe's bound.
 
 Budget: ``UR_FUZZ_EDGE_EXAMPLES`` cases per test (and per route or method where parametrized).
 """
@@ -25,7 +28,7 @@ import grpc
 import httpx
 import jsonschema
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from universal_runtime.v1 import anomaly_pb2 as a
 from universal_runtime.v1 import documents_pb2 as d
@@ -308,24 +311,31 @@ def test_unknown_keys_are_bounded_work(launched, route):
 MAX_LOG_BYTES_PER_CASE = 16 * 1024
 
 
-_SCHEMA_SIZES = st.one_of(st.sampled_from([1, 1024, 1025, 100_000]), st.integers(1, 100_000))
+_SCHEMA_SIZES = st.one_of(st.sampled_from([1, 1024, 1025, 16_385, 100_000, 330_000]), st.integers(1, 100_000))
 
 
-@given(count=_SCHEMA_SIZES, over_grpc=st.booleans())
+@given(count=_SCHEMA_SIZES, over_grpc=st.booleans(), detect=st.booleans())
+@example(count=330_000, over_grpc=False, detect=True)  # issue 40: 13 MB over HTTP held the loop 1.44 s
 @EDGE_SETTINGS
-def test_a_long_anomaly_schema_is_bounded_work(launched, count: int, over_grpc: bool):
-    """The anomaly ``schema`` list (one entry per feature) sized far past the feature limit: its
-    conversion must not hold the event loop (issue 29: a 2 MB one froze every RPC for 3.5 s)."""
+def test_a_long_anomaly_schema_is_bounded_work(launched, count: int, over_grpc: bool, detect: bool):
+    """The anomaly ``schema`` list (one entry per feature) sized far past the feature limit, to fit
+    or one-shot detect: its validation and conversion must not hold the event loop (issue 29: a
+    2 MB one to fit froze every RPC for 3.5 s; issue 40: 13 MB to detect over HTTP, 1.44 s)."""
     fields = [{"name": f"feature_{i}", "type": "categorical" if i % 2 else "numeric"} for i in range(count)]
     rows = [[i % 7, "a"] for i in range(16)]
+    method, route = (
+        ("DetectAnomaly", "/v1/anomaly/detect") if detect else ("FitAnomalyDetector", "/v1/anomaly/fit")
+    )
+    named = {} if detect else {"detector": "fuzz-edge-schema"}
 
     def what() -> str:
-        return f"FitAnomalyDetector ({'gRPC' if over_grpc else 'HTTP'}) with a schema of {count} fields"
+        return f"{method} ({'gRPC' if over_grpc else 'HTTP'}) with a schema of {count} fields"
 
     if over_grpc:
         kinds = {"numeric": a.FEATURE_TYPE_NUMERIC, "categorical": a.FEATURE_TYPE_CATEGORICAL}
-        request = a.FitAnomalyDetectorRequest(
-            detector="fuzz-edge-schema",
+        message = a.DetectAnomalyRequest if detect else a.FitAnomalyDetectorRequest
+        request = message(
+            **named,
             schema=[a.FeatureField(name=f["name"], type=kinds[f["type"]]) for f in fields],
             rows=[
                 a.FeatureRow(values=[a.FeatureValue(number_value=r[0]), a.FeatureValue(string_value=r[1])])
@@ -333,12 +343,12 @@ def test_a_long_anomaly_schema_is_bounded_work(launched, count: int, over_grpc: 
             ],
         ).SerializeToString()
     else:
-        body = json.dumps({"detector": "fuzz-edge-schema", "schema": fields, "rows": rows}).encode()
+        body = json.dumps({**named, "schema": fields, "rows": rows}).encode()
     with launched_case(launched, what):
         if over_grpc:
             code, details = _grpc_call(
                 launched,
-                "/universal_runtime.v1.InferenceService/FitAnomalyDetector",
+                f"/universal_runtime.v1.InferenceService/{method}",
                 [request],
                 client_streaming=False,
                 server_streaming=False,
@@ -346,10 +356,97 @@ def test_a_long_anomaly_schema_is_bounded_work(launched, count: int, over_grpc: 
             )
             assert_grpc_answer(code, details, what)
         else:
-            answer = _post(
-                launched, "/v1/anomaly/fit", content=body, headers={"content-type": "application/json"}
-            )
+            answer = _post(launched, route, content=body, headers={"content-type": "application/json"})
             assert_http_answer(answer.status_code, answer.text, what)
+
+
+_ROW_COUNTS = st.one_of(
+    st.sampled_from([1, 200_001, 1_000_000, 1_000_001, 4_000_000]), st.integers(1, 4_000_000)
+)
+
+
+@given(count=_ROW_COUNTS, width=st.sampled_from([0, 1, 2, 8]), detect=st.booleans())
+@example(count=1_000_000, width=0, detect=True)  # a million empty rows held the loop 3 s
+@EDGE_SETTINGS
+def test_many_anomaly_rows_are_bounded_work(launched, count: int, width: int, detect: bool):
+    """Rows of a few bytes each, up to the body limit, to fit or detect over HTTP: validated and
+    translated in steps, never one call over all of them (issue 40)."""
+    row = b"[" + b",".join([b"0"] * width) + b"]"
+    named = b"" if detect else b'"detector": "fuzz-edge-rows", '
+    body = b"{" + named + b'"rows": [' + b",".join([row] * count) + b"]}"
+    route = "/v1/anomaly/detect" if detect else "/v1/anomaly/fit"
+
+    def what() -> str:
+        return f"POST {route} with {count} rows of {width} cells ({len(body)} bytes)"
+
+    with launched_case(launched, what):
+        answer = _post(launched, route, content=body, headers={"content-type": "application/json"})
+        assert_http_answer(answer.status_code, answer.text, what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token counting and tokenizing: large bodies
+
+
+def _anthropic_tools(count: int, size: int) -> list[dict]:
+    """``count`` tools whose input schemas are about ``size`` bytes (property descriptions)."""
+    properties = {
+        f"p{i:03d}": {"type": "string", "description": "x" * 140} for i in range(max(1, size // 160))
+    }
+    schema = {"type": "object", "properties": properties}
+    return [{"name": f"tool_{t}", "description": "A tool.", "input_schema": schema} for t in range(count)]
+
+
+@given(
+    tools=st.one_of(st.sampled_from([1, 128]), st.integers(1, 128)),
+    size=st.one_of(st.sampled_from([100, 16_384]), st.integers(100, 16_384)),
+    messages=st.one_of(st.sampled_from([1, 1000]), st.integers(1, 1000)),
+)
+@example(tools=128, size=16_384, messages=1)  # issue 40: 2.2 MB held the loop 1.54 s
+@EDGE_SETTINGS
+def test_count_tokens_bodies_are_bounded_work(launched, tools: int, size: int, messages: int):
+    body = {
+        "model": CHAT_MODEL,
+        "messages": [{"role": "user", "content": f"message {i}"} for i in range(messages)],
+        "tools": _anthropic_tools(tools, size),
+    }
+    data = json.dumps(body).encode()
+
+    def what() -> str:
+        return f"POST /v1/messages/count_tokens with {tools} tools of {size} bytes, {messages} messages ({len(data)} bytes)"
+
+    with launched_case(launched, what):
+        answer = _post(
+            launched, "/v1/messages/count_tokens", content=data, headers={"content-type": "application/json"}
+        )
+        assert_http_answer(answer.status_code, answer.text, what)
+
+
+_TOKENIZE_SIZES = st.one_of(st.sampled_from([1, 1000, 100_000, 1_000_000]), st.integers(1, 1_000_000))
+
+
+@given(kind=st.sampled_from(["messages", "prompt", "tokens"]), count=_TOKENIZE_SIZES)
+@example(kind="messages", count=100_000)
+@EDGE_SETTINGS
+def test_tokenize_bodies_are_bounded_work(launched, kind: str, count: int):
+    """``/tokenize`` with many messages or a long prompt, ``/detokenize`` with many ids."""
+    if kind == "messages":
+        route, body = "/tokenize", {"messages": [{"role": "user", "content": f"m {i}"} for i in range(count)]}
+    elif kind == "prompt":
+        route, body = (
+            "/tokenize",
+            {"prompt": "word " * count, "return_token_strs": True, "return_offsets": True},
+        )
+    else:
+        route, body = "/detokenize", {"tokens": [i % 1000 for i in range(count)]}
+    data = json.dumps({"model": CHAT_MODEL, **body}).encode()
+
+    def what() -> str:
+        return f"POST {route} with {count} {kind} ({len(data)} bytes)"
+
+    with launched_case(launched, what):
+        answer = _post(launched, route, content=data, headers={"content-type": "application/json"})
+        assert_http_answer(answer.status_code, answer.text, what)
 
 
 # ---------------------------------------------------------------------------------------------

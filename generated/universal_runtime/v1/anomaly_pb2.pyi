@@ -103,7 +103,7 @@ class NumericRows(_message.Message):
     def __init__(self, column_count: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class FitAnomalyDetectorRequest(_message.Message):
-    __slots__ = ("detector", "backend", "schema", "rows", "contamination", "normalization", "numeric_rows")
+    __slots__ = ("detector", "backend", "schema", "rows", "contamination", "normalization", "numeric_rows", "shared")
     DETECTOR_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,7 @@ class FitAnomalyDetectorRequest(_message.Message):
     CONTAMINATION_FIELD_NUMBER: _ClassVar[int]
     NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
     NUMERIC_ROWS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     detector: str
     backend: AnomalyBackend
     schema: _containers.RepeatedCompositeFieldContainer[FeatureField]
@@ -118,19 +119,22 @@ class FitAnomalyDetectorRequest(_message.Message):
     contamination: float
     normalization: Normalization
     numeric_rows: NumericRows
-    def __init__(self, detector: _Optional[str] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ..., numeric_rows: _Optional[_Union[NumericRows, _Mapping]] = ...) -> None: ...
+    shared: bool
+    def __init__(self, detector: _Optional[str] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., rows: _Optional[_Iterable[_Union[FeatureRow, _Mapping]]] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ..., numeric_rows: _Optional[_Union[NumericRows, _Mapping]] = ..., shared: _Optional[bool] = ...) -> None: ...
 
 class FitAnomalyDetectorResponse(_message.Message):
-    __slots__ = ("detector", "version", "row_count", "threshold")
+    __slots__ = ("detector", "version", "row_count", "threshold", "shared")
     DETECTOR_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     detector: str
     version: int
     row_count: int
     threshold: float
-    def __init__(self, detector: _Optional[str] = ..., version: _Optional[int] = ..., row_count: _Optional[int] = ..., threshold: _Optional[float] = ...) -> None: ...
+    shared: bool
+    def __init__(self, detector: _Optional[str] = ..., version: _Optional[int] = ..., row_count: _Optional[int] = ..., threshold: _Optional[float] = ..., shared: _Optional[bool] = ...) -> None: ...
 
 class FeatureContribution(_message.Message):
     __slots__ = ("feature", "contribution")
@@ -251,7 +255,7 @@ class StreamDetectAnomalyResponse(_message.Message):
     def __init__(self, scores: _Optional[_Iterable[_Union[AnomalyScore, _Mapping]]] = ..., state: _Optional[_Union[StreamDetectorState, str]] = ..., window_row_count: _Optional[int] = ..., fit_count: _Optional[int] = ...) -> None: ...
 
 class AnomalyDetectorInfo(_message.Message):
-    __slots__ = ("detector", "version", "backend", "schema", "row_count", "threshold", "contamination", "normalization", "created_at_ms")
+    __slots__ = ("detector", "version", "backend", "schema", "row_count", "threshold", "contamination", "normalization", "created_at_ms", "shared")
     DETECTOR_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +265,7 @@ class AnomalyDetectorInfo(_message.Message):
     CONTAMINATION_FIELD_NUMBER: _ClassVar[int]
     NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     detector: str
     version: int
     backend: AnomalyBackend
@@ -270,7 +275,8 @@ class AnomalyDetectorInfo(_message.Message):
     contamination: float
     normalization: Normalization
     created_at_ms: int
-    def __init__(self, detector: _Optional[str] = ..., version: _Optional[int] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., row_count: _Optional[int] = ..., threshold: _Optional[float] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+    shared: bool
+    def __init__(self, detector: _Optional[str] = ..., version: _Optional[int] = ..., backend: _Optional[_Union[AnomalyBackend, str]] = ..., schema: _Optional[_Iterable[_Union[FeatureField, _Mapping]]] = ..., row_count: _Optional[int] = ..., threshold: _Optional[float] = ..., contamination: _Optional[float] = ..., normalization: _Optional[_Union[Normalization, str]] = ..., created_at_ms: _Optional[int] = ..., shared: _Optional[bool] = ...) -> None: ...
 
 class ListAnomalyDetectorsRequest(_message.Message):
     __slots__ = ()
@@ -285,10 +291,12 @@ class ListAnomalyDetectorsResponse(_message.Message):
     def __init__(self, detectors: _Optional[_Iterable[_Union[AnomalyDetectorInfo, _Mapping]]] = ..., unreadable_detectors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeleteAnomalyDetectorRequest(_message.Message):
-    __slots__ = ("detector",)
+    __slots__ = ("detector", "shared")
     DETECTOR_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     detector: str
-    def __init__(self, detector: _Optional[str] = ...) -> None: ...
+    shared: bool
+    def __init__(self, detector: _Optional[str] = ..., shared: _Optional[bool] = ...) -> None: ...
 
 class DeleteAnomalyDetectorResponse(_message.Message):
     __slots__ = ("detector", "versions_deleted")

@@ -225,34 +225,38 @@ class ClassifierExample(_message.Message):
     def __init__(self, text: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
 
 class ClassifierInfo(_message.Message):
-    __slots__ = ("name", "embedding_model", "labels", "example_count", "created_at_unix_ms", "training_accuracy")
+    __slots__ = ("name", "embedding_model", "labels", "example_count", "created_at_unix_ms", "training_accuracy", "shared")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     EXAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     TRAINING_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     name: str
     embedding_model: str
     labels: _containers.RepeatedScalarFieldContainer[str]
     example_count: int
     created_at_unix_ms: int
     training_accuracy: float
-    def __init__(self, name: _Optional[str] = ..., embedding_model: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., example_count: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., training_accuracy: _Optional[float] = ...) -> None: ...
+    shared: bool
+    def __init__(self, name: _Optional[str] = ..., embedding_model: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., example_count: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., training_accuracy: _Optional[float] = ..., shared: _Optional[bool] = ...) -> None: ...
 
 class FitClassifierRequest(_message.Message):
-    __slots__ = ("name", "embedding_model", "examples", "overwrite", "keep_alive")
+    __slots__ = ("name", "embedding_model", "examples", "overwrite", "keep_alive", "shared")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     OVERWRITE_FIELD_NUMBER: _ClassVar[int]
     KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     name: str
     embedding_model: str
     examples: _containers.RepeatedCompositeFieldContainer[ClassifierExample]
     overwrite: bool
     keep_alive: str
-    def __init__(self, name: _Optional[str] = ..., embedding_model: _Optional[str] = ..., examples: _Optional[_Iterable[_Union[ClassifierExample, _Mapping]]] = ..., overwrite: _Optional[bool] = ..., keep_alive: _Optional[str] = ...) -> None: ...
+    shared: bool
+    def __init__(self, name: _Optional[str] = ..., embedding_model: _Optional[str] = ..., examples: _Optional[_Iterable[_Union[ClassifierExample, _Mapping]]] = ..., overwrite: _Optional[bool] = ..., keep_alive: _Optional[str] = ..., shared: _Optional[bool] = ...) -> None: ...
 
 class FitClassifierResponse(_message.Message):
     __slots__ = ("classifier",)
@@ -271,10 +275,12 @@ class ListClassifiersResponse(_message.Message):
     def __init__(self, classifiers: _Optional[_Iterable[_Union[ClassifierInfo, _Mapping]]] = ...) -> None: ...
 
 class DeleteClassifierRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "shared")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    shared: bool
+    def __init__(self, name: _Optional[str] = ..., shared: _Optional[bool] = ...) -> None: ...
 
 class DeleteClassifierResponse(_message.Message):
     __slots__ = ("classifier",)

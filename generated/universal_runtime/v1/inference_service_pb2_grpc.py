@@ -198,14 +198,17 @@ class InferenceServiceServicer:
 
     def FitClassifier(self, request, context):
         """Fits a custom classifier head on embeddings of labelled examples and saves it; Classify
-        then takes its name as the model.
+        then takes its name as the model. Saved classifiers and anomaly detectors belong to the
+        calling API key: another key's name is NOT_FOUND, as one never saved. With `shared` (an admin
+        key only, else PERMISSION_DENIED, reason ADMIN_ROLE_REQUIRED) they go to the shared namespace
+        every key may use; a server without keys keeps everything there.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListClassifiers(self, request, context):
-        """Lists the saved custom classifiers.
+        """Lists the custom classifiers the calling key may use: its own and the shared ones.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -247,7 +250,7 @@ class InferenceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListAnomalyDetectors(self, request, context):
-        """Lists the saved anomaly detectors.
+        """Lists the anomaly detectors the calling key may use: its own and the shared ones.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -81,7 +81,9 @@ class ModelServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def LoadModel(self, request, context):
-        """Loads a model now (idempotent), waiting until it is ready.
+        """Loads a model now (idempotent), waiting until it is ready. On a server with API keys, needs a
+        key with role admin (else PERMISSION_DENIED, reason ADMIN_ROLE_REQUIRED), as do UnloadModel
+        and WatchModel with load.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

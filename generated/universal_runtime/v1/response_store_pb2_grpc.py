@@ -30,6 +30,10 @@ class ResponseStoreServiceStub:
     `GET`/`DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`), kept in the server's
     state store (`UR_STATE_URL`, else `UR_DATA_DIR`): replicas sharing one store see each other's.
 
+    Every stored response belongs to the API key that put it (on a server with keys): a key gets,
+    deletes and chains from its own only, and another key's id is NOT_FOUND (RESPONSE_NOT_FOUND), as
+    an id never stored; ids are unique per key. A server without keys has one owner.
+
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
     right kind); the gateway owns the Responses API's shapes.
 
@@ -73,6 +77,10 @@ class ResponseStoreServiceServicer:
     """Stored responses of the gateway's OpenAI Responses API (`store`, `previous_response_id`,
     `GET`/`DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`), kept in the server's
     state store (`UR_STATE_URL`, else `UR_DATA_DIR`): replicas sharing one store see each other's.
+
+    Every stored response belongs to the API key that put it (on a server with keys): a key gets,
+    deletes and chains from its own only, and another key's id is NOT_FOUND (RESPONSE_NOT_FOUND), as
+    an id never stored; ids are unique per key. A server without keys has one owner.
 
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
     right kind); the gateway owns the Responses API's shapes.
@@ -141,6 +149,10 @@ class ResponseStoreService:
     """Stored responses of the gateway's OpenAI Responses API (`store`, `previous_response_id`,
     `GET`/`DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`), kept in the server's
     state store (`UR_STATE_URL`, else `UR_DATA_DIR`): replicas sharing one store see each other's.
+
+    Every stored response belongs to the API key that put it (on a server with keys): a key gets,
+    deletes and chains from its own only, and another key's id is NOT_FOUND (RESPONSE_NOT_FOUND), as
+    an id never stored; ids are unique per key. A server without keys has one owner.
 
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
     right kind); the gateway owns the Responses API's shapes.
