@@ -91,3 +91,31 @@ async def test_a_message_over_the_receive_limit_is_refused_before_it_is_parsed(i
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "larger than max" in caught.value.details()
     assert (await embed(inference, "still serving", e.TRUNCATION_POLICY_END)).usage.prompt_tokens > 0
+
+
+@pytest.mark.parametrize("rpc", ["Tokenize", "Generate"])
+async def test_huge_tools_count_toward_the_prompts_character_limit(inference, rpc):
+    """Tools are rendered into the prompt: 128 tools of 16 KB (Anthropic count_tokens, issue 40)
+    are refused by their size, not tokenized on the model's lane for seconds."""
+    from universal_runtime.v1 import tokenization_pb2 as t
+
+    schema = '{"type": "object", "description": "' + "x" * 16_000 + '"}'
+    tools = [
+        g.ToolDefinition(name=f"tool_{i}", description="d", parameters_json_schema=schema) for i in range(128)
+    ]
+    messages = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="Hi")]
+    if rpc == "Tokenize":
+        call = inference.Tokenize(
+            t.TokenizeRequest(model=CHAT_MODEL, messages=messages, tools=tools), timeout=60
+        )
+    else:
+        parameters = g.GenerationParameters(max_tokens=2, tools=tools)
+        call = inference.Generate(
+            g.GenerateRequest(model=CHAT_MODEL, messages=messages, parameters=parameters)
+        )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info = error_info(caught.value)
+    assert info.reason == "INPUT_TOO_LONG"
+    assert int(info.metadata["prompt_characters"]) > 128 * 16_000

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import logging
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -328,8 +329,12 @@ class GenerationEngine(Engine[GenerationOptionsT]):
         prompt over :func:`~engines.batching.tokens.character_limit` of the context is refused
         on its character count alone.
 
+        The tools count too: a chat template renders their schemas into the prompt, so 2 MB of
+        tools held the device as long as 2 MB of messages.
+
         Raises:
-            InputTooLongError: the prompt (or the messages' content together) is over the limit.
+            InputTooLongError: the prompt (or the messages' content and the tools together) is over
+                the limit.
 
         """
         if request.messages is None:
@@ -338,6 +343,10 @@ class GenerationEngine(Engine[GenerationOptionsT]):
             characters = sum(
                 len(m.content) + len(m.reasoning_content) + sum(len(str(call)) for call in m.tool_calls)
                 for m in request.messages
+            )
+            characters += sum(
+                len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters))
+                for tool in request.tools
             )
         limit = character_limit(self.context_length)
         if characters > limit:
