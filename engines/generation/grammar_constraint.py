@@ -15,6 +15,7 @@ import numpy as np
 
 from engines.errors import InvalidArgumentError
 from engines.generation.json_schema_bounds import check_schema_bounds
+from engines.generation.pattern_bounds import CompileBudget
 from engines.generation.structured import OutputConstraint
 
 if TYPE_CHECKING:
@@ -64,7 +65,8 @@ class GrammarTokenizer:
         from llguidance import LLMatcher
 
         schema = spec.schema if spec.schema is not None else {"type": "object"}
-        check_schema_bounds(schema)  # the same bounds as llama.cpp's grammars, before native code
+        # The same bounds as llama.cpp's grammars, before native code (patterns that passed are cached).
+        check_schema_bounds(schema, CompileBudget())
         try:
             grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_LAYOUT)
         except ValueError as exc:

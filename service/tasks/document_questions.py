@@ -20,7 +20,6 @@ ranked by the count the OCR limits allow (pages x blocks per page).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import uuid
@@ -50,7 +49,7 @@ from engines.documents.types import (
 )
 from engines.encoder_types import ClassificationRequest, RerankRequest
 from engines.errors import InvalidArgumentError, TaskNotSupportedError
-from engines.generation.json_grammar import gbnf_grammar
+from engines.generation.json_grammar import compile_in_worker, gbnf_grammar
 from engines.generation.structured import OutputConstraint
 from engines.ocr.types import OcrPage
 from engines.types import (
@@ -327,7 +326,7 @@ class DocumentQuestionTask:
             )
         # The schema's bounds before the pages are read: a schema too complex to enforce is
         # refused before any OCR or model work (and the grammar is cached for the engine).
-        await asyncio.to_thread(gbnf_grammar, OutputConstraint(job.json_schema))
+        await compile_in_worker(gbnf_grammar, OutputConstraint(job.json_schema))
         pages = await self._analyzed(job.read, data)
         names = ", ".join(job.json_schema.get("properties", {}))
         text = await self._generate(

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from engines.capabilities import TextGenerator
-from engines.generation.json_grammar import validate_output_constraint
+from engines.generation.json_grammar import compile_in_worker, validate_output_constraint
 from engines.types import (
     FinishReason,
     GenerationDelta,
@@ -172,9 +172,9 @@ class GenerationTask:
         """
         started = time.perf_counter()
         # Bounded schema and grammar before a model slot is taken or native code runs; off the
-        # event loop (a large schema converts for tens of ms), and cached for the engine.
+        # event loop and off the lane, stopped when this call is cancelled, cached for the engine.
         if request.response_format.json_schema is not None or request.tools:
-            await asyncio.to_thread(validate_output_constraint, request)
+            await compile_in_worker(validate_output_constraint, request)
         completion_id = f"gen-{uuid.uuid4().hex}"
         requests = _choice_requests(request, n)
         usage = GenerationUsage()

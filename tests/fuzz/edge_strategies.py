@@ -7,6 +7,10 @@ other kinds, each made here:
 
 - :func:`json_schemas`: JSON Schemas with large repetition bounds (``maxItems``, ``minLength``...
   up to 10^6, ``{m,n}`` patterns), deep nesting, many properties, big enums and ``$ref``;
+- :func:`nested_patterns` and :func:`repetition_products`: repetitions that nest, sit side by side
+  or alternate, each count within its bound and their product far past it (issue 40: a 308-byte
+  ``^((a{0,1000}){0,1000}){0,30}$`` held a model's lane 400 s), and pattern syntax the grammar
+  converter looped or crashed on;
 - :func:`images`: encoded images of degenerate dimensions (Nx1, 1xN, extreme aspect ratios,
   tiny) in PNG, WebP, JPEG, TIFF, GIF and BMP, and many-page TIFFs;
 - :func:`bad_json_bodies`: a valid JSON body with one string made invalid UTF-8 or a lone UTF-16
@@ -21,6 +25,7 @@ small derandomized budget still sends the extremes.
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import json
 import os
@@ -73,13 +78,96 @@ def _patterns() -> st.SearchStrategy[str]:
     )
 
 
+#: Counts of repetitions that nest: each within the 1,000 bound, where ambiguity starts to cost
+#: (9, 16, 31-33 live parse positions), and at the bound.
+NESTED_COUNTS = [0, 1, 2, 9, 16, 31, 33, 100, 1000]
+#: Pattern bodies the converter looped forever on (an unescaped ``]`` or ``}``), crashed on (a
+#: quantifier with nothing to repeat), or that are unbalanced, and classic catastrophic shapes.
+PATTERN_HAZARDS = [
+    "]",
+    "}",
+    "a]",
+    "a}",
+    "*a",
+    "{2}",
+    "(a",
+    "a)",
+    "[a",
+    "a{2",
+    "(|a){0,1000}",
+    "(a*)*",
+    "(a+)+b",
+]
+
+
+def _nested_counts() -> st.SearchStrategy[int]:
+    return st.one_of(st.sampled_from(NESTED_COUNTS), st.integers(0, 1000))
+
+
+def nested_patterns() -> st.SearchStrategy[str]:
+    """Anchored patterns whose repetitions nest, sit side by side or alternate (products of counts).
+
+    Leaves are single characters, classes and small groups that overlap (``a``, ``[a-z]``, ``.``,
+    ``a?``, ``(a|aa)``) so that adjacent and nested repetitions can match the same text; plus
+    :data:`PATTERN_HAZARDS`. The issue's own pattern is drawn by shape (three nested ``{0,n}``).
+    """
+    atoms = st.sampled_from(["a", "[a-z]", ".", "a?", "(a|aa)", "[0-9]", "(ab|a)", "b"])
+    quantifiers = st.one_of(
+        st.tuples(_nested_counts(), _nested_counts()).map(lambda d: f"{{{min(d)},{max(d)}}}"),
+        st.sampled_from(["*", "+", "?"]),
+    )
+    bodies = st.recursive(
+        atoms,
+        lambda inner: st.one_of(
+            st.tuples(inner, quantifiers).map(lambda d: f"({d[0]}){d[1]}"),
+            st.tuples(inner, inner).map("".join),
+            st.tuples(inner, inner).map(lambda d: f"({d[0]}|{d[1]})"),
+        ),
+        max_leaves=5,
+    )
+    # The issue's shape, directly: two or three repetitions nested around one overlapping atom.
+    nested = st.tuples(atoms, st.lists(quantifiers, min_size=2, max_size=3)).map(
+        lambda d: functools.reduce(lambda body, quantifier: f"({body}){quantifier}", d[1], d[0])
+    )
+    bodies = st.one_of(bodies, nested)
+    # One draw in six is a hazard: a union of a dozen patterns still mostly tests repetitions.
+    return st.tuples(st.integers(0, 5), bodies, st.sampled_from(PATTERN_HAZARDS)).map(
+        lambda d: f"^{d[2] if d[0] == 5 else d[1]}$"
+    )
+
+
+def repetition_products() -> st.SearchStrategy[dict]:
+    """Schemas whose repetitions multiply: nested patterns under arrays with ``minItems``/``maxItems``
+    (each within 1,000), arrays of arrays, unions of many patterns, all inside objects too."""
+    strings = nested_patterns().map(lambda pattern: {"type": "string", "pattern": pattern})
+    leaves = st.one_of(
+        strings,
+        _nested_counts().map(lambda n: {"type": "string", "maxLength": n}),
+        st.just({"type": "integer"}),
+    )
+    trees = st.recursive(
+        leaves,
+        lambda children: st.one_of(
+            st.tuples(children, _nested_counts(), st.sampled_from(["minItems", "maxItems"])).map(
+                lambda d: {"type": "array", "items": d[0], d[2]: d[1]}
+            ),
+            st.lists(children, min_size=2, max_size=12).map(lambda items: {"anyOf": items}),
+            children.map(lambda child: {"type": "object", "properties": {"v": child}, "required": ["v"]}),
+        ),
+        max_leaves=4,
+    )
+    # Two draws in three are a bare pattern: where the model writes the repeated text first, so
+    # a matcher whose cost grows with each character shows it within a few dozen tokens.
+    return st.tuples(st.integers(0, 2), strings, trees).map(lambda d: d[1] if d[0] < 2 else d[2])
+
+
 _NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12)
 
 
 def _leaf_schemas() -> st.SearchStrategy[dict]:
     string = st.tuples(
         _bounds("minLength", "maxLength"),
-        st.one_of(st.none(), _patterns()),
+        st.one_of(st.none(), _patterns(), nested_patterns()),
         st.sampled_from([None, "date-time"]),
     ).map(
         lambda d: {
@@ -179,7 +267,7 @@ _RECURSIVE_REF = {
 def json_schemas() -> st.SearchStrategy[dict]:
     """JSON Schemas (draft 2020-12 dicts) whose grammar may be large, deep or wide.
 
-    Shapes: random trees of leaves (strings with big min/maxLength and ``{m,n}`` patterns,
+    Shapes: random trees of leaves (strings with big min/maxLength, ``{m,n}`` and nested patterns,
     integers, numbers, big enums) under arrays with big min/maxItems, objects and ``anyOf``;
     nesting from 1 to 900 levels (Python's json stops near 1,000); objects of up to 20,000 properties; ``$ref`` to ``$defs``,
     recursive too. Half are wrapped in an object with one required property ``v``, the shape a

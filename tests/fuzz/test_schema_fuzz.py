@@ -10,29 +10,43 @@ A case passes when the process is alive after it, its event loop was not held pa
 bound, and the answer is either a refusal (INVALID_ARGUMENT / HTTP 400) or output that parses as
 strict JSON and validates against the schema (when the model finished on its own, not at
 ``max_tokens``). Budget: ``UR_FUZZ_EDGE_EXAMPLES`` schemas per surface.
+
+Issue 40 (a 308-byte ``^((a{0,1000}){0,1000}){0,30}$`` held the model's lane 400 s) went unseen
+because every drawn pattern had one quantifier and no case looked at the lane after it: the
+repetition-product cases below draw nested, adjacent and alternating repetitions
+(:func:`~tests.fuzz.edge_strategies.repetition_products`), compile each in-process under a hang
+detector, and send each to the launched server followed by a tiny chat on the same model.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 
 import grpc
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from universal_runtime.v1 import documents_pb2 as d
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc
 
+from engines.errors import InvalidArgumentError
+from engines.generation.json_grammar import gbnf_grammar
+from engines.generation.json_schema_bounds import MAX_REPETITION_PRODUCT
+from engines.generation.pattern_bounds import MAX_PATTERN_POSITIONS, expanded_positions, parse_pattern
+from engines.generation.structured import OutputConstraint
 from tests.conftest import CHAT_MODEL, HF_CHAT_MODEL
 from tests.fuzz.checks import assert_grpc_answer, assert_valid_output, launched_case
 from tests.fuzz.edge_strategies import (
+    EDGE_EXAMPLES,
     EDGE_SETTINGS,
     HUNT,
     PER_TARGET_SETTINGS,
     describe_schema,
     json_schemas,
+    repetition_products,
     text_page,
 )
 
@@ -248,5 +262,88 @@ def test_strings_under_a_schema_are_strict_json(launched, surface, budget):
 
             with launched_case(launched, what):
                 surface(launched, schema, seed, PROMPTS[0], what, max_tokens=STRING_MAX_TOKENS)
+
+    case()
+
+
+#: Issue 40's schema: each count within 1,000, their product 30 million.
+ISSUE_40_SCHEMA = {"type": "string", "pattern": "^((a{0,1000}){0,1000}){0,30}$"}
+#: Draws the overlapping characters the drawn patterns repeat: an ambiguous grammar costs the
+#: matcher more with every character it has matched (issue 40's held the lane from the first).
+REPEAT_PROMPT = "Reply with the letter a written forty times: aaaaaaaaaaaaaaaaaaaa"
+#: Seconds a compile or a tiny chat may take before the case counts as hung (a hang detector).
+HANG_S = 30.0
+#: Compiles are in-process and cheap (a refusal takes milliseconds): ten times the edge budget.
+COMPILE_SETTINGS = settings(EDGE_SETTINGS, max_examples=max(60, EDGE_EXAMPLES * 10))
+#: Launched cases of repetition products: most are refused in milliseconds. With the bounds taken
+#: out, 18 drawn cases found a held lane (DEADLINE_EXCEEDED on a nested pattern), 6 did not.
+PRODUCT_SETTINGS = settings(EDGE_SETTINGS, max_examples=EDGE_EXAMPLES * 3)
+
+
+def _patterns_of(schema: object) -> list[str]:
+    found, stack = [], [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                found.append(node["pattern"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+@COMPILE_SETTINGS
+@example(schema=ISSUE_40_SCHEMA)
+@given(schema=repetition_products())
+def test_repetition_products_compile_within_budget_or_are_refused(schema: dict):
+    """Every drawn schema compiles or is refused (JSON_SCHEMA_TOO_COMPLEX or INVALID_JSON_SCHEMA),
+    in a worker joined under a hang detector; a pattern past the expansion bound is never built."""
+    outcome: list[object] = []
+
+    def compile_it() -> None:
+        try:
+            outcome.append(gbnf_grammar(OutputConstraint(schema)))
+        except InvalidArgumentError as exc:
+            outcome.append(exc)
+        except BaseException as exc:  # anything else is the failure this test looks for
+            outcome.append(exc)
+
+    worker = threading.Thread(target=compile_it, daemon=True)
+    worker.start()
+    worker.join(HANG_S)
+    assert not worker.is_alive(), f"compiling hung past {HANG_S} s: {describe_schema(schema)}"
+    (result,) = outcome
+    if isinstance(result, InvalidArgumentError):
+        assert result.reason in ("JSON_SCHEMA_TOO_COMPLEX", "INVALID_JSON_SCHEMA"), result.message
+        return
+    assert isinstance(result, str), f"{type(result).__name__}: {result} for {describe_schema(schema)}"
+    for pattern in _patterns_of(schema):
+        size = expanded_positions(parse_pattern(pattern))
+        assert size <= MAX_PATTERN_POSITIONS <= MAX_REPETITION_PRODUCT, (pattern, size)
+
+
+def grpc_generate_then_tiny_chat(server, schema: dict, seed: int, what) -> None:
+    """The schema's call is refused or obeyed, and the model's lane is free after it."""
+    grpc_generate(server, schema, seed, REPEAT_PROMPT, what)
+    tiny = g.GenerateRequest(
+        model=CHAT_MODEL,
+        messages=[g.ChatMessage(role=g.CHAT_ROLE_USER, content="Hi")],
+        parameters=g.GenerationParameters(max_tokens=2),
+    )
+    code, details, _ = _grpc(server, lambda stub: stub.Generate(tiny, timeout=HANG_S))
+    assert code is grpc.StatusCode.OK, f"a tiny chat after the case got {code.name} ({details}): {what()}"
+
+
+def test_repetition_products_are_refused_or_obeyed_and_free_the_lane(launched):
+    @PRODUCT_SETTINGS
+    @example(schema=ISSUE_40_SCHEMA, seed=0)
+    @given(schema=repetition_products(), seed=SEEDS)
+    def case(schema: dict, seed: int) -> None:
+        def what() -> str:
+            return f"repetition product seed={seed} schema={describe_schema(schema)}"
+
+        with launched_case(launched, what):
+            grpc_generate_then_tiny_chat(launched, schema, seed, what)
 
     case()
