@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from gateway.app import create_app
-from gateway.schemas.anomaly import MAX_COLUMNS
+from gateway.json_body import MAX_JSON_CONTAINERS
+from gateway.schemas.anomaly import MAX_COLUMNS, MAX_ROWS
 from tests.conftest import CHAT_MODEL, EMBED_MODEL
 from tests.gateway.gateway_fakes import asgi_client
 from tests.loop_lag import MAX_LAG_S, lag_while
@@ -57,16 +58,28 @@ def _tools(count: int, size: int) -> list[dict]:
     return [{"name": f"tool_{t}", "description": "A tool.", "input_schema": schema} for t in range(count)]
 
 
-async def test_count_tokens_with_128_tools_of_14_kb(http):
-    # 14 KB, not the 16: the answer (Tokenize's ids) stays under the test server's 4 MiB.
+async def test_count_tokens_with_128_tools_of_16_kb(http):
+    # The body: its tools alone are over the prompt's character limit for the model's
+    # context, so it is refused by its size, neither on the loop nor tokenized on the model's lane.
     body = {
         "model": CHAT_MODEL,
         "messages": [{"role": "user", "content": "Hi"}],
-        "tools": _tools(128, 14_000),
+        "tools": _tools(128, 16_000),
+    }
+    answer, _ = await _lag(http, "/v1/messages/count_tokens", body)
+    assert answer.status_code == 400, answer.text
+    assert "characters" in answer.json()["error"]["message"]
+
+
+async def test_count_tokens_with_128_tools_within_the_context(http):
+    body = {
+        "model": CHAT_MODEL,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "tools": _tools(128, 330),  # ~46,000 characters: within 32 a token of a 2,048-token context
     }
     answer, _ = await _lag(http, "/v1/messages/count_tokens", body)
     assert answer.status_code == 200, answer.text
-    assert answer.json()["input_tokens"] > 128 * 1000
+    assert answer.json()["input_tokens"] > 128 * 100
 
 
 async def test_tokenize_with_a_hundred_thousand_messages(http):
@@ -91,8 +104,8 @@ async def test_an_anomaly_schema_of_13_mb_is_refused_from_its_length(http, route
 
 
 @pytest.mark.parametrize("route", ["/v1/anomaly/detect", "/v1/anomaly/fit"])
-async def test_a_million_anomaly_rows_are_validated_and_translated_in_steps(http, route):
-    body = {"rows": [[]] * 999_999, **({"detector": "stalls"} if route.endswith("fit") else {})}
+async def test_the_most_anomaly_rows_are_validated_and_translated_in_steps(http, route):
+    body = {"rows": [[]] * (MAX_ROWS - 1), **({"detector": "stalls"} if route.endswith("fit") else {})}
     answer, _ = await _lag(http, route, body)
     assert answer.status_code == 400, answer.text  # over the server's anomaly_max_rows
 
@@ -103,3 +116,14 @@ async def test_a_bad_cell_deep_in_many_rows_is_named_where_it_is(http):
     answer = await http.post("/v1/anomaly/detect", json={"rows": rows}, timeout=120)
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["param"] == "rows[70001][1]"
+
+
+@pytest.mark.parametrize("route", ["/v1/embeddings", "/v1/anomaly/detect", "/v1/chat/completions"])
+async def test_a_body_of_millions_of_empty_arrays_is_refused_before_it_is_decoded(http, route):
+    data = b'{"input": [' + b",".join([b"[]"] * 4_000_000) + b"]}"  # 12 MB: 0.7 s of orjson
+    send = http.post(route, content=data, headers={"content-type": "application/json"}, timeout=120)
+    answer, _, lag = await lag_while(send)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "invalid_json"
+    assert f"at most {MAX_JSON_CONTAINERS}" in answer.json()["error"]["message"]
+    assert lag <= MAX_LAG_S, f"{route}: the loop was held {lag:.2f} s"
