@@ -41,7 +41,7 @@ from engines.errors import ResourceExhaustedError
 from engines.executor import DeviceExecutor
 from engines.owners import OwnedStores
 from engines.process_lane import ProcessLane
-from service.tasks.callers import call_owner, require_admin
+from service.tasks.callers import call_owner, write_target
 
 T = TypeVar("T")
 Rows = list[list[Cell]] | np.ndarray
@@ -141,17 +141,6 @@ class AnomalyTask:
                 fit_timeout_s=self.fit_timeout_s,
             ) from None
 
-    def _namespace(self, shared: bool, action: str) -> tuple[DetectorStore, bool]:
-        """The store a write of the current call goes to, and whether it is the shared one.
-
-        Raises:
-            PermissionDeniedError: ``shared`` asked by a key without role admin (``action`` names it).
-
-        """
-        if shared:
-            require_admin(action)
-        return self.stores.target(call_owner(), shared)
-
     async def fit(
         self, name: str, config: FitConfig, decode: RowDecoder, *, shared: bool = False
     ) -> FittedDetector:
@@ -167,7 +156,7 @@ class AnomalyTask:
                 the fit ran past its time limit (FIT_TOO_SLOW).
 
         """
-        store, in_shared = self._namespace(shared, "fitting a shared anomaly detector")
+        store, in_shared = write_target(self.stores, shared, "fitting a shared anomaly detector")
         name = validate_detector_name(name)
 
         def read() -> Rows:
@@ -264,5 +253,5 @@ class AnomalyTask:
             DetectorNotFoundError: the namespace has no such detector (also for another key's).
 
         """
-        store, _ = self._namespace(shared, "deleting a shared anomaly detector")
+        store, _ = write_target(self.stores, shared, "deleting a shared anomaly detector")
         return await self.cpu.run(store.delete, validate_detector_name(name))

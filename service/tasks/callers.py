@@ -8,7 +8,10 @@ without one (health and reflection, which may, call nothing here).
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from engines.errors import PermissionDeniedError
+from engines.owners import OwnedStores
 from engines.process_lane import caller_var
 from service.request_context import api_key_name_var, api_key_role_var
 from service.shared.api_keys import ROLE_ADMIN
@@ -68,3 +71,21 @@ def require_admin(action: str) -> None:
             action=action,
             key_name=key_name,
         )
+
+
+S = TypeVar("S")
+
+
+def write_target(stores: OwnedStores[S], shared: bool, action: str) -> tuple[S, bool]:
+    """The store a write (fit, overwrite, delete) of the current call acts on, and whether it is shared.
+
+    The caller's own (:func:`call_owner`), or with ``shared`` the shared namespace, which only an
+    admin key writes (:meth:`engines.owners.OwnedStores.target`).
+
+    Raises:
+        PermissionDeniedError: ``shared`` asked by a key without role admin (``action`` names it).
+
+    """
+    if shared:
+        require_admin(action)
+    return stores.target(call_owner(), shared)

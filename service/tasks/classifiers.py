@@ -25,7 +25,7 @@ from engines.executor import DeviceExecutor
 from engines.owners import OwnedStores
 from engines.types import EmbeddingRequest
 from service.model_manager import ModelManager
-from service.tasks.callers import call_owner, require_admin
+from service.tasks.callers import call_owner, write_target
 
 
 @dataclass(slots=True)
@@ -42,20 +42,6 @@ class ClassifierFit:
     overwrite: bool = False
     keep_alive: str | None = None
     shared: bool = False
-
-
-def _namespace(
-    stores: OwnedStores[ClassifierStore], shared: bool, action: str
-) -> tuple[ClassifierStore, bool]:
-    """The store a write of the current call goes to, and whether it is the shared one.
-
-    Raises:
-        PermissionDeniedError: ``shared`` asked by a key without role admin (``action`` names it).
-
-    """
-    if shared:
-        require_admin(action)
-    return stores.target(call_owner(), shared)
 
 
 class ClassifierTask:
@@ -146,7 +132,7 @@ class ClassifierTask:
             Errors of :meth:`ModelManager.acquire` and of the embedder.
 
         """
-        store, shared = _namespace(self._stores, fit.shared, "fitting a shared classifier")
+        store, shared = write_target(self._stores, fit.shared, "fitting a shared classifier")
         name = validate_classifier_name(fit.name)
         try:
             self._manager.get(name)
@@ -211,6 +197,6 @@ class ClassifierTask:
                 for another key's).
 
         """
-        store, in_shared = _namespace(self._stores, shared, "deleting a shared classifier")
+        store, in_shared = write_target(self._stores, shared, "deleting a shared classifier")
         validate_classifier_name(name)
         return replace(await asyncio.to_thread(store.delete, name), shared=in_shared)
