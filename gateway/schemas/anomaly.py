@@ -21,7 +21,7 @@ from gateway.schemas.base import StrictRequestModel
 MAX_COLUMNS = 16_384
 """Most fields in ``schema`` and cells in a row the gateway forwards: 16 times the server's
 default ``anomaly_max_features`` (1,024), which is the limit a request meets below this ceiling."""
-MAX_ROWS = 262_144
+MAX_ROWS = 250_000
 """Most rows the gateway forwards: above the server's default ``anomaly_max_rows`` (200,000), and
 within :data:`gateway.json_body.MAX_JSON_CONTAINERS` (each row is an array). Larger batches go
 over gRPC as packed rows."""
