@@ -6,17 +6,17 @@ nested counts multiply: ``((a{0,1000}){0,1000}){0,30}`` is a 308-byte request wh
 describes 30 million positions. llama.cpp's matcher then keeps one parse stack per grammar
 position the output so far can have reached, and each decoding step tests every vocabulary token
 against every stack and deduplicates the stacks pairwise. Measured here (llama-cpp-python 0.3.36,
-SmolLM2's 49,152-token vocabulary, two cores), fed ``a`` one token at a time:
+SmolLM2's 49,152-token vocabulary, two quiet cores, 24 steps each), fed ``a`` one token at a time:
 
 =========================  ===================  ==========================================
 pattern                    live positions       worst step of the grammar sampler alone
 =========================  ===================  ==========================================
-``^a{0,1000}$``            2                    5 ms (the 3-5 ms floor of any grammar)
-``^(a?){0,31}$``           32 (the most let in)  30 ms
-``^(a?){0,48}$``           49                   141 ms
+``^a{0,1000}$``            2                    7 ms (about the floor of any grammar)
+``^(a?){0,31}$``           32 (the most let in)  45 ms
+``^(a?){0,48}$``           49                   169 ms
 ``^(a{0,16}){0,16}$``      over 32              144 ms, and growing with the output
-``^(a?){0,100}$``          101                  3 s
-``^(a{0,100}){0,100}$``    (10,000 positions)   3.7 s more with every token: 3.7, 7.4, 11...
+``^(a?){0,100}$``          101                  3.2 s
+``^(a{0,100}){0,100}$``    (10,000 positions)   3.7 s more with every token (beside other jobs)
 =========================  ===================  ==========================================
 
 So two things are bounded, both before the converter runs:
@@ -52,10 +52,9 @@ converter writes about 7 grammar characters per position, so one pattern stays u
 
 MAX_LIVE_POSITIONS = 32
 """Most places a pattern's match can be at at once (llama.cpp's parse stacks). Measured above:
-the worst of the shapes let in, ``(a?){0,31}``, cost 30 ms a step on a 49 K vocabulary against a
-3-5 ms floor (ten other shapes at 28-32 positions: 8-22 ms); 49 cost 141 ms and 101 three
-seconds, growing about cubically because every stack's expansion is deduplicated against every
-other."""
+the worst of the shapes let in, ``(a?){0,31}``, cost 45 ms a step on a 49 K vocabulary against a
+7 ms floor; 49 cost 169 ms and 101 three seconds, growing about cubically because every stack's
+expansion is deduplicated against every other."""
 
 ANALYSIS_FUEL = 1_000_000
 """Work units one schema's analysis may use in all (a unit is one state expanded or one position
