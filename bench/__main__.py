@@ -1,6 +1,7 @@
 """``python -m bench``: every area in turn (see ``AREAS``), same flags.
 
-An area that fails is reported and the others still run; the exit status is 1 if any failed.
+An area that fails is reported and the others still run; the exit status is 1 if any failed. An
+area whose machine was not quiet (:mod:`bench.noise`) writes nothing and counts as failed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bench import (
     routing,
     speculative,
 )
+from bench.runner import MachineNotQuietError
 
 AREAS = {
     "overhead": overhead,
@@ -65,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"=== bench: {name} ===", file=sys.stderr, flush=True)
         try:
             module.main(argv)
+        except MachineNotQuietError as exc:
+            print(f"=== bench: {exc}", file=sys.stderr, flush=True)
+            failed.append(name)
         except Exception:
             traceback.print_exc()
             failed.append(name)

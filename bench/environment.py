@@ -129,6 +129,23 @@ def git_state(repo: Path) -> dict[str, object]:
     return {"revision": revision, "dirty": bool(paths), "dirty_paths": paths}
 
 
+def stamp(git: dict[str, object]) -> dict[str, object]:
+    """What every result file records about where it was measured (one stamp for every area).
+
+    ``git``: :func:`git_state` of the measured tree. Returns ``git_revision``, ``git_dirty``,
+    ``git_dirty_paths`` (at most 20), ``machine`` (:func:`machine_info`) and ``packages``
+    (``{"project": versions of PROJECT_PACKAGES}``; peers add theirs). The run's noise figures
+    (:mod:`bench.noise`) join it when the run finishes.
+    """
+    return {
+        "git_revision": git["revision"],
+        "git_dirty": git["dirty"],
+        "git_dirty_paths": list(git["dirty_paths"])[:20],  # type: ignore[call-overload]
+        "machine": machine_info(),
+        "packages": {"project": package_versions(PROJECT_PACKAGES)},
+    }
+
+
 def utc_now() -> str:
     """The current UTC time in ISO 8601, seconds precision."""
     return datetime.now(UTC).replace(microsecond=0).isoformat()

@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,7 @@ from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc as isg
 
-from bench.results import update_readme, write_json
-from bench.runner import parse_config
+from bench.runner import Report, parse_config
 from bench.stats import percentile
 from service.catalog import load_catalog
 from service.server import start_server
@@ -164,8 +164,13 @@ async def estimates(settings: Settings) -> dict[str, int]:
         await running.stop(grace=0)
 
 
-async def measure(cycles: int, reps: int, data_dir: Path) -> dict[str, Any]:
-    """Both servers, ``reps`` times interleaved; the per-rep summaries and the budget used."""
+async def measure(
+    cycles: int, reps: int, data_dir: Path, checkpoint: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    """Both servers, ``reps`` times interleaved; the per-rep summaries and the budget used.
+
+    ``checkpoint(label)`` runs after each repetition (:meth:`bench.runner.Report.checkpoint`).
+    """
     catalog_path = data_dir / "catalog.yaml"
     catalog_path.write_text(yaml.safe_dump(bench_catalog()))
     base = Settings(
@@ -178,16 +183,18 @@ async def measure(cycles: int, reps: int, data_dir: Path) -> dict[str, Any]:
         "budget of the two larger estimates": base.model_copy(update={"memory_budget_bytes": budget}),
     }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
-    for _ in range(reps):
+    for rep in range(reps):
         results = {name: await run_one(settings, cycles) for name, settings in contenders.items()}
         base = warm_medians(results[next(iter(contenders))])
         for name, result in results.items():
             runs[name].append(summary(result, base))
+        checkpoint(f"rep {rep + 1}")
     return {"estimates_bytes": sizes, "budget_bytes": budget, "runs": runs}
 
 
-def markdown(payload: dict[str, Any]) -> str:
-    """The README section: one row per server, medians over the repetitions."""
+def table(payload: dict[str, Any]) -> dict[str, Any]:
+    """The section's table (:func:`bench.results.markdown`'s ``tables``): a row per server, medians
+    over the repetitions."""
     keys = [
         ("served", "served"),
         ("failed", "failed"),
@@ -200,37 +207,35 @@ def markdown(payload: dict[str, Any]) -> str:
         ("with_load_p99_s", "with a load p99 s"),
         ("load_time_p50_s", "load time p50 s"),
     ]
-    lines = [
-        f"### Eviction — {payload['cycles']} rounds over {', '.join(MODELS)}, one request at a time",
-        "",
-        f"Budget: {payload['budget_bytes'] / (1 << 20):.0f} MiB (estimates: "
-        + ", ".join(f"{k} {v / (1 << 20):.0f} MiB" for k, v in payload["estimates_bytes"].items())
-        + f"); medians of {payload['reps']} repetitions; commit {payload['git']['revision'][:10]}"
-        + (" (dirty)" if payload["git"]["dirty"] else ""),
-        "",
-        "| server | " + " | ".join(label for _, label in keys) + " |",
-        "|---|" + "---|" * len(keys),
-    ]
+    rows = []
     for name, reps in payload["runs"].items():
         cells = []
         for key, _ in keys:
             values = [rep[key] for rep in reps if rep[key] == rep[key]]
             cells.append(f"{statistics.median(values):.3g}" if values else "n/a")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n"
+        rows.append([name, *cells])
+    title = f"Medians of {payload['reps']} repetition{'s' if payload['reps'] != 1 else ''}"
+    return {"title": title, "header": ["server", *(label for _, label in keys)], "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run both servers; write ``eviction.json`` and the README section."""
     cfg = parse_config("eviction", argv, __doc__, reps={"full": 3, "quick": 2, "tiny": 1})
     cycles = cfg.pick(full=10, quick=5, tiny=2)
-    with tempfile.TemporaryDirectory(prefix="bench-eviction-") as folder:
-        measured = asyncio.run(measure(cycles, cfg.reps, Path(folder)))
-    payload = {"area": "eviction", "cycles": cycles, "reps": cfg.reps, "git": cfg.git, **measured}
-    write_json(cfg.out_dir / "eviction.json", payload)
-    update_readme(cfg.readme, "eviction", markdown(payload))
-    print(markdown(payload))
-    return payload
+    title = f"Eviction \u2014 {cycles} rounds over {', '.join(MODELS)}, one request at a time"
+    model = {"names": list(MODELS)}
+    with Report(cfg, title, [], model, {"cycles": cycles}) as report:
+        with tempfile.TemporaryDirectory(prefix="bench-eviction-") as folder:
+            measured = asyncio.run(measure(cycles, cfg.reps, Path(folder), report.checkpoint))
+        report.payload.update(cycles=cycles, **measured)
+        report.payload["tables"] = [table(report.payload)]
+        report.note(
+            f"budget: {measured['budget_bytes'] / (1 << 20):.0f} MiB, the two larger estimates ("
+            + ", ".join(f"{k} {v / (1 << 20):.0f} MiB" for k, v in measured["estimates_bytes"].items())
+            + ")"
+        )
+        report.finish()
+    return report.payload
 
 
 if __name__ == "__main__":

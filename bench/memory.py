@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 per_rep.setdefault(alone_scenario(model), {}).setdefault(name, []).append(values)
             for scenario, values in ours_cycle(report, models).items():
                 per_rep.setdefault(scenario, {}).setdefault(ours.name, []).append(values)
+            report.checkpoint(f"rep {rep + 1}")
         for scenario, contenders in per_rep.items():
             reference = next((n for n in contenders if n.endswith("-inprocess")), ours.name)
             report.record(scenario, {}, reference, contenders)

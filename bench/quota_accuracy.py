@@ -9,7 +9,7 @@ interleaved within each repetition (the order turns): gRPC straight to the serve
 through the gateway (``GET /v1/models``, an in-process ASGI client; a 429 with ``Retry-After``
 counts as refused), both with the default burst (N rounded up), and gRPC with ``burst: 1``.
 
-The goal (issue 35): N a second served, ± 10%. The bucket starts full, so a window serves its
+The goal: N a second served, ± 10%. The bucket starts full, so a window serves its
 burst on top of N x window: the steady rate is (served - burst) / window, and served /
 (N x window + burst) is reported beside it. With ``burst: 1`` a bucket that is full caps what
 accrues until the next call arrives, so an open-loop client at 3N gets less than N (about
@@ -25,7 +25,6 @@ import math
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,7 @@ import httpx
 from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc as msg
 
-from bench.results import update_readme, write_json
-from bench.runner import parse_config
+from bench.runner import Report, parse_config
 from gateway.app import create_app
 from gateway.errors import error_info_from_rpc_error
 from service.server import start_server
@@ -122,8 +120,17 @@ def http_call(http: httpx.AsyncClient, secret: str) -> Callable[[], Awaitable[st
     return call
 
 
-async def measure(rate: float, window_s: float, reps: int, folder: Path) -> dict[str, Any]:
-    """Every contender ``reps`` times, interleaved (the order turns each repetition)."""
+async def measure(
+    rate: float,
+    window_s: float,
+    reps: int,
+    folder: Path,
+    checkpoint: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Every contender ``reps`` times, interleaved (the order turns each repetition).
+
+    ``checkpoint(label)`` runs after each repetition (:meth:`bench.runner.Report.checkpoint`).
+    """
     path = keys_file(folder / "keys.yaml", rate, reps)
     settings = Settings(grpc_port=0, data_dir=folder / "data", api_keys_file=path)
     running = await start_server(settings)
@@ -149,6 +156,7 @@ async def measure(rate: float, window_s: float, reps: int, folder: Path) -> dict
                     run = await open_loop(call, 3 * rate, window_s)
                     run["burst"] = burst if burst is not None else math.ceil(rate)
                     runs[name].append(run)
+                checkpoint(f"rep {rep + 1}")
     finally:
         await running.stop(grace=0.5)
     for reps_of in runs.values():
@@ -159,33 +167,35 @@ async def measure(rate: float, window_s: float, reps: int, folder: Path) -> dict
     return {"runs": runs}
 
 
-def markdown(payload: dict[str, Any]) -> str:
-    """The README section: one row per contender, medians over the repetitions."""
-    rate, window = payload["rate"], payload["window_s"]
-    lines = [
-        f"### Quota accuracy: a key of {rate:g} requests/s sending {3 * rate:g}/s for {window:g} s",
-        "",
-        f"Goal: {rate:g} served a second, within {GOAL_TOLERANCE:.0%} (steady rate: served less the "
-        f"burst, over the window); medians of {payload['reps']} repetitions; commit "
-        f"{payload['git']['revision'][:10]}" + (" (dirty)" if payload["git"]["dirty"] else ""),
-        "",
-        "| path | burst | sent | sent/s | served | refused | failed | steady served/s | "
-        "steady / N | served / (N x window + burst) | goal met |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+def table(payload: dict[str, Any]) -> dict[str, Any]:
+    """The section's table (:func:`bench.results.markdown`'s ``tables``): a row per contender,
+    medians over the repetitions."""
+    header = "path | burst | sent | sent/s | served | refused | failed | steady served/s | steady / N | "
+    header += "served / (N x window + burst) | goal met"
+    rows = []
     for name, reps in payload["runs"].items():
 
         def med(key: str, reps: list[dict[str, Any]] = reps) -> float:
             return statistics.median(rep[key] for rep in reps)
 
         met = all(abs(rep["steady_over_rate"] - 1) <= GOAL_TOLERANCE for rep in reps)
-        lines.append(
-            f"| {name} | {med('burst'):.0f} | {med('sent'):.0f} | {med('sent_per_s'):.1f} | "
-            f"{med('served'):.0f} | {med('refused'):.0f} | {med('failed'):.0f} | "
-            f"{med('steady_per_s'):.2f} | {med('steady_over_rate'):.3f} | "
-            f"{med('served_over_expected'):.3f} | {'yes' if met else 'no'} |"
+        rows.append(
+            [
+                name,
+                f"{med('burst'):.0f}",
+                f"{med('sent'):.0f}",
+                f"{med('sent_per_s'):.1f}",
+                f"{med('served'):.0f}",
+                f"{med('refused'):.0f}",
+                f"{med('failed'):.0f}",
+                f"{med('steady_per_s'):.2f}",
+                f"{med('steady_over_rate'):.3f}",
+                f"{med('served_over_expected'):.3f}",
+                "yes" if met else "no",
+            ]
         )
-    return "\n".join(lines) + "\n\n"
+    title = f"Medians of {payload['reps']} repetition{'s' if payload['reps'] != 1 else ''}"
+    return {"title": title, "header": header.split(" | "), "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -199,22 +209,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     rate = cfg.args.rate
     window_s = cfg.pick(full=10.0, quick=10.0, tiny=2.0)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-quota-") as folder:
-        measured = asyncio.run(measure(rate, window_s, cfg.reps, Path(folder)))
-    payload = {
-        "area": "quota_accuracy",
-        "rate": rate,
-        "window_s": window_s,
-        "reps": cfg.reps,
-        "git": cfg.git,
-        "wall_s": time.perf_counter() - started,
-        **measured,
-    }
-    write_json(cfg.out_dir / "quota_accuracy.json", payload)
-    update_readme(cfg.readme, "quota_accuracy", markdown(payload))
-    print(markdown(payload))
-    return payload
+    title = f"Quota accuracy: a key of {rate:g} requests/s sending {3 * rate:g}/s for {window_s:g} s"
+    settings = {"rate": rate, "window_s": window_s}
+    with Report(cfg, title, [], {"name": "ListModels / GET /v1/models"}, settings) as report:
+        with tempfile.TemporaryDirectory(prefix="bench-quota-") as folder:
+            measured = asyncio.run(measure(rate, window_s, cfg.reps, Path(folder), report.checkpoint))
+        report.payload.update(rate=rate, window_s=window_s, **measured)
+        report.payload["tables"] = [table(report.payload)]
+        report.note(
+            f"goal: {rate:g} served a second, within {GOAL_TOLERANCE:.0%} (steady rate: served less the "
+            "burst, over the window)"
+        )
+        report.finish()
+    return report.payload
 
 
 if __name__ == "__main__":

@@ -124,10 +124,21 @@ def _cell(summary: dict[str, float] | None, ratio: dict[str, float] | None, is_r
 def measured_line(payload: dict[str, Any]) -> str:
     """``Measured <when> at <revision> on <machine>``: how every section's context line starts.
 
-    When the machine's 1-minute load average at the start was over its usable cores (other work
-    was running), the line says so: timings then describe a busy machine.
+    The line ends with the run's noise figures (:mod:`bench.noise`): the most CPU other processes
+    used between checkpoints and the slowest calibration against the first; a noisy run says so
+    in bold, as its timings then describe a busy machine. Payloads from before the noise figures
+    fall back to the load average at the start.
     """
     line = f"Measured {payload['finished']} at {revision_line(payload)} on {machine_line(payload)}"
+    quiet = payload.get("noise")
+    if quiet:
+        figures = (
+            f"other processes at most {quiet['foreign_cores_max']:.2f} cores, calibration at most "
+            f"{TIMES}{quiet['calibration_ratio_max']:.2f}"
+        )
+        if quiet["noisy"]:
+            return line + f" **noisy ({figures}): timings describe a busy machine**"
+        return line + f", quiet ({figures})"
     load = (payload["machine"].get("load_average_at_start") or [0.0])[0]
     cores = payload["machine"].get("usable_cores") or 1
     if load > cores:

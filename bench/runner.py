@@ -15,13 +15,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import environment, results
+from bench import environment, noise, results
 from bench.peers import BENCH_DIR, PeerEnv, PeerUnavailableError, ensure
 from bench.procs import REPO_ROOT, base_env
 from bench.servers import Server, start_worker
@@ -109,7 +110,9 @@ def parse_config(
 
     Published results must come from committed code: writing into the default ``bench/results/``
     from a tree with uncommitted changes (outside the bench's own outputs) exits with status 2
-    before anything runs, unless ``--allow-dirty``.
+    before anything runs, unless ``--allow-dirty``. A ``--tiny`` smoke run never writes there:
+    without ``--out`` it writes into a new temporary directory (printed), and naming
+    ``bench/results/`` or ``bench/README.md`` for it exits with status 2.
     """
     parser = build_parser(area, description)
     if add_arguments is not None:
@@ -118,6 +121,14 @@ def parse_config(
     mode = args.mode or "full"
     out = args.out.resolve()
     readme = args.readme or (DEFAULT_README if out == DEFAULT_RESULTS.resolve() else out / "README.md")
+    if mode == "tiny":
+        named_results = args.out is not DEFAULT_RESULTS and out == DEFAULT_RESULTS.resolve()
+        if named_results or (args.readme and args.readme.resolve() == DEFAULT_README.resolve()):
+            parser.error("--tiny is a smoke test: it never writes bench/results/ or bench/README.md")
+        if out == DEFAULT_RESULTS.resolve():
+            out = Path(tempfile.mkdtemp(prefix=f"bench-{area}-tiny-"))
+            readme = out / "README.md"
+            print(f"[{area}] --tiny: writing into {out}", file=sys.stderr, flush=True)
     # The OpenMP default (spin, then sleep) is what every contender runs with in production, and
     # on a quiet machine it is the fast one: OMP_WAIT_POLICY=PASSIVE makes llama.cpp about 4x
     # slower per token here. On a busy shared machine, spinning threads starve the others; set
@@ -134,6 +145,10 @@ def parse_config(
             "they measured, write elsewhere with --out, or pass --allow-dirty"
         )
     return BenchConfig(area, mode, not args.no_peers, out, readme, max(1, count), git, args)
+
+
+class MachineNotQuietError(RuntimeError):
+    """A run meant for ``bench/results/`` ran on a busy machine (:mod:`bench.noise`): nothing written."""
 
 
 class Progress:
@@ -247,17 +262,14 @@ class Report:
         self.progress = Progress(cfg.area)
         self.started = environment.utc_now()
         self.start = time.monotonic()
+        self.noise = noise.Monitor()
         self.payload: dict[str, Any] = {
             "area": cfg.area,
             "title": title,
             "mode": cfg.mode,
             "reps": cfg.reps,
             "started": self.started,
-            "machine": environment.machine_info(),
-            "git_revision": cfg.git["revision"],
-            "git_dirty": cfg.git["dirty"],
-            "git_dirty_paths": cfg.git["dirty_paths"][:20],
-            "packages": {"project": environment.package_versions(environment.PROJECT_PACKAGES)},
+            **environment.stamp(cfg.git),
             "model": model,
             "settings": settings,
             "environment": {k: os.environ.get(k) for k in RECORDED_ENV},
@@ -267,6 +279,17 @@ class Report:
             "notes": [],
         }
         self.stack = contextlib.ExitStack()
+        self.checkpoint("start")
+
+    def checkpoint(self, label: str) -> None:
+        """Measure the machine now (:meth:`bench.noise.Monitor.checkpoint`); the first call
+        watches it for a few seconds. :meth:`compare` calls it after every repetition; an area
+        with its own loop calls it between its repetitions."""
+        sample = self.noise.checkpoint(label)
+        self.progress(
+            f"machine at {label}: other processes {sample['foreign_cores']:.2f} cores, "
+            f"calibration x{sample['calibration_ratio']:.2f}"
+        )
 
     def __enter__(self) -> Report:
         return self
@@ -457,6 +480,7 @@ class Report:
                     f"{scenario} rep {rep + 1}/{self.cfg.reps} {contender.label}: "
                     f"{len(ok_records(result))} ok in {time.monotonic() - start:.1f}s; {shown}"
                 )
+            self.checkpoint(f"{scenario} rep {rep + 1}")
         return self.record(scenario, params, reference, per_rep, errors)
 
     def record(
@@ -493,17 +517,40 @@ class Report:
         self.payload["scenarios"].append(record)
         return record
 
-    def finish(self) -> dict[str, Path]:
-        """Write ``<area>.json``, ``<area>.png`` and refresh the README section; return the paths."""
+    def finish(
+        self,
+        markdown: Callable[[dict[str, Any]], str] = results.markdown,
+        plot: Callable[[Path, dict[str, Any]], Path | None] = results.plot,
+    ) -> dict[str, Path]:
+        """Write ``<area>.json``, ``<area>.png`` and refresh the README section; return the paths.
+
+        ``markdown`` and ``plot`` render the section and the figure (an area with its own
+        layout passes its own). The last checkpoint's noise figures join the payload.
+
+        Raises:
+            MachineNotQuietError: the machine was busy (:mod:`bench.noise`) and the results were
+                meant for ``bench/results/``: the section is printed, marked noisy, and nothing
+                is written. Elsewhere (``--out``) the files are written and marked noisy.
+
+        """
         self.stack.close()
+        self.checkpoint("end")
         self.payload["finished"] = environment.utc_now()
         self.payload["wall_s"] = time.monotonic() - self.start
+        self.payload["noise"] = self.noise.summary()
         area, out = self.cfg.area, self.cfg.out_dir
         for kind in ("json", "png"):  # as the README links them
             self.payload[f"{kind}_name"] = os.path.relpath(out / f"{area}.{kind}", self.cfg.readme.parent)
-        png = results.plot(out / f"{area}.png", self.payload)
+        if self.payload["noise"]["noisy"] and out == DEFAULT_RESULTS.resolve():
+            print(markdown(self.payload), file=sys.stderr, flush=True)
+            raise MachineNotQuietError(
+                f"{area}: the machine was not quiet, so nothing was written to bench/results/ "
+                "(measure again with nothing else running, or write elsewhere with --out): "
+                + "; ".join(self.payload["noise"]["reasons"])
+            )
+        png = plot(out / f"{area}.png", self.payload)
         json_path = results.write_json(out / f"{area}.json", self.payload)
-        readme = results.update_readme(self.cfg.readme, area, results.markdown(self.payload))
+        readme = results.update_readme(self.cfg.readme, area, markdown(self.payload))
         paths = {"json": json_path, "readme": readme, **({"png": png} if png else {})}
         self.progress("wrote " + ", ".join(str(p) for p in paths.values()))
         return paths

@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import os
 import sys
 import threading
 import time
@@ -36,9 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import environment, results, servers
+from bench import results, servers
 from bench.procs import grpc_serving, status_name
-from bench.runner import parse_config
+from bench.runner import BenchConfig, Report, parse_config
 from bench.workloads import CHAT_MODEL, EMBED_MODEL, SENTENCES, anomaly_matrix, ocr_page_png
 
 SAMPLE_EVERY_S = 10.0
@@ -293,25 +292,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ),
     )
     duration = cfg.args.duration_s or DURATIONS[cfg.mode]
-    out, readme = cfg.out_dir, cfg.readme
     cfg.log_dir.mkdir(parents=True, exist_ok=True)
-    payload: dict[str, Any] = {
-        "area": "soak",
-        "title": "Soak — mixed load on every task, one client per load, memory every 10 s",
-        "mode": cfg.mode,
-        "started": environment.utc_now(),
-        "machine": environment.machine_info(),
-        "git_revision": cfg.git["revision"],
-        "git_dirty": cfg.git["dirty"],
-        "duration_s": duration,
-        "json_name": os.path.relpath(out / "soak.json", readme.parent),
-        "png_name": os.path.relpath(out / "soak.png", readme.parent),
-    }
+    title = "Soak \u2014 mixed load on every task, one client per load, memory every 10 s"
+    models = [CHAT_MODEL, EMBED_MODEL, "intent-clinc150", "en-core-web-sm", "rapidocr"]
+    with Report(cfg, title, [], {"names": models}, {"duration_s": duration}) as report:
+        report.payload["duration_s"] = duration
+        report.payload.update(_soak(cfg, models, duration))
+        report.finish(markdown=markdown, plot=plot)
+    print(markdown(report.payload), file=sys.stderr)
+    if not report.payload["summary"]["passed"]:
+        sys.exit(1)
+    return report.payload
+
+
+def _soak(cfg: BenchConfig, models: list[str], duration: float) -> dict[str, Any]:
+    """Run the loads for ``duration`` seconds against one server; samples, codes and the verdict."""
     server = servers.start_ours(cfg.log_dir)
     tally = Tally()
     samples: list[dict[str, float]] = []
     try:
-        for name in (CHAT_MODEL, EMBED_MODEL, "intent-clinc150", "en-core-web-sm", "rapidocr"):
+        for name in models:
             servers.load_model(server.grpc_target, name)
         _fit_detector(server.grpc_target)
         loads = _loads(server.grpc_target, server.http_base)
@@ -358,20 +358,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary["passed"] = bool(
         healthy and not tally.unexpected and not (slope > RSS_SLOPE_LIMIT_MB_PER_MIN)  # NaN (tiny) passes
     )
-    payload.update(
-        finished=environment.utc_now(),
-        samples=samples,
-        codes={load: dict(codes) for load, codes in tally.codes.items()},
-        unexpected_examples=sorted(set(tally.unexpected))[:10],
-        summary=summary,
-    )
-    plot(out / "soak.png", payload)
-    results.write_json(out / "soak.json", payload)
-    results.update_readme(readme, "soak", markdown(payload))
-    print(markdown(payload), file=sys.stderr)
-    if not summary["passed"]:
-        sys.exit(1)
-    return payload
+    return {
+        "samples": samples,
+        "codes": {load: dict(codes) for load, codes in tally.codes.items()},
+        "unexpected_examples": sorted(set(tally.unexpected))[:10],
+        "summary": summary,
+    }
 
 
 if __name__ == "__main__":

@@ -1,0 +1,181 @@
+"""Whether the machine stayed quiet while a bench ran: other processes' CPU and a calibration loop.
+
+A result is a ratio of two programs only when nothing else shares the machine: two shared cores
+do not slow the contenders alike, so interleaving repetitions does not cancel a neighbour out.
+A :class:`Monitor` takes checkpoints (the start, after each repetition, the end), and at each one
+records:
+
+- ``foreign_cores``: CPU time spent since the previous checkpoint by every process outside this
+  run's own process tree (the harness, its servers, peers and load clients), in cores (seconds of
+  CPU per second of wall time). This is the load average with the run's own work taken out: the
+  load average itself counts the run's servers, and the previous area's for a minute after it, so
+  it is recorded but does not decide.
+- ``calibration_s``: the time of a fixed CPU job on every usable core (SHA-256 over a fixed
+  buffer, one thread per core; hashlib releases the GIL), and its ratio to the run's first.
+- the 1, 5 and 15-minute load averages and the usable cores, for the record.
+
+A run is ``noisy`` when any interval's foreign CPU or any calibration ratio passes its
+:class:`Thresholds`; bench/README.md ("Quiet machines") gives the measurements behind them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psutil
+
+#: Bytes each calibration thread hashes per round, and rounds per checkpoint (median taken).
+CALIBRATION_BYTES = 128 << 20
+CALIBRATION_ROUNDS = 3
+_BLOCK = bytes(range(256)) * 4096  # 1 MiB; content is irrelevant, size fixes the work
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Limits past which a run is ``noisy``.
+
+    Attributes:
+        foreign_cores: Average cores used by processes outside the run over any interval
+            between checkpoints (a busy neighbour on one core of two reads about 1.0).
+        calibration_ratio: A checkpoint's calibration time over the run's first.
+        settle_s: Wall seconds of the first checkpoint's foreign-CPU window (nothing of the run
+            is running yet, so it says whether the machine is quiet before anything starts).
+
+    """
+
+    foreign_cores: float = 0.15
+    calibration_ratio: float = 1.25
+    settle_s: float = 3.0
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds all cores have spent busy since boot (everything but idle and I/O wait).
+
+    ``steal`` counts: time a hypervisor gave to other guests is time the run did not get.
+    """
+    t = psutil.cpu_times()
+    extra = sum(getattr(t, name, 0.0) for name in ("irq", "softirq", "steal"))
+    return t.user + t.nice + t.system + extra
+
+
+def tree_cpu_s(root: psutil.Process | None = None) -> float:
+    """CPU seconds of ``root`` (default: this process) and every live descendant, with the
+    children each has reaped (``children_user``/``children_system``), so that servers and load
+    clients that ran and exited still count as the run's own."""
+    root = root or psutil.Process()
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return total
+
+
+def calibrate(cores: int, rounds: int = CALIBRATION_ROUNDS) -> float:
+    """Median wall seconds of ``rounds`` rounds of the calibration job on ``cores`` threads.
+
+    Each thread hashes :data:`CALIBRATION_BYTES` with SHA-256; the job is fixed, so its time moves
+    only with what else runs on the machine (or the CPU's clock).
+    """
+    blocks = CALIBRATION_BYTES // len(_BLOCK)
+
+    def work() -> None:
+        digest = hashlib.sha256()
+        for _ in range(blocks):
+            digest.update(_BLOCK)
+
+    times = []
+    for _ in range(rounds):
+        threads = [threading.Thread(target=work) for _ in range(cores)]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@dataclass
+class Monitor:
+    """Checkpoints of one run (see the module docstring); :meth:`summary` judges them."""
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    _last: tuple[float, float, float] | None = None  # wall, busy CPU, own CPU at the last checkpoint
+
+    def checkpoint(self, label: str) -> dict[str, Any]:
+        """Record a checkpoint named ``label``; the first one also watches the machine for
+        ``thresholds.settle_s`` before anything of the run starts. Returns the sample."""
+        cores = usable_cores()
+        if self._last is None:
+            self._last = self._counters()
+            time.sleep(self.thresholds.settle_s)
+        wall, busy, own = self._counters()
+        last_wall, last_busy, last_own = self._last
+        elapsed = max(1e-6, wall - last_wall)
+        # Other processes' share: everything busy less this run's own tree, never below zero
+        # (the two counters are read a few microseconds apart).
+        foreign = max(0.0, (busy - last_busy) - (own - last_own)) / elapsed
+        calibration = calibrate(cores)
+        first = self.samples[0]["calibration_s"] if self.samples else calibration
+        sample = {
+            "label": label,
+            "interval_s": round(elapsed, 3),
+            "foreign_cores": round(foreign, 4),
+            "calibration_s": round(calibration, 5),
+            "calibration_ratio": round(calibration / first, 4),
+            "load_average": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+            "usable_cores": cores,
+        }
+        self.samples.append(sample)
+        # The calibration itself is the run's own work: the next interval starts after it.
+        self._last = self._counters()
+        return sample
+
+    @staticmethod
+    def _counters() -> tuple[float, float, float]:
+        return time.monotonic(), busy_cpu_s(), tree_cpu_s()
+
+    def reasons(self) -> list[str]:
+        """Why the run is noisy: one line per checkpoint past a threshold (empty when quiet)."""
+        limits = self.thresholds
+        lines = []
+        for sample in self.samples:
+            if sample["foreign_cores"] > limits.foreign_cores:
+                lines.append(
+                    f"{sample['label']}: other processes used {sample['foreign_cores']:.2f} cores over "
+                    f"{sample['interval_s']:.0f} s (limit {limits.foreign_cores})"
+                )
+            if sample["calibration_ratio"] > limits.calibration_ratio:
+                lines.append(
+                    f"{sample['label']}: the calibration job took x{sample['calibration_ratio']:.2f} "
+                    f"its first time (limit x{limits.calibration_ratio})"
+                )
+        return lines
+
+    def summary(self) -> dict[str, Any]:
+        """``{"noisy", "reasons", "thresholds", "foreign_cores_max", "calibration_ratio_max", "samples"}``."""
+        return {
+            "noisy": bool(self.reasons()),
+            "reasons": self.reasons(),
+            "thresholds": asdict(self.thresholds),
+            "foreign_cores_max": max((s["foreign_cores"] for s in self.samples), default=None),
+            "calibration_ratio_max": max((s["calibration_ratio"] for s in self.samples), default=None),
+            "samples": self.samples,
+        }

@@ -1,0 +1,145 @@
+"""The bench knows when its machine is not quiet, and --tiny never writes the committed results.
+
+A process outside the run's tree that burns a core is counted as foreign CPU and makes the run
+noisy; the run's own children burning CPU are not. A noisy run meant for ``bench/results/``
+writes nothing and says why; a ``--tiny`` run writes into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import noise, runner
+
+REPO = Path(__file__).resolve().parent.parent
+#: Seconds each hog runs; bounded, and killed at the end of its test in any case.
+HOG_S = 30
+HOG = f"import time\nend = time.monotonic() + {HOG_S}\nwhile time.monotonic() < end: pass\n"
+
+
+def quick_thresholds(**limits: float) -> noise.Thresholds:
+    """Thresholds with a short first window, so each test takes seconds."""
+    return noise.Thresholds(settle_s=1.0, **limits)
+
+
+def foreign_hog() -> int:
+    """Start a CPU hog outside this process's tree (its shell parent exits); return its pid."""
+    started = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -c "$0" >/dev/null 2>&1 & echo $!', HOG],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return int(started.stdout.strip())
+
+
+def test_a_hog_outside_the_run_makes_it_noisy():
+    pid = foreign_hog()
+    try:
+        monitor = noise.Monitor(quick_thresholds())
+        monitor.checkpoint("start")
+        time.sleep(2.0)
+        later = monitor.checkpoint("after")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    # The hog owns most of a core in both windows (the run's own calibration is not counted).
+    assert monitor.samples[0]["foreign_cores"] > 0.5, monitor.samples
+    assert later["foreign_cores"] > 0.5, monitor.samples
+    summary = monitor.summary()
+    assert summary["noisy"] and any("other processes used" in line for line in summary["reasons"])
+
+
+def test_the_runs_own_children_are_not_foreign():
+    monitor = noise.Monitor(quick_thresholds())
+    monitor.checkpoint("start")
+    hog = subprocess.Popen([sys.executable, "-c", HOG])
+    try:
+        time.sleep(2.0)
+        own_before = noise.tree_cpu_s()
+        time.sleep(1.0)
+        own_after = noise.tree_cpu_s()
+        during = monitor.checkpoint("child busy")
+    finally:
+        hog.kill()
+        hog.wait(timeout=30)
+    # The child burned CPU (seen as the run's own), and the monitor did not count it as foreign.
+    assert own_after - own_before > 0.3
+    assert during["foreign_cores"] < 0.5, monitor.samples
+
+
+def test_a_slow_calibration_makes_a_run_noisy():
+    monitor = noise.Monitor(quick_thresholds())
+    monitor.samples = [
+        {
+            "label": "start",
+            "interval_s": 1.0,
+            "foreign_cores": 0.0,
+            "calibration_s": 0.1,
+            "calibration_ratio": 1.0,
+        },
+        {
+            "label": "rep 1",
+            "interval_s": 9.0,
+            "foreign_cores": 0.0,
+            "calibration_s": 0.2,
+            "calibration_ratio": 2.0,
+        },
+    ]
+    (reason,) = monitor.reasons()
+    assert reason.startswith("rep 1: the calibration job took x2.00")
+
+
+def config(out: Path, readme: Path) -> runner.BenchConfig:
+    git = {"revision": "abc1234", "dirty": False, "dirty_paths": []}
+    return runner.BenchConfig("noise_check", "quick", False, out, readme, 1, git, argparse.Namespace())
+
+
+def test_a_noisy_run_writes_nothing_to_bench_results(monkeypatch, tmp_path, capsys):
+    # A foreign-CPU limit below zero: every machine is "busy", so the refusal path runs for sure.
+    always_busy = noise.Monitor
+    monkeypatch.setattr(noise, "Monitor", lambda: always_busy(quick_thresholds(foreign_cores=-1.0)))
+    readme = tmp_path / "README.md"
+    cfg = config(runner.DEFAULT_RESULTS.resolve(), readme)
+    with (
+        runner.Report(cfg, "noise check", [], {}, {}) as report,
+        pytest.raises(runner.MachineNotQuietError) as refused,
+    ):
+        report.finish()
+    assert "not quiet" in str(refused.value) and "other processes used" in str(refused.value)
+    assert not (runner.DEFAULT_RESULTS / "noise_check.json").exists() and not readme.exists()
+    assert "**noisy (" in capsys.readouterr().err
+
+
+def test_a_noisy_run_elsewhere_is_written_and_marked(monkeypatch, tmp_path):
+    always_busy = noise.Monitor
+    monkeypatch.setattr(noise, "Monitor", lambda: always_busy(quick_thresholds(foreign_cores=-1.0)))
+    cfg = config(tmp_path, tmp_path / "README.md")
+    with runner.Report(cfg, "noise check", [], {}, {}) as report:
+        report.finish()
+    assert report.payload["noise"]["noisy"] and report.payload["noise"]["samples"][-1]["label"] == "end"
+    assert "**noisy (" in (tmp_path / "README.md").read_text()
+
+
+def test_tiny_never_writes_the_committed_results(monkeypatch, capsys):
+    monkeypatch.setattr(runner.signal, "signal", lambda *args: None)
+    cfg = runner.parse_config("overhead", ["--tiny"])
+    assert runner.DEFAULT_RESULTS.resolve() not in (cfg.out_dir, *cfg.out_dir.parents)
+    assert cfg.readme == cfg.out_dir / "README.md" and "--tiny: writing into" in capsys.readouterr().err
+    for named in (
+        ["--out", str(runner.DEFAULT_RESULTS)],
+        ["--out", "bench/results"],
+        ["--readme", "bench/README.md"],
+    ):
+        with pytest.raises(SystemExit) as refused:
+            runner.parse_config("overhead", ["--tiny", *named])
+        assert refused.value.code == 2
+        assert "never writes bench/results/" in capsys.readouterr().err
