@@ -1,8 +1,8 @@
-"""The README's per-backend catalog option tables, generated from the backends' options models.
+"""The per-backend catalog option tables of docs/models/catalog.md, generated from the backends' options models.
 
 One table per registered backend (option, type, default, allowed values, description), rendered
 from the JSON Schema of its :attr:`engines.base.Engine.options_model` (the same schema the
-catalog's, :mod:`service.catalog_schema`, embeds), between the README's
+catalog's, :mod:`service.catalog_schema`, embeds), between the page's
 ``<!-- catalog-options:begin -->`` and ``<!-- catalog-options:end -->`` lines;
 ``tests/test_catalog_tables.py`` checks they equal what :func:`render` makes. After changing an
 option, rewrite them (and the committed schema) with::
@@ -27,14 +27,14 @@ from engines.registry import registered_backends
 from service.catalog_schema import SCHEMA_FILE, catalog_schema
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "models" / "catalog.md"
 BEGIN = "<!-- catalog-options:begin -->"
 END = "<!-- catalog-options:end -->"
 _REGION = re.compile(rf"{re.escape(BEGIN)}\n(.*?){re.escape(END)}", re.S)
 
 
 def _code(value: Any) -> str:
-    """A value as the README shows it in code: ``true``, ``0.5``, ``torch``, ``{}``."""
+    """A value as the page shows it in code: ``true``, ``0.5``, ``torch``, ``{}``."""
     text = value if isinstance(value, str) else json.dumps(value)
     return f"`{text}`"
 
@@ -89,7 +89,7 @@ def _allowed(schema: dict[str, Any]) -> str:
 
 
 def _default(field: FieldInfo) -> str:
-    """The option's default as the README shows it: ``unset``, a value in code, or ``required``."""
+    """The option's default as the page shows it: ``unset``, a value in code, or ``required``."""
     if field.is_required():
         return "required"
     value = field.get_default(call_default_factory=True)
@@ -140,35 +140,35 @@ def _rows(model: type[BaseModel], prefix: str, backend: str) -> list[str]:
 def backend_table(backend: str, cls: type[Engine]) -> str:
     """One backend's section: a heading, what it serves, and the table of its options."""
     tasks = ", ".join(sorted(task.value for task in cls.tasks))
-    lines = [f"#### `{backend}`", "", f"{_summary(cls)} Tasks: {tasks}.", ""]
+    lines = [f"## `{backend}`", "", f"{_summary(cls)} Tasks: {tasks}.", ""]
     lines += ["| option | type | default | allowed | what |", "|---|---|---|---|---|"]
     lines += _rows(cls.options_model, "", backend)
     return "\n".join(lines)
 
 
 def render() -> str:
-    """Every backend's section, by backend name, as the README has them between the markers."""
+    """Every backend's section, by backend name, as the page has them between the markers."""
     return "\n\n".join(backend_table(name, cls) for name, cls in sorted(registered_backends().items())) + "\n"
 
 
-def readme_region(text: str) -> str | None:
-    """The README's text between the markers (None when they are missing)."""
+def page_region(text: str) -> str | None:
+    """The page's text between the markers (None when they are missing)."""
     match = _REGION.search(text)
     return None if match is None else match.group(1)
 
 
-def rewrite(readme: Path = README, schema_file: Path = ROOT / SCHEMA_FILE) -> None:
-    """Replace the README's tables with the generated ones and rewrite the committed schema.
+def rewrite(page: Path = PAGE, schema_file: Path = ROOT / SCHEMA_FILE) -> None:
+    """Replace the page's tables with the generated ones and rewrite the committed schema.
 
     Raises:
-        ValueError: the README's markers are missing or repeated.
+        ValueError: the page's markers are missing or repeated.
 
     """
-    text = readme.read_text()
+    text = page.read_text()
     text, count = _REGION.subn(lambda _match: f"{BEGIN}\n{render()}{END}", text)
     if count != 1:
-        raise ValueError(f"{readme}: expected one {BEGIN} ... {END} region, found {count}")
-    readme.write_text(text)
+        raise ValueError(f"{page}: expected one {BEGIN} ... {END} region, found {count}")
+    page.write_text(text)
     schema_file.write_text(json.dumps(catalog_schema(), indent=2) + "\n")
 
 

@@ -1,8 +1,8 @@
-"""The README's settings tables, generated from the settings models.
+"""The settings tables of docs/settings.md, generated from the settings models.
 
 Three tables: what both faces share (:class:`service.shared.settings.SharedSettings`, under ``UR_``
 and ``UR_GATEWAY_``), the server's own (:class:`service.settings.Settings`) and the standalone
-gateway's own (:class:`gateway.settings.GatewaySettings`). Each table in the README follows a
+gateway's own (:class:`gateway.settings.GatewaySettings`). Each table on the page follows a
 marker line ``<!-- settings-table: NAME -->``; ``tests/test_settings_doc.py`` checks they equal
 what :func:`tables` makes. After changing a setting, rewrite them with::
 
@@ -22,14 +22,14 @@ from gateway.settings import GatewaySettings
 from service.settings import Settings
 from service.shared.settings import SharedSettings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 SERVER_PREFIX = "UR_"
 MARKER = "<!-- settings-table: {} -->"
 _BINARY_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def default_text(name: str, field: FieldInfo) -> str:
-    """A field's default as the README shows it: ``unset``, a size in KiB/MiB/GiB, or the value in code."""
+    """A field's default as the page shows it: ``unset``, a size in KiB/MiB/GiB, or the value in code."""
     value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
     if value is PydanticUndefined or value is None or value == "":
         return "unset"
@@ -91,8 +91,8 @@ def _table_after(marker: str) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(marker)}\n((?:\|.*\n)*)", re.M)
 
 
-def readme_tables(text: str) -> dict[str, str | None]:
-    """The README's table after each marker (``None`` where the marker is missing)."""
+def page_tables(text: str) -> dict[str, str | None]:
+    """The page's table after each marker (``None`` where the marker is missing)."""
     found: dict[str, str | None] = {}
     for name in tables():
         match = _table_after(MARKER.format(name)).search(text)
@@ -100,8 +100,8 @@ def readme_tables(text: str) -> dict[str, str | None]:
     return found
 
 
-def rewrite_readme(path: Path = README) -> None:
-    """Replace each marked table of the README with the generated one.
+def rewrite_page(path: Path = PAGE) -> None:
+    """Replace each marked table of the page with the generated one.
 
     Raises:
         ValueError: a marker is missing.
@@ -117,4 +117,4 @@ def rewrite_readme(path: Path = README) -> None:
 
 
 if __name__ == "__main__":
-    rewrite_readme()
+    rewrite_page()

@@ -1,4 +1,4 @@
-"""The README's per-backend option tables equal the ones generated from the options models."""
+"""The per-backend option tables of docs/models/catalog.md equal the ones generated from the options models."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ from engines.registry import registered_backends
 from tests.catalog_tables import (
     BEGIN,
     END,
-    README,
+    PAGE,
     backend_table,
     nested_model,
-    readme_region,
+    page_region,
     render,
     rewrite,
 )
 
 
-def test_the_readme_tables_are_the_generated_ones():
-    region = readme_region(README.read_text())
-    assert region is not None, f"README lacks the {BEGIN} ... {END} region"
+def test_the_page_tables_are_the_generated_ones():
+    region = page_region(PAGE.read_text())
+    assert region is not None, f"{PAGE.name} lacks the {BEGIN} ... {END} region"
     assert region == render(), (
-        "README's catalog option tables differ from the models: run 'python -m tests.catalog_tables'"
+        f"{PAGE.name}'s catalog option tables differ from the models: run 'python -m tests.catalog_tables'"
     )
 
 
@@ -49,14 +49,14 @@ def test_a_row_says_type_default_range_and_what():
 
 
 def test_rewriting_fills_the_region_and_the_schema_file(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"before\n{BEGIN}\nstale\n{END}\nafter\n")
+    page = tmp_path / "catalog.md"
+    page.write_text(f"before\n{BEGIN}\nstale\n{END}\nafter\n")
     schema = tmp_path / "catalog.schema.json"
-    rewrite(readme, schema)
-    text = readme.read_text()
-    assert readme_region(text) == render()
+    rewrite(page, schema)
+    text = page.read_text()
+    assert page_region(text) == render()
     assert text.startswith("before\n") and text.endswith(f"{END}\nafter\n")
     assert schema.read_text().startswith('{\n  "$schema"')
-    readme.write_text("no markers\n")
+    page.write_text("no markers\n")
     with pytest.raises(ValueError, match="expected one"):
-        rewrite(readme, schema)
+        rewrite(page, schema)

@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 16): scraped over HTTP after real calls on real models, parsed with
+"""Prometheus metrics: scraped over HTTP after real calls on real models, parsed with
 ``prometheus_client.parser``, and checked to have moved by what was sent.
 
 The registry is the process's, shared with the session server: every check is a difference
@@ -28,7 +28,7 @@ from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, free_port
 from tests.scrape import Samples, parse, value
 from tests.streams import POLL_INTERVAL_S, POLLS, read_then_cancel
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+OBSERVABILITY_PAGE = Path(__file__).resolve().parents[1] / "docs" / "operate" / "observability.md"
 FINISHED = "ur_generation_sequences_finished_total"
 TEXT_LIMIT = 64 * 1024  # the scraped server's text request limit, to see a rejection counted
 
@@ -225,10 +225,10 @@ async def test_a_metrics_port_in_use_stops_start_up_with_a_clear_error(settings)
             await start_server(settings.model_copy(update={"grpc_port": 0, "metrics_port": port}))
 
 
-def readme_metrics() -> set[str]:
-    """Metric names in the README's metrics table (``a_used`` / ``_total`` names two)."""
+def documented_metrics() -> set[str]:
+    """Metric names in the metrics table of docs/operate/observability.md (``a_used`` / ``_total`` names two)."""
     names = set()
-    for line in README.read_text(encoding="utf-8").splitlines():
+    for line in OBSERVABILITY_PAGE.read_text(encoding="utf-8").splitlines():
         cells = line.split("|")
         if len(cells) < 3 or not cells[1].strip().startswith("`ur_"):
             continue
@@ -238,13 +238,13 @@ def readme_metrics() -> set[str]:
     return names
 
 
-async def test_the_readme_lists_every_metric_the_server_exports(scraped):
+async def test_the_docs_list_every_metric_the_server_exports(scraped):
     *_, scrape = scraped
     await scrape()  # the server's collector registered
     exported = set()
     for family in REGISTRY.collect():
         if family.name.startswith("ur_"):
             exported.add(f"{family.name}_total" if family.type == "counter" else family.name)
-    documented = readme_metrics()
-    assert exported - documented == set(), "metrics missing from the README's table"
-    assert documented - exported == set(), "the README's table lists metrics that do not exist"
+    documented = documented_metrics()
+    assert exported - documented == set(), "metrics missing from the docs' metrics table"
+    assert documented - exported == set(), "the docs' metrics table lists metrics that do not exist"

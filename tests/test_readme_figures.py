@@ -1,8 +1,8 @@
-"""Every bench figure README.md's prose quotes comes from the committed result files (issue 29).
+"""Every bench figure the documentation's prose quotes comes from the committed result files.
 
-Each area below renders, from ``bench/results/<area>.json``, the sentences of the README that
-quote it; the test checks that the README holds each one (line breaks aside, as the prose is
-wrapped) and that the file names the clean commit it measured. A new run that moves a figure
+Each area below renders, from ``bench/results/<area>.json``, the sentences of the documentation that
+quote it; the test checks that README.md and the pages under docs/, joined, hold each one (line
+breaks aside, as the prose is wrapped) and that the file names the clean commit it measured. A new run that moves a figure
 fails here until the prose is updated from it, so prose and tables cannot drift apart again.
 Figures are rounded as the prose prints them; ratios are the tables' own (medians of the
 per-repetition ratios), except where the prose sets two medians side by side (``a against b``).
@@ -21,6 +21,7 @@ from bench.anomaly import floor_ceiling
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+DOCS = REPO / "docs"
 RESULTS = REPO / "bench" / "results"
 DASH, TIMES, MINUS = "\u2013", "\u00d7", "\u2212"
 
@@ -171,15 +172,21 @@ CLAIMS: dict[str, Callable[[], list[str]]] = {
 }
 
 
+def documentation() -> str:
+    """README.md and every page under docs/, joined."""
+    pages = [README, *sorted(DOCS.rglob("*.md"))]
+    return "\n".join(page.read_text(encoding="utf-8") for page in pages)
+
+
 def flat(text: str) -> str:
     """``text`` with every run of whitespace as one space (prose is wrapped anywhere)."""
     return " ".join(text.split())
 
 
 @pytest.mark.parametrize("area", sorted(CLAIMS))
-def test_readme_prose_quotes_the_committed_results(area):
+def test_the_prose_quotes_the_committed_results(area):
     payload = load(area)
     assert payload["git_revision"] and not payload["git_dirty"], "results must name a clean commit"
-    prose = flat(README.read_text())
+    prose = flat(documentation())
     missing = [claim for claim in CLAIMS[area]() if flat(claim) not in prose]
-    assert not missing, f"README.md does not quote bench/results/{area}.json as it stands: {missing}"
+    assert not missing, f"README.md and docs/ do not quote bench/results/{area}.json as it stands: {missing}"

@@ -1,4 +1,4 @@
-"""The README's Settings tables equal the ones generated from the settings models (every field,
+"""The settings tables of docs/settings.md equal the ones generated from the settings models (every field,
 its default and its description), for the shared settings, the server's and the standalone gateway's."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import pytest
 from gateway.settings import GatewaySettings
 from service.settings import Settings
 from service.shared.settings import SharedSettings
-from tests.settings_tables import README, face_table, readme_tables, shared_table, tables
+from tests.settings_tables import PAGE, face_table, page_tables, shared_table, tables
 
 
 @pytest.mark.parametrize("name", ["shared", "server", "gateway"])
-def test_the_readme_table_is_the_generated_one(name):
+def test_the_page_table_is_the_generated_one(name):
     generated = tables()[name]
-    in_readme = readme_tables(README.read_text())[name]
-    assert in_readme is not None, f"README lacks the marker of the {name!r} settings table"
-    assert in_readme == generated, (
-        f"README's {name!r} settings table differs from the models: run 'python -m tests.settings_tables'"
+    on_page = page_tables(PAGE.read_text())[name]
+    assert on_page is not None, f"{PAGE.name} lacks the marker of the {name!r} settings table"
+    assert on_page == generated, (
+        f"{PAGE.name}'s {name!r} settings table differs from the models: run 'python -m tests.settings_tables'"
     )
 
 
@@ -59,14 +59,14 @@ def test_a_bad_log_level_is_refused(monkeypatch):
         Settings()
 
 
-def test_rewriting_the_readme_fills_every_marked_table(tmp_path):
-    from tests.settings_tables import MARKER, rewrite_readme
+def test_rewriting_the_page_fills_every_marked_table(tmp_path):
+    from tests.settings_tables import MARKER, rewrite_page
 
-    readme = tmp_path / "README.md"
-    readme.write_text("".join(f"{MARKER.format(name)}\n| stale |\n\ntext\n" for name in tables()))
-    rewrite_readme(readme)
-    assert readme_tables(readme.read_text()) == tables()
-    assert readme.read_text().count("text\n") == 3
+    page = tmp_path / "settings.md"
+    page.write_text("".join(f"{MARKER.format(name)}\n| stale |\n\ntext\n" for name in tables()))
+    rewrite_page(page)
+    assert page_tables(page.read_text()) == tables()
+    assert page.read_text().count("text\n") == 3
 
 
 def test_the_server_command_refuses_a_bad_log_level_in_one_line(monkeypatch):

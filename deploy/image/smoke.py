@@ -87,9 +87,9 @@ PROTOCOL_GAUGES = (
 #: The label every image this script builds carries, so that cleaning up removes only those.
 IMAGE_LABEL = "org.universal-runtime.image-test=true"
 #: Free bytes the build needs in podman's store: 17-18 GB were taken at the peak of a cold build
-#: here (README "Built and run here"): the builder stage's venv layer (about 4.2 GB) is written
-#: twice while committed (the container's diff, then the layer), the runtime image holds another
-#: copy, and the pip cache mount grows beside.
+#: here (docs/scale-out/container.md, Built and run here): the builder stage's venv layer (about
+#: 4.2 GB) is written twice while committed (the container's diff, then the layer), the runtime
+#: image holds another copy, and the pip cache mount grows beside.
 BUILD_FREE_BYTES = 20 * 1024**3
 
 
