@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report.warm_up(contenders, {"concurrency": 1, "requests": 1, "warmup": 0, "max_tokens": 1})
         report.note(
             "ours admits max_sequences + max_waiting = 8 + 64 requests of the default catalog; the "
-            "rest are refused before their prompts are tokenized (README, 'How requests are scheduled')"
+            "rest are refused before their prompts are tokenized (docs/architecture/scheduling.md)"
         )
         report.compare(f"{burst} at once", params, contenders, "ours-grpc", metrics)
         report.finish()

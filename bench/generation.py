@@ -11,7 +11,7 @@ engine at 1 and 8 cold streams (1 in tiny mode) when the catalog has a transform
 model (or name one with ``BENCH_TRANSFORMERS_MODEL``). The ceiling, in the cold scenarios: the
 bare llama.cpp batched-decode loop on the same file (:mod:`bench.batched_decode`, a worker of
 its own), B sequences in one context, one ``llama_decode`` per step; every contender's aggregate
-tok/s is also given as a ratio to it (the "x ceiling" column), the figure issue 18 moves. The
+tok/s is also given as a ratio to it (the "x ceiling" column), the figure the scheduler's work aims at. The
 transformers rows have a ceiling of their own: transformers' ``model.generate`` on a batch of B
 left-padded prompts, in a worker of its own (:mod:`bench.hf_batched`).
 
@@ -48,7 +48,7 @@ CEILING, CEILING_LABEL = "llama-batched", "llama.cpp batched decode (no server)"
 #: The transformers engine's ceiling: transformers' own batched generate (bench.hf_batched).
 TF_CEILING = "transformers-batched"
 TF_CEILING_LABEL = "transformers generate, batch of B left-padded prompts (in-process)"
-#: Concurrency levels of our transformers engine and its ceiling (~7x slower than llama.cpp on CPU).
+#: Concurrency levels of our transformers engine and its ceiling (far slower than llama.cpp on CPU).
 TRANSFORMERS_LEVELS = (1, 8)
 
 
@@ -104,7 +104,7 @@ def transformers_model(target: str) -> str | None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the generation comparison; write its JSON, plot and README section."""
     cfg = parse_config("generation", argv, __doc__)
-    # Quick mode measures the issue's target concurrency (8) beside the single stream.
+    # Quick mode measures the target concurrency (8) beside the single stream.
     levels = cfg.pick(full=(1, 4, 8, 16), quick=(1, 8, 16), tiny=(1,))
     warm_levels = cfg.pick(full=(1, 8), quick=(1, 8), tiny=(1,))
     max_tokens = cfg.pick(full=MAX_NEW_TOKENS, quick=MAX_NEW_TOKENS, tiny=4)

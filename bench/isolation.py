@@ -19,7 +19,7 @@ flight, back to back, each with a deadline:
   machine for any neighbour that keeps one core busy at that priority (as the PDF renderer,
   anomaly fits and OCR lanes do), since the probe's model shares the same two cores.
 
-Goal (issue 15): the probe's p99 with a neighbour at most 2x its quiet p99, and every neighbour
+Goal: the probe's p99 with a neighbour at most 2x its quiet p99, and every neighbour
 call that runs past its deadline ends, on the server, within 1 s of it ("overrun": the RPC's
 duration in the server's log minus the deadline, for calls that ended DEADLINE_EXCEEDED or
 CANCELLED).
@@ -113,8 +113,8 @@ def _neighbour_call(kind: str, target: str) -> Callable[[str], None]:
 
         return ocr
     if kind in BIG_MESSAGES_MB:
-        # Serialized once and sent as bytes: the neighbour's own serializing (70 ms a call for
-        # 50 MB) would otherwise load this shared machine's two cores, not the server.
+        # Serialized once and sent as bytes: the neighbour's own serializing (tens of ms a call for
+        # 50 MB) would otherwise load the machine's cores, not the server.
         text = "word " * int(BIG_MESSAGES_MB[kind] * 2**20 / 5)
         if kind.startswith("embed"):
             method = "Embed"

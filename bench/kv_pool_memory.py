@@ -13,8 +13,8 @@ a KV stream of 2048 cells each), the same with ``kv_pool_tokens: 4096``, and lla
 interleaved.
 
 Usage: ``python -m bench.kv_pool_memory [--quick|--tiny] [--out DIR] [--allow-dirty]`` (writes
-``kv_pool_memory.json``, ``.png`` and its section of ``bench/README.md``; about 30 s a repetition
-on 2 cores).
+``kv_pool_memory.json``, ``.png`` and its section of ``bench/README.md``; tens of seconds a
+repetition).
 """
 
 from __future__ import annotations

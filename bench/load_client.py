@@ -230,8 +230,8 @@ async def _grpc_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awai
 
 
 async def _http_calls(args: argparse.Namespace) -> tuple[Call, Callable[[], Awaitable[None]]]:
-    # aiohttp, not httpx: at 64 clients httpx's client took about a core of the 2 (9.5 s of CPU
-    # against the gateway's 10.8 s), so the load generator, not the server, set the figure.
+    # aiohttp, not httpx: at 64 clients httpx's client costs about as much CPU as the gateway it
+    # drives, so the load generator, not the server, would set the figure.
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=args.concurrency)

@@ -19,8 +19,8 @@ process, not per model, and ``required_memory`` is a per-model figure. The engin
 llama.cpp it is the same formula as the estimate (weights plus KV) and for OCR, layout and the
 exported runtimes it is unknown or partial.
 
-Usage: ``python -m bench.memory_estimate [--quick|--tiny] [--out DIR] [--allow-dirty]`` (about 8 s
-a model and repetition on 2 cores); ``--child MODEL`` measures one model and prints JSON.
+Usage: ``python -m bench.memory_estimate [--quick|--tiny] [--out DIR] [--allow-dirty]`` (seconds a
+model and repetition); ``--child MODEL`` measures one model and prints JSON.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the OCR comparison; write its JSON, plot and README section."""
     cfg = parse_config("ocr", argv, __doc__, reps={"full": 5, "quick": 3, "tiny": 1})
-    # Runs are bounded by pages, so the slow engine (Tesseract, ~2.7 s a page here) gets as many
+    # Runs are bounded by pages, so the slow engine (Tesseract, seconds a page) gets as many
     # samples as the fast one; the duration is only a safety bound.
     pages = cfg.pick(full=15, quick=5, tiny=1)
     duration = cfg.pick(full=120.0, quick=60.0, tiny=0.1)

@@ -4,7 +4,7 @@ Each routing mode gets its own pair of servers (a catalog of two llama.cpp chat 
 and ``chat-b``, the same SmolLM2 file under two names) and a standalone gateway in front of both
 (``UR_GATEWAY_ROUTING``). Each replica is pinned to one core of its own (``taskset``), as replicas
 on separate machines would be: two unpinned replicas on the same two cores make their llama.cpp
-OpenMP teams spin against each other (measured: 5 tok/s instead of 50).
+OpenMP teams spin against each other, and throughput collapses.
 
 The load: two clients at once, one per model, each with 2 streams in flight, greedy. Figures:
 aggregate tokens/s over both models, and how many model loads the two replicas made in all (from

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for streams in (1, 8):
                 params = {"workload": workload, "streams": streams, "prompts": count if streams == 1 else 8}
                 # Warm-up: every prompt's KV prefix cached, llama.cpp's graphs for the batch shapes
-                # speculation makes built (the first of a shape took up to a second), reference outputs.
+                # speculation makes built (the first of a shape is slow), reference outputs.
                 off.run(params)
                 on.run(params)
                 scenario = f"{workload}, {streams} stream{'s' if streams > 1 else ''}"

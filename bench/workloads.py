@@ -232,7 +232,7 @@ def document_page_png() -> bytes:
 def bomb_pdf(repeats: int = 200_000) -> bytes:
     """A few-KB PDF whose one US Letter page fills itself ``repeats`` times (Flate-compressed).
 
-    PDFium takes minutes to paint it at 200 dpi: the "PDF bomb" of issue 15. Built by hand
+    PDFium takes minutes to paint it at 200 dpi: a "PDF bomb". Built by hand
     after PDF 1.7 section 7.5 (header, objects, xref table of 20-byte entries, trailer).
     """
     import zlib

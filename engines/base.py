@@ -215,7 +215,7 @@ class Engine(abc.ABC, Generic[OptionsT]):
 
         The default probes the machine through torch (:func:`engines.device.resolve_device`).
         Backends that do not run on torch override it, so that choosing their device never
-        imports torch (about 200 MB of RSS and seconds of start-up for a process that serves
+        imports torch (hundreds of MB of RSS and seconds of start-up for a process that serves
         only GGUF or OCR models).
 
         Raises:

@@ -10,13 +10,14 @@ Where the cache is: the catalog option ``cache_dir`` of the model, else
 container image sets ``XDG_CACHE_HOME=/cache``).
 
 What bounds it: a copy is keyed by its source's fingerprint (its files' sizes and content), so new
-weights at the same path (an upgraded model) make a new copy. Each copy records the *identity* of what
-it converts (the source's path and the conversion: :data:`IDENTITY_FILE`), and building a copy
-removes the copies it supersedes: those of the same identity not used for
-:data:`IN_USE_GRACE_S` (a use touches the copy's folder). So the cache holds at most one copy per
-source and conversion, plus any in use, instead of one per version ever installed (13 GB in 86
-copies on a CI machine before this). Replicas sharing one folder while serving different weights
-at one path rebuild their copy after the other's build removed it, at most once per grace period.
+weights at the same path (an upgraded model) make a new copy. Each copy records the *identity* of
+what it converts (the source's path and the conversion: :data:`IDENTITY_FILE`), and building a copy
+removes the copies it supersedes: those of the same identity not used for :data:`IN_USE_GRACE_S` (a
+use touches the copy's folder). So the cache holds at most one copy per source and conversion, plus
+any in use, instead of one per version ever installed (see
+docs/architecture/design-notes.md#converted-copies-keyed-by-content). Replicas sharing one folder
+while serving different weights at one path rebuild their copy after the other's build removed it,
+at most once per grace period.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ def source_fingerprint(location: Path | str) -> str:
     middle and end, as weights that differ differ throughout). A hub id is its own identity.
 
     Content, not modification times: times do not survive the copies a model's files go through
-    intact. Podman's ``COPY --from`` rounds them to the nearest second (found by ``make
-    image-test``: the image's build made MiniLM's OpenVINO export and the server in it made it
-    again), tar and other layer writers truncate them, and a reinstall of the same package
+    intact. Podman's ``COPY --from`` rounds them to the nearest second (see
+    docs/architecture/design-notes.md#converted-copies-keyed-by-content), tar and other layer
+    writers truncate them, and a reinstall of the same package
     changes them without changing the weights. Work: at most 3 MiB read per file.
     """
     path = Path(location)

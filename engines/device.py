@@ -71,14 +71,14 @@ def release_device_memory(device: str) -> None:
     """Run the garbage collector and return cached allocator blocks of ``device`` to the system."""
     gc.collect()
     torch = sys.modules.get("torch")
-    if torch is None:  # never imported: no allocator has cached anything (and importing it costs ~200 MB)
+    if torch is None:  # never imported: no allocator has cached anything (and importing it is costly)
         return
     # Only where torch started CUDA: it then holds a cache; asking otherwise would start its context
     # (in a process whose CUDA models are llama.cpp's, which frees its own memory on unload).
     if device.startswith("cuda") and torch.cuda.is_initialized():
         # cuBLAS keeps a workspace per handle and stream (32 MiB each on Hopper), allocated from
         # torch's cache at a thread's first matrix product and never freed, so each retired lane
-        # would keep one: seen on an H200, 32 MiB still allocated after every unload.
+        # would keep one after its model's unload.
         clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
         if clear_workspaces is not None:
             clear_workspaces()

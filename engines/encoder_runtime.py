@@ -189,8 +189,8 @@ def export_encoder(
         inputs = _export_onnx(model, sample, output, folder / "model.onnx")
         (folder / META_FILE).write_text(json.dumps({"inputs": inputs, "output": output}))
 
-    # Every variant derives from the float32 ONNX export, made once (the slow step: ~10-20 s for
-    # MiniLM on 2 cores); quantizing or converting it for OpenVINO takes a few seconds more.
+    # Every variant derives from the float32 ONNX export, made once (the slow step); quantizing or
+    # converting it for OpenVINO takes a little more.
     onnx = folder_for(RuntimeChoice("onnx"))
     build_once(onnx, export, progress, identity_of(RuntimeChoice("onnx")))
     target = folder_for(choice)

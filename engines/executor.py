@@ -1,6 +1,6 @@
 """Executors: every model (and each fitting task) runs its blocking work on a lane of its own.
 
-The isolation rule (issue 15): a *lane* is one worker thread with a FIFO queue, owned by one
+The isolation rule: a *lane* is one worker thread with a FIFO queue, owned by one
 loaded model on one device, or by one task's own CPU work (fitting anomaly detectors, fitting
 custom classifiers). Jobs of one owner run one after another in the order they were queued;
 jobs of different owners run at the same time, and the operating system shares the device's
@@ -9,12 +9,12 @@ generation step for eight sequences) never holds another model's small call in a
 only shares the cores with it. Every job is bounded before it starts (one batch, one page, one
 decode step), so a lane's own callers wait at most one bounded job.
 
-Measured in ``bench/isolation.py`` ("noisy neighbour"): with one FIFO thread per device, a
-single-sentence embed waited 1.1 s (p50) behind a neighbour's OCR pages; on lanes, 52 ms (it
-shares the cores, not a queue).
+``bench/isolation.py`` ("noisy neighbour") measures it: a small call beside a busy neighbour shares
+the cores, not a queue (bench/README.md).
 
 A lane also keeps a llama.cpp context on the same thread for its whole life (hopping threads
-costs llama.cpp about a third of its throughput under OpenMP), and nothing blocking ever runs
+costs llama.cpp much of its throughput under OpenMP; see
+docs/architecture/design-notes.md#one-thread-per-llamacpp-context), and nothing blocking ever runs
 on the event loop. A model's lane is retired when the model unloads.
 """
 

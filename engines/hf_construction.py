@@ -6,8 +6,8 @@ back what it saved on the way out: ``transformers.initialization.no_tie_weights`
 Two builds at once, on two models' lanes, each save the other's replacement as "the original", so
 the later one to finish leaves ``tie_weights`` a no-op for the rest of the process: every model
 built afterwards lacks its tied weights (``lm_head.weight`` MISSING in transformers' load report,
-then "Cannot copy out of meta tensor" when it moves to its device). Found by a CI run in which the
-two SmolLM2 transformers entries loaded together: every later load of them failed.
+then "Cannot copy out of meta tensor" when it moves to its device; see
+docs/architecture/design-notes.md#one-transformers-build-at-a-time).
 
 So every engine builds its transformers or sentence-transformers model inside
 :func:`hf_construction`: builds wait for one another (a load takes seconds; the forward passes

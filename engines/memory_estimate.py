@@ -10,8 +10,8 @@ Working memory of an encoder's forward pass, per token of a batch of ``tokens`` 
 ``seq_len`` (:func:`encoder_activation_bytes`): one layer is live at a time in inference, holding
 its attention scores (``heads x seq_len`` per token) and the rows of its hidden state, query, key,
 value and output (``4 x hidden``) and of its feed-forward layer and activation (``2 x intermediate``),
-in the compute dtype. On all-MiniLM-L6-v2 in torch on the CPU with 64 texts x 256 tokens this gives
-480 MiB against a 437 MiB measured peak (``python -m bench.memory_estimate``).
+in the compute dtype. ``python -m bench.memory_estimate`` checks it against the measured peak (see
+docs/architecture/design-notes.md#memory-estimates-against-measured-peaks).
 """
 
 from __future__ import annotations

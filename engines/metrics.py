@@ -9,7 +9,7 @@ encoder histograms below; vLLM's ``vllm:request_success_total{finished_reason}``
 read from state at scrape time (queue depth, sequences running, KV cells) are not recorded here:
 ``service.metrics`` collects them from the loaded engines when Prometheus scrapes, and
 :class:`QueueDepthCollector` the fair queues' depths per key and class (``ur_queue_depth``;
-their waits are ``ur_queue_wait_seconds``, issue 35).
+their waits are ``ur_queue_wait_seconds``).
 
 Recording can be switched off for the whole process (:func:`set_enabled`), which is how the
 bench measures what metrics cost.

@@ -7,7 +7,7 @@ backend reads with its type, range, default and a one-line description (with the
   before each load): an unknown key, a wrong type or a value out of range refuses the entry with
   INVALID_MODEL_OPTION naming the option and what is allowed;
 - an engine reads ``self.options.<name>`` (typed, defaults filled in), never a raw dict;
-- the catalog's JSON Schema and the README's option tables come from the same models
+- the catalog's JSON Schema and the option tables of docs/models/catalog.md come from the same models
   (``universal-runtime catalog schema``).
 
 The models are frozen and forbid unknown keys, like vLLM's and infinity's typed ``EngineArgs``.
@@ -106,7 +106,7 @@ MAX_BATCH_OVERRIDE = 1 << 16
 
 
 def _one_line_descriptions(schema: dict[str, Any]) -> None:
-    """JSON Schema hook: descriptions on one line (schema, README tables) that say what LoadModel may set."""
+    """JSON Schema hook: descriptions on one line (schema, docs tables) that say what LoadModel may set."""
     for prop in schema.get("properties", {}).values():
         if "description" in prop:
             prop["description"] = " ".join(prop["description"].split())
@@ -127,7 +127,7 @@ class EngineOptions(BaseModel):
     Subclasses add their backend's options: one annotated attribute each (type and constraints,
     with the reusable :data:`Fraction`, :data:`AtLeastOne`, :data:`NonEmptyStr` or pydantic's
     ``NonNegativeInt``/``NonNegativeFloat``), its default, and a docstring under it that becomes
-    its description (the catalog's JSON Schema and the README's tables) and names its unit.
+    its description (the catalog's JSON Schema and the docs' tables) and names its unit.
 
     Values are validated in pydantic's lax mode (a quoted ``"2048"`` in YAML is the integer 2048),
     except that ``true``/``false`` is never a number and NaN or infinity is never a float.
@@ -213,7 +213,7 @@ def parse_options(model: type[OptionsT], raw: Mapping[str, Any], *, backend: str
 
 
 def _number(value: float) -> str:
-    """``value`` as a README writes it: ``1048576``, ``0.5``."""
+    """``value`` as the docs write it: ``1048576``, ``0.5``."""
     return str(int(value)) if float(value).is_integer() else str(value)
 
 

@@ -50,8 +50,8 @@ def preload_modules(*modules: str) -> None:
     """Have the forkserver import ``modules`` when it starts, so that lane children start warm.
 
     Each child re-runs the parent's main module (multiprocessing's "main fixup"): for the server
-    that imported the whole service stack, about 0.6 s of CPU per child, at normal priority,
-    after every kill. With the main module (``python -m`` name, added here) or what a launcher
+    that imported the whole service stack, a CPU cost per child, at normal priority, after every
+    kill. With the main module (``python -m`` name, added here) or what a launcher
     script imports (the caller names it) preloaded, the re-run finds its imports cached. Takes
     effect only before the first lane starts its child.
     """

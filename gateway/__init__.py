@@ -14,7 +14,7 @@ __all__ = ["create_app"]
 
 def __getattr__(name: str) -> Any:
     # Lazy (PEP 562): importing a submodule that needs no FastAPI (gateway.settings, gateway.https)
-    # does not pay for it (about 0.5 s).
+    # does not pay for importing it.
     if name == "create_app":
         from gateway.app import create_app
 

@@ -41,7 +41,7 @@ SERVICE_CONFIG = {
 }
 """The gateway's gRPC service config (gRPC's own JSON format: ``doc/service_config.md`` in
 grpc/grpc): round-robin balancing over the target's addresses and a retry policy for UNAVAILABLE.
-The README ("Scale out") gives the same to Python and Node callers."""
+docs/scale-out/client-balancing.md gives the same to Python and Node callers."""
 
 
 ChannelWrapper = Callable[[grpc.aio.Channel], grpc.aio.Channel]

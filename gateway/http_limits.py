@@ -1,13 +1,13 @@
 """Bounds on the head of an HTTP request (request line and headers), enforced where it is read.
 
-uvicorn's httptools protocol buffers a header of any size before the app sees it: a single
-10 MB header made ``GET /health`` a 200 and grew the process by 700 MB. :class:`BoundedHeadersProtocol`
-counts the head's bytes as they arrive and refuses it before the parser holds more than the limit
-(plus a socket read or two, at most 256 KiB each): ``431 Request Header Fields Too Large`` (RFC 6585) for a
-header line, the header count or the whole head over its limit, ``414 URI Too Long`` (RFC 9110)
-for a request target over the line limit. Then the connection is closed; what the client still
-sends meanwhile is read and dropped, never kept. The body is OpenAI's
-error shape, as every other error of the gateway.
+uvicorn's httptools protocol buffers a header of any size before the app sees it, and the process
+grows by many times what was sent (see docs/architecture/design-notes.md#http-request-heads).
+:class:`BoundedHeadersProtocol` counts the head's bytes as they arrive and refuses it before the
+parser holds more than the limit (plus a socket read or two, at most 256 KiB each): ``431 Request
+Header Fields Too Large`` (RFC 6585) for a header line, the header count or the whole head over its
+limit, ``414 URI Too Long`` (RFC 9110) for a request target over the line limit. Then the connection
+is closed; what the client still sends meanwhile is read and dropped, never kept. The body is
+OpenAI's error shape, as every other error of the gateway.
 
 The defaults follow the common proxies: nginx reads a request line or header line into buffers of
 8 KiB (``large_client_header_buffers 4 8k``), Envoy allows 60 KiB of headers

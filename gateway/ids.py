@@ -1,6 +1,6 @@
 """Identifiers, timestamps and fingerprints of answers, spelled as each public API spells them.
 
-Clients and their tests check these shapes (issue 31, item 4), so every route takes them from here:
+Clients and their tests check these shapes, so every route takes them from here:
 
 ========================  =====================  ==============================================
 helper                    example                API (source)

@@ -39,11 +39,9 @@ from gateway.errors import GatewayError
 from gateway.settings import DEFAULT_MAX_OBJECT_KEYS
 
 #: Bodies of at most this many bytes are decoded and validated on the event loop; larger ones in
-#: a worker thread. Measured here (2 loaded cores, medians): the hand-off through
-#: ``asyncio.to_thread`` costs 36 µs; decoding and validating costs 5 µs for a 1 KB chat body, 8 µs
-#: for 16 KB of chat text, and 28 µs for 6 KB / 103 µs for 24 KB of embedding inputs (a list of
-#: short strings, the costliest shape per byte). At 16 KiB no body holds the loop much longer than
-#: a hand-off would take, and the usual requests (a chat turn, a batch of sentences) stay inline.
+#: a worker thread. At 16 KiB no body holds the loop much longer than the hand-off to a thread
+#: would take, and the usual requests (a chat turn, a batch of sentences) stay inline (see
+#: docs/architecture/design-notes.md#json-bodies-on-or-off-the-event-loop).
 INLINE_BODY_BYTES = 16 * 1024
 
 
@@ -52,13 +50,12 @@ Result = TypeVar("Result")
 
 MAX_JSON_CONTAINERS = 1 << 18
 """Most ``[`` and ``{`` characters (strings included) of a body that is decoded. orjson builds every
-array and object, and what they hold, while it holds the GIL, and freeing them holds it again, so
-a worker thread decoding 16 MB of small containers would hold the event loop for the whole decode
-(an empty array about 165 ns here, a two-key object with its strings about 300 ns; a 330,000-field
-anomaly schema held the loop 0.54 s in a full test run). The count itself is two byte scans, a few
-ms for 16 MB. Characters inside strings count too (finding the strings would cost a scan as long
-as the decode): a body with this many brackets in its text is refused, a price paid by no usual
-request."""
+array and object, and what they hold, while it holds the GIL, and freeing them holds it again, so a
+worker thread decoding 16 MB of small containers would hold the event loop for the whole decode (see
+docs/architecture/design-notes.md#json-bodies-on-or-off-the-event-loop). The count itself is two
+byte scans, far cheaper than the decode. Characters inside strings count too (finding the strings
+would cost a scan as long as the decode): a body with this many brackets in its text is refused, a
+price paid by no usual request."""
 
 INVALID_JSON_CODE = "invalid_json"
 """Error code of a body that is not JSON (bad UTF-8, a lone surrogate, a syntax error)."""

@@ -29,8 +29,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 #: Most keys one JSON object of a request body may have (:mod:`gateway.json_body`). Our schemas
 #: have a few dozen fields, a JSON Schema's ``properties`` a few hundred; a ``logit_bias`` map may
-#: ban thousands of tokens. A body of a million unknown keys (12 MB) cost a second of validation
-#: with the GIL held and a log line naming them all; 10,000 keys validate in about 10 ms.
+#: ban thousands of tokens. Past that, an object's keys cost validation time with the GIL held and
+#: a log line naming them all (see docs/architecture/design-notes.md#json-bodies-on-or-off-the-event-loop).
 DEFAULT_MAX_OBJECT_KEYS = 10_000
 
 ENV_PREFIX = "UR_GATEWAY_"

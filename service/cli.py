@@ -189,10 +189,11 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
         )
         gateway_server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         gateway_task = asyncio.create_task(gateway_server.serve())
-    # What start-up made (modules, the contract's descriptors, the apps: ~90,000 objects, 65 ms
-    # a full collection here) lives as long as the process: out of the collector's generations, a
-    # full collection set off by a large request's allocations (it stops every thread, the loop's
-    # too) no longer walks it. Models load later and are not frozen: unloading one frees its cycles.
+    # What start-up made (modules, the contract's descriptors, the apps; see
+    # docs/architecture/design-notes.md#freezing-the-start-up-heap) lives as long as the process:
+    # out of the collector's generations, a full collection set off by a large request's allocations
+    # (it stops every thread, the loop's too) no longer walks it. Models load later and are not
+    # frozen: unloading one frees its cycles.
     gc.collect()
     gc.freeze()
     await stop.wait()

@@ -4,8 +4,8 @@ A full (generation 2) collection walks every tracked object that is not frozen a
 while it does, so it stops every thread, the event loop's too. A load allocates hundreds of
 thousands of objects (importing a backend, transformers reading a GGUF file's fields); the heap
 grows by a quarter again and again, and each growth sets off another full collection over the
-whole of it. Measured here (2 cores), loading the embedded transformers model: 28 pauses over
-50 ms, the longest 0.6 s, while every other caller waited.
+whole of it, while every other caller waits (see
+docs/architecture/design-notes.md#garbage-collection-around-model-loads).
 
 So while any load runs, full collections are off (:func:`full_collections_paused`): the oldest
 generation's threshold is out of reach, while young collections go on as usual, a few
@@ -13,9 +13,8 @@ milliseconds each, freeing the cycles that die young (an import leaves some: ``t
 keeps its own frame, and through its callers the load's frames, the engine and, under
 sentence-transformers' constructor, the model). When the last load ends, :func:`gc.freeze` moves
 what survived (the imported modules, the model) out of the generations, as start-up does
-(``service.cli``), so later full collections never walk it. Measured on the embedded models, the
-other ways cost a pause at every backend's first load: one young collection over all it left
-took 0.18 s (MiniLM) to 0.69 s (transformers, 650,000 objects), and a full one 0.8-1.5 s.
+(``service.cli``), so later full collections never walk it. The other ways (one young or one
+full collection over all a load left) cost a long pause at every backend's first load.
 
 A frozen object that becomes garbage is still freed when its last reference goes, which is how
 engines end (their workers hold them weakly): :func:`reclaim_if_cyclic` checks that after an

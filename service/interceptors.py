@@ -557,7 +557,8 @@ class RequestParsingInterceptor(grpc.aio.ServerInterceptor):
       unary request is checked before the handler runs; a message of a client stream when the
       handler reads it, which ends the stream with the same status.
     - **A unary request over its method's byte limit**: grpc.aio parses each request on the event
-      loop (about 2 ms per MB), so a 15 MB ``Embed`` held every other call for tens of ms. gRPC's
+      loop, and every other call waits for it (see
+      docs/architecture/design-notes.md#protobuf-on-the-event-loop). gRPC's
       own limit (``max_receive_message_bytes``) is one number for every method, sized for the
       largest anomaly batch; the text RPCs get a smaller one here. The check reads only the
       length of the received bytes; an oversized request is RESOURCE_EXHAUSTED, reason

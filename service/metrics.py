@@ -7,7 +7,7 @@ peers' to ours: vLLM's ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_
 (formerly ``time_per_output_token``), ``vllm:e2e_request_latency_seconds``,
 ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:num_requests_running`` /
 ``_waiting`` and ``vllm:kv_cache_usage_perc``; TEI's ``te_request_count`` and
-``te_request_duration``. The README ("Operate", "Metrics") lists every metric.
+``te_request_duration``. docs/operate/observability.md lists every metric.
 
 State that a scrape can read (models loaded, memory per model, sequences running and waiting,
 KV cells, encoder queue depth) is not recorded on the request path: :class:`ModelStateCollector`

@@ -56,7 +56,8 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 # Plans of a load's room at most, this far apart (seconds): a model picked to evict that gets a
-# request or is being unloaded first is skipped, and the room planned again (at most ~1 s).
+# request or is being unloaded first is skipped, and the room planned again
+# (at most ``MAKE_ROOM_ATTEMPTS x MAKE_ROOM_RETRY_S``).
 MAKE_ROOM_ATTEMPTS = 10
 MAKE_ROOM_RETRY_S = 0.1
 # Longest progress text of a load shown in its status (an engine's detail, clipped).
@@ -204,7 +205,7 @@ class ManagedModel:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set, and replaced by a fresh one, when a field of the status string changes (:meth:`watch`
-    #: waits on it, so a state shorter than its poll, a 0.1 s llama.cpp load, is still seen).
+    #: waits on it, so a state shorter than its poll, such as a fast llama.cpp load, is still seen).
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -550,7 +551,7 @@ class ModelManager:
                 # Loading from here on, so that the download's progress shows in its status.
                 managed.state, managed.progress, managed.unloaded_because = ModelState.LOADING, "", ""
                 spec = await self._hub_spec(spec, self._progress_sink(managed))
-            # The checks import the backend (torch, for the device probe: ~1.5 s of imports that
+            # The checks import the backend (torch, for the device probe: seconds of imports that
             # hold the GIL) and read files (GGUF headers for the estimate): in a worker thread, so
             # a first load never holds the event loop that serves every other caller.
             cls, device = await asyncio.to_thread(self._engine_class_and_device, spec)

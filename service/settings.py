@@ -44,11 +44,11 @@ class Settings(SharedSettings):
         default_factory=lambda: Path.home() / ".cache" / "universal-runtime",
         description="Where state (fitted classifiers, detectors) is saved.",
     )
-    # Shared state (README, "Scale out"): replicas that share a store see each other's fits.
+    # Shared state (docs/scale-out/shared-state.md): replicas that share a store see each other's fits.
     state_url: str | None = Field(
         None,
         description="fsspec URL of the store of fitted state shared by replicas (`s3://bucket/prefix`); "
-        'unset keeps it under `UR_DATA_DIR` (see "Scale out").',
+        "unset keeps it under `UR_DATA_DIR` (docs/scale-out/shared-state.md).",
     )
     state_storage_options: dict[str, Any] = Field(
         default_factory=dict,
@@ -69,12 +69,13 @@ class Settings(SharedSettings):
     default_keep_alive: str = Field(DEFAULT_KEEP_ALIVE, description="Keep-alive of models without their own.")
     reap_interval_s: float = Field(1.0, gt=0, description="How often idle models are checked for unloading.")
     # 16 MiB: holds the largest anomaly batch (200,000 rows x 8 packed columns, 12.8 MB). grpc.aio
-    # parses each request on the event loop (about 2 ms per MB, every other call waits), so this
+    # parses each request on the event loop (every other call waits; see
+    # docs/architecture/design-notes.md#protobuf-on-the-event-loop), so this
     # bounds that pause; a larger request is refused by gRPC core before any of it is parsed.
     max_receive_message_bytes: int = Field(
         16 * 1024 * 1024, gt=0, description="Largest request accepted (bytes of one message)."
     )
-    # 4 MiB (gRPC's own default): 2,048 inputs of 2 KB; parsing it costs the event loop ~8 ms.
+    # 4 MiB (gRPC's own default): 2,048 inputs of 2 KB, a short pause of the event loop to parse.
     max_text_request_bytes: int = Field(
         4 * 1024 * 1024,
         gt=0,

@@ -2,7 +2,7 @@
 
 CPython 3.11's AST constructor keeps its recursion depth in interpreter-wide state, so a parse
 started while another is being built corrupts it, and the outer one fails with ``SystemError:
-AST constructor recursion depth mismatch`` (reported as CPython gh-106905; CI saw it on 3.11.7). One way in is
+AST constructor recursion depth mismatch`` (reported as CPython gh-106905, seen on 3.11.7). One way in is
 the garbage collector: a collection during the parse can finalize an asyncio task of an earlier
 test whose error nobody retrieved, and logging it formats a traceback, which parses source lines
 with :func:`ast.parse` (3.11's caret anchors). The collector is paused for the parse.
@@ -23,11 +23,20 @@ def parse_file(path: Path) -> ast.Module:
         OSError: it cannot be read.
 
     """
-    source = path.read_text(encoding="utf-8")
+    return parse_source(path.read_text(encoding="utf-8"), str(path))
+
+
+def parse_source(source: str, filename: str = "<string>") -> ast.Module:
+    """The module ``source`` holds, parsed with the garbage collector paused (see the module doc).
+
+    Raises:
+        SyntaxError: the source is not valid Python.
+
+    """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return ast.parse(source, filename=str(path))
+        return ast.parse(source, filename=filename)
     finally:
         if was_enabled:
             gc.enable()

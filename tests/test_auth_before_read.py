@@ -1,6 +1,6 @@
 """API keys are checked from metadata before the request message is received or parsed.
 
-A wrong key with a 15 MB message used to cost the server a full parse of the 15 MB before the
+A wrong key with a 15 MB message must not cost the server a full parse of the 15 MB before the
 refusal; the server here counts its deserializer's calls.
 """
 

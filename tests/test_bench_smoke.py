@@ -109,7 +109,7 @@ def test_documents_entry_point_alone(tmp_path):
 
 @pytest.mark.parametrize("area", ["encoder_runtimes", "kv_pool_memory"])
 def test_entry_point_alone_writes_json_plot_and_table(tmp_path, area):
-    """The areas whose figures are quoted in README.md, each on its own (they load every variant)."""
+    """The areas whose figures are quoted in README.md and docs/, each on its own (they load every variant)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", f"bench.{area}", "--tiny", "--out", str(tmp_path / area)],
         cwd=REPO,

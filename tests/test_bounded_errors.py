@@ -1,8 +1,8 @@
 """Huge client values echoed in errors are clipped, so the status reaches the client intact.
 
-A 10 KB model or detector name used to come back whole in the message and the ErrorInfo
-metadata; the trailers then passed the client's metadata limit (8 KiB by default) and the client
-reported RESOURCE_EXHAUSTED instead of the real error.
+A 10 KB model or detector name echoed whole in the message and the ErrorInfo metadata would pass
+the client's metadata limit (8 KiB by default) in the trailers, and the client would report
+RESOURCE_EXHAUSTED instead of the real error.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Work is bounded by the model's window, not by the input (issue 15, defect 2).
+"""Work is bounded by the model's window, not by the input.
 
-A tokenizer reads the whole string even when told to truncate: a 20 MB embedding input took the
-server from 0.9 to 9.4 GB and held the device for 31 s, and a 50 MB prompt stalled every model
-for 20 s. Texts are now cut (or refused) by character count before anything tokenizes them.
+A tokenizer reads the whole string even when told to truncate, so a huge input costs gigabytes and
+holds the device for many seconds (see
+docs/architecture/design-notes.md#work-bounded-by-the-models-window). Texts are cut (or refused) by
+character count before anything tokenizes them.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ async def test_a_message_over_the_receive_limit_is_refused_before_it_is_parsed(i
 
 @pytest.mark.parametrize("rpc", ["Tokenize", "Generate"])
 async def test_huge_tools_count_toward_the_prompts_character_limit(inference, rpc):
-    """Tools are rendered into the prompt: 128 tools of 16 KB (Anthropic count_tokens, issue 40)
+    """Tools are rendered into the prompt: 128 tools of 16 KB (Anthropic count_tokens)
     are refused by their size, not tokenized on the model's lane for seconds."""
     from universal_runtime.v1 import tokenization_pb2 as t
 

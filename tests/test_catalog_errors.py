@@ -73,7 +73,7 @@ BAD_ENTRIES = {
         "INVALID_MODEL_OPTION",
         "option max_batch_size: Input should be greater than or equal to 1 (got 0)",
     ),
-    # Malformed entries: the rest of the catalog still serves (they used to stop start-up).
+    # Malformed entries: the rest of the catalog still serves (they do not stop start-up).
     "bad-task-name": (
         {"tasks": ["embedd"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
         "INVALID_CATALOG_ENTRY",

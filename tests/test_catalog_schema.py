@@ -1,4 +1,4 @@
-"""The catalog's JSON Schema and ``universal-runtime catalog schema``/``check`` (issue 30, item 2).
+"""The catalog's JSON Schema and ``universal-runtime catalog schema``/``check``.
 
 Every catalog in the repository passes both the schema and the server's own checks, and each kind
 of mistake is refused by both, naming the model and what is wrong.

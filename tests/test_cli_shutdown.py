@@ -1,6 +1,6 @@
 """SIGTERM on the `universal-runtime` process: streams on both faces get the grace, then end with
 an error event (SSE) or a status (gRPC), never a silent cut; no traceback; an idle server exits
-quickly (issue 15, defect 7)."""
+quickly."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_an_sse_stream_cut_by_shutdown_ends_with_an_error_event(runtime_factory)
         "messages": [{"role": "user", "content": "Tell a very long story."}],
         "max_tokens": 1800,  # far more than the grace period lets it produce
         # The end-of-text tokens (<|endoftext|>, <|im_start|>, <|im_end|>: ids 0-2) are banned, so
-        # the story cannot end on its own within the grace (in CI it once did).
+        # the story cannot end on its own within the grace.
         "logit_bias": {"0": -100, "1": -100, "2": -100},
         "stream": True,
     }

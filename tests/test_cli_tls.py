@@ -1,4 +1,4 @@
-"""The `universal-runtime` process with TLS on both faces (issue 16): mutual TLS on gRPC and on the
+"""The `universal-runtime` process with TLS on both faces: mutual TLS on gRPC and on the
 gateway's HTTPS; the gateway inside the process reaches its server over the private Unix socket."""
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Keys of the converted copies (engines/converted_cache.py): what changes them, what does not;
 and what bounds the cache: a build removes the copies it supersedes.
 
-Found by `make image-test`, twice: the image's build made MiniLM's OpenVINO export, and the server
-in the container exported it again at the first load, because the key held the weights' mtimes:
-first in nanoseconds (image layers keep whole seconds), then in whole seconds truncated (podman's
-``COPY --from`` rounds them to the nearest second). The key now holds the files' content.
+The key holds the files' content, not their modification times, which image layers and copies
+do not keep (see docs/architecture/design-notes.md#converted-copies-keyed-by-content).
 """
 
 from __future__ import annotations

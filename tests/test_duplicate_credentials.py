@@ -1,4 +1,4 @@
-"""A call that presents more than one credential is refused, whichever of them is right (issue 40, item 6).
+"""A call that presents more than one credential is refused, whichever of them is right.
 
 Two ``authorization`` metadata entries on one gRPC call, the first wrong and the second right,
 were let through (the last one was read); at the gateway the first ``Authorization`` header was.

@@ -1,4 +1,4 @@
-"""Where engines report a load's progress (issue 33, part 4): building a converted copy says
+"""Where engines report a load's progress: building a converted copy says
 ``converting`` (then the model's status reads ``Installing: converting``), finding it cached says
 nothing. The end-to-end stream is in tests/test_model_progress.py."""
 

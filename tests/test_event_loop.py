@@ -1,4 +1,4 @@
-"""The event loop of the `universal-runtime` process (issue 19): uvloop by default, asyncio's own
+"""The event loop of the `universal-runtime` process: uvloop by default, asyncio's own
 with UR_EVENT_LOOP=asyncio; gRPC calls and gateway calls work on either. The server fixture of
 tests/conftest.py runs on pytest-asyncio's loop, so these start the real process."""
 

@@ -1,4 +1,4 @@
-"""Priorities and fair share (issue 35, part 2) with deterministic arrivals, queue by queue.
+"""Priorities and fair share with deterministic arrivals, queue by queue.
 
 The fair queue itself (strict priority, start-time fair queuing by key and weight, bounded state),
 then each queue that admits work on it: the encoder batcher (plain Python batch functions on a

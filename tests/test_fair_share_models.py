@@ -1,4 +1,4 @@
-"""Priorities and fair share on real models (issue 35, part 2), with deterministic arrivals.
+"""Priorities and fair share on real models, with deterministic arrivals.
 
 all-minilm-l6-v2's dynamic batcher and SmolLM2-135M's continuous-batching scheduler, built
 in-process. The lane is held while the requests arrive in a fixed order (one key's backlog, then

@@ -1,4 +1,4 @@
-"""Explicit field mappings: engine dataclasses to messages, request bodies to protos (issue 30, item 6).
+"""Explicit field mappings: engine dataclasses to messages, request bodies to protos.
 
 A field renamed or added on one side of a copy by name must fail when the mapping is declared
 (at import), not go silently missing from every answer.

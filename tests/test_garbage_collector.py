@@ -1,12 +1,10 @@
 """Garbage collection around model loads (service/garbage_collector.py).
 
-Found by CI (issue 29's stall probe, tests/fuzz/test_schema_fuzz.py): the first structured
-request to the transformers model, which loads it, held the launched server's event loop 0.53 s.
-Measured here: the load's allocations set off full collections, one per quarter the heap grew,
-each walking the whole heap (28 pauses over 50 ms, the longest 0.6 s); and every unload ran a
-full collection (0.39-0.54 s of the loop held) because each engine was held in a cycle by its own
-scheduler or batcher. Loads now run without full collections and freeze what they leave; engines
-end when their last reference goes.
+A model's load must not hold the event loop with full collections: a load's allocations set
+off full collections, one per quarter the heap grows, each walking the whole heap; and an engine
+held in a cycle by its own scheduler or batcher is freed only by a full collection at unload (see
+docs/architecture/design-notes.md#garbage-collection-around-model-loads). Loads run without full
+collections and freeze what they leave; engines end when their last reference goes.
 """
 
 from __future__ import annotations

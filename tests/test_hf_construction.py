@@ -1,9 +1,10 @@
 """Hugging Face models built one at a time (engines/hf_construction.py), on two real SmolLM2 loads.
 
-A CI run loaded the two SmolLM2 transformers entries together: transformers' ``from_pretrained``
-swaps ``PreTrainedModel.tie_weights`` for a no-op while it builds and puts back what it saved, the
-two builds saved each other's no-op, and every later load in the process lacked its tied
-``lm_head`` ("Cannot copy out of meta tensor"). Each build here is held 0.5 s inside
+Two SmolLM2 transformers entries loaded together must both load, and so must every later load:
+transformers' ``from_pretrained`` swaps ``PreTrainedModel.tie_weights`` for a no-op while it builds
+and puts back what it saved, so two overlapping builds can save each other's no-op, and every later
+load in the process lacks its tied ``lm_head`` ("Cannot copy out of meta tensor"; see
+docs/architecture/design-notes.md#one-transformers-build-at-a-time). Each build here is held 0.5 s inside
 ``from_pretrained``, so without the lock the two overlap every time.
 """
 

@@ -1,4 +1,4 @@
-"""The layers' import rules (pyproject.toml [tool.importlinter]; README "Architecture") hold.
+"""The layers' import rules (pyproject.toml [tool.importlinter]; docs/architecture/index.md) hold.
 
 ``make lint`` runs the same check; running it here too means ``make test`` alone catches a call
 that climbs back up a layer (an engine importing the service, a converter importing engine

@@ -87,7 +87,7 @@ async def test_stream_passes_messages_then_maps_the_error(fake_channel):
 
 async def test_request_id_is_echoed_in_the_trailers_of_a_failed_unary_call(fake_channel):
     """Not in early headers: an unanswered unary call must stay uncommitted, so a client's retry
-    policy can send it to another replica (README, "Scale out")."""
+    policy can send it to another replica (docs/scale-out/client-balancing.md)."""
     stub = isg.InferenceServiceStub(fake_channel)
     call = stub.Generate(g.GenerateRequest(model="x"), metadata=(*AUTH, ("x-request-id", "abc-123")))
     with pytest.raises(grpc.aio.AioRpcError):

@@ -1,7 +1,7 @@
 """Deeply nested client JSON (response_format and tool schemas) is INVALID_ARGUMENT, never INTERNAL.
 
-Thousands of levels used to make ``json.loads`` or the JSON Schema validator raise RecursionError,
-which reached the client as INTERNAL.
+Thousands of levels make ``json.loads`` or the JSON Schema validator raise RecursionError, which
+must not reach the client as INTERNAL.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a LoadModel caller may override (issue 40): bounded numbers, booleans and enums, never a file.
+"""What a LoadModel caller may override: bounded numbers, booleans and enums, never a file.
 
 A pickle whose unpickling writes a marker file is planted, then named through every option of every
 backend the default catalog serves, as an absolute path and as a ``../`` path: each load is refused
@@ -159,7 +159,7 @@ async def test_a_planted_pickle_is_never_loaded_through_any_option(models, serve
                 tried += 1
     assert tried > 40  # every text option of eight backends, three spellings each
     assert not marker.exists()
-    # The reproduction of the issue, word for word: the head of the intent classifier.
+    # A file path as the intent classifier's head: refused, never read.
     error = await refused(
         models.LoadModel(m.LoadModelRequest(name="intent-clinc150", options=struct({"head": str(payload)})))
     )

@@ -1,4 +1,4 @@
-"""LoadModel's option overrides (issue 30, item 1): validated like the catalog's, in force until unload.
+"""LoadModel's option overrides: validated like the catalog's, in force until unload.
 
 A server of its own over the real SmolLM2 GGUF (llama.cpp): ``n_ctx`` shows in the KV cache's size
 (``max_sequences x n_ctx`` cells), so an override's effect is observed through GetModel.

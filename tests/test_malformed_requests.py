@@ -1,8 +1,8 @@
 """Request bytes that are not the method's message: INVALID_ARGUMENT, reason MALFORMED_REQUEST.
 
-gRPC parses each request with the method's deserializer before any handler runs; a failure there
-used to reach the client as UNKNOWN with the parser's exception text. Every method of the contract
-and of standard health (unary, server-, client- and bidi-streaming) now answers the same stable
+gRPC parses each request with the method's deserializer before any handler runs; grpc.aio alone
+answers a failure there UNKNOWN with the parser's exception text. Every method of the contract
+and of standard health (unary, server-, client- and bidi-streaming) answers the same stable
 status and a generic message naming the message type, never the parser's text.
 """
 

@@ -34,7 +34,7 @@ from engines.types import Task
 from service.catalog import load_catalog
 from tests.conftest import GGUF_SOURCE, MINILM_SOURCE
 
-#: Largest |estimate / measured - 1| accepted (the issue's goal).
+#: Largest |estimate / measured - 1| accepted (the estimates' goal).
 MARGIN = 0.25
 #: Catalog options set over the defaults: batches of 16 instead of 64, a 512-token prefill budget,
 #: and one thread for the encoders: with two, one run in about ten peaked ~370 MiB higher (torch and

@@ -1,9 +1,8 @@
-"""Found by the edge fuzz's stall probe (tests/fuzz, issue 29): loading a model holds the server's
-event loop. The load runs on the model's executor thread, but holds the GIL for long stretches:
-measured on the launched server, LoadModel of the transformers SmolLM2 (GGUF dequantized) held
-the loop 2.1 s, of MiniLM on OpenVINO 0.77 s (llama.cpp's load and rapidocr's: 0.02-0.04 s), so
-the first call to a model freezes every other caller of the process, as the issue's item 5
-requests do. A load is blocking work and must not hold the loop longer than any other request.
+"""Loading a model must not hold the server's event loop (as the edge fuzz's stall probe, tests/fuzz,
+found it did). The load runs on the model's executor thread, but holds the GIL for long stretches,
+so without care the first call to a model freezes every other caller of the process (see
+docs/architecture/design-notes.md#model-loads-and-the-event-loop). A load is blocking work and
+must not hold the loop longer than any other request.
 
 The loop's lag is measured where the server runs (this test's loop): a task that sleeps 10 ms
 and records how late it wakes up, while LoadModel runs.

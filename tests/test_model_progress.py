@@ -1,5 +1,5 @@
 """ModelService.WatchModel (a model's load as a stream of status strings) and the memory estimate
-GetModel/ListModels show beside the measured use (issue 33, parts 1 and 4).
+GetModel/ListModels show beside the measured use.
 
 A server of this module's own loads MiniLM on torch (~3 s on 2 cores: its ``Loading`` lasts far
 longer than the manager's status poll) and fails a load of a missing source; a stand-in engine

@@ -1,4 +1,4 @@
-"""The model-server protocol's per-pod gauges (issue 32; Gateway API Inference Extension proposal 003).
+"""The model-server protocol's per-pod gauges (Gateway API Inference Extension proposal 003).
 
 The endpoint picker (EPP) scrapes each pod's ``/metrics`` for one series each of queued requests,
 running requests and KV-cache use as a fraction (``vllm:num_requests_waiting``,

@@ -1,4 +1,4 @@
-"""Two real server processes behind one gateway (issue 17): calls spread over both replicas, and
+"""Two real server processes behind one gateway: calls spread over both replicas, and
 killing one under a bounded load loses no unary call (gRPC's retry policy resends the unanswered
 ones to the survivor), while a stream on the killed replica ends with UNAVAILABLE, not a hang.
 

@@ -1,4 +1,4 @@
-"""TLS and mutual TLS of the gRPC server (issue 16): calls, refusals, certificate reload, bad settings,
+"""TLS and mutual TLS of the gRPC server: calls, refusals, certificate reload, bad settings,
 the in-process gateway's socket, and the gateway's TLS channel to the server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 16): one trace from a gateway request down to the engines' spans.
+"""OpenTelemetry traces: one trace from a gateway request down to the engines' spans.
 
 The spans go to an in-memory exporter; the gateway app is driven in process, its gRPC channel
 and the server instrumented by the official grpc instrumentations, so the trace context crosses

@@ -1,4 +1,4 @@
-"""Unloading waits for an engine's own work to end (issue 15, defect 7).
+"""Unloading waits for an engine's own work to end.
 
 A cancelled stream leaves its sequence for the generation batch loop to release at its next
 step; an unload that ran before that pulled the llama.cpp context from under the release

@@ -120,8 +120,8 @@ def _sha256(data: bytes) -> str:
 def serialize_detector(detector: Detector) -> bytes:
     """The skops bytes of ``detector``'s state, as :meth:`DetectorStore.save` writes them.
 
-    Blocking, and long for large models (about 2 s of Python for a 100-tree isolation forest
-    fitted on 200,000 rows): :func:`fit_for_store` does it in the fit's own process.
+    Blocking, and long for large models (seconds of Python for a large isolation forest):
+    :func:`fit_for_store` does it in the fit's own process.
     """
     import skops.io as sio
 

@@ -755,7 +755,7 @@ class BatchStore:
     def put_results(self, batch_id: str, results: dict[int, LineResult]) -> None:
         """Save the results of lines that completed together, by line index (one new key).
 
-        A group commit: one durable write (two flushes on a local disk, ~5 ms) covers every line
+        A group commit: one durable write (two flushes on a local disk) covers every line
         that completed while the previous write ran, instead of one write per line.
         """
         lines = [
@@ -826,11 +826,12 @@ class BatchStore:
         """Delete up to ``limit`` files due at ``now`` (Unix seconds), oldest first, of any key.
 
         Reads the ``expiry/`` markers (they sort by time, so only the due ones are read). The
-        listing itself costs about 15 us a stored file on a local disk (30 ms for 2,000), so a
-        sweep that found nothing more due lists again only once the earliest marker it saw is due,
-        or an hour after it listed, whichever is first: a marker it did not see was written after
-        the listing (here or by another replica) and expires at least 3600 s after it was written,
-        so none is missed (to within the replicas' clock skew).
+        listing itself costs time in the number of stored files (see
+        docs/architecture/design-notes.md#batch-results-by-group-commit), so a sweep that found
+        nothing more due lists again only once the earliest marker it saw is due, or an hour after
+        it listed, whichever is first: a marker it did not see was written after the listing (here
+        or by another replica) and expires at least 3600 s after it was written, so none is missed
+        (to within the replicas' clock skew).
 
         A due marker whose file is gone (deleted by its key, by a read that found it expired, or
         a crash between the deletes) is a stray: its bytes, if any, and it are deleted. A marker

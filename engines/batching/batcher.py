@@ -24,12 +24,12 @@ allow (the same scheme as text-embeddings-inference's and infinity's batch queue
 A second job waits on the lane behind the running one (:data:`JOBS_ON_LANE`), and a job takes its
 batch from the queue only when it starts on the lane thread. So the lane goes from one batch
 straight into the next, without waiting for the event loop to hand the outputs out and collect
-again, and the batch is still everything queued at the moment the device is free. Measured at 64
-single-sentence gRPC clients on 2 cores: the lane sat idle 10% of the time between batches when
-the collector ran one batch at a time. A job is queued only for items that arrived after the last
-one was (or that will not fit its batch), so a lone request costs one job, not two.
+again, and the batch is still everything queued at the moment the device is free (see
+docs/architecture/design-notes.md#a-second-job-waits-on-the-lane). A job is queued only for items
+that arrived after the last one was (or that will not fit its batch), so a lone request costs one
+job, not two.
 
-Priorities and fair share (issue 35): the queue is a :class:`~engines.fair_queue.FairQueue`. Every
+Priorities and fair share: the queue is a :class:`~engines.fair_queue.FairQueue`. Every
 input carries its call's share (:func:`~engines.fair_share.current_share`, read in the caller's
 context when it is queued) and costs its tokens. A batch holds inputs of one priority class: the
 first class with inputs queued (all interactive inputs go before any batch-class input; a batch
@@ -47,10 +47,8 @@ it runs in the next batch the lane takes); the batch then takes the queued input
 nearest to it in length (the earlier in the fair order first among equals) while every input keeps at least
 :data:`LENGTH_RATIO` of the batch's longest input's tokens, so at most half of a batch is
 padding. Inputs of other lengths wait for the next job (queued behind the running one at once,
-so the lane does not idle for them). Measured with ``python -m bench.embeddings --mixed-lengths``
-(MiniLM on OpenVINO, 64 single-input callers, inputs of 1 to 256 tokens, 2 shared cores): 47% of
-the padded tokens were padding with batches of everything queued, 23% in length groups, and
-sentences/s went from 16.0 to 20.3 (medians of 3 interleaved runs, with tokenize-once too).
+so the lane does not idle for them). ``python -m bench.embeddings --mixed-lengths`` measures the
+padding and the throughput it saves (bench/README.md).
 
 A queue that holds ``max_queue`` items refuses more with :class:`ResourceExhaustedError`
 (reason ``OVERLOADED``; HTTP 429 at the gateway), unless the newcomer's key is more entitled to
@@ -96,8 +94,8 @@ JOBS_ON_LANE = 2
 
 #: Least fraction of a batch's longest input's tokens that every input of the batch has (the
 #: length-aware batching of the module docstring): at most ``1 - LENGTH_RATIO`` of a batch is
-#: padding. One half: on the CPU a forward pass costs about its padded tokens plus ~1 ms, so a
-#: group pays for its own pass as soon as it would have been half padding (as text-embeddings-
+#: padding. One half: on the CPU a forward pass costs about its padded tokens plus a small fixed
+#: cost, so a group pays for its own pass as soon as it would have been half padding (as text-embeddings-
 #: inference's and vLLM's power-of-two length buckets bound padding to one half).
 LENGTH_RATIO = 0.5
 

@@ -16,9 +16,8 @@ Every runtime: :data:`ENCODER_LOAD_OVERHEAD_BYTES` of host RAM for the tokenizer
 - **ONNX Runtime** (CPU): the exported weights once, plus a multiple of torch's working memory: its
   arena grows to the largest batch's buffers and keeps them.
 
-The multiples were measured on all-minilm-l6-v2 with 64 texts x 256 tokens (``python -m
-bench.memory_estimate``; torch's one-layer working memory 480 MiB): OpenVINO 1677 MiB peak (int8:
-1602-2113 from run to run), ONNX Runtime 1369 (int8: 1376).
+The multiples are fitted with ``python -m bench.memory_estimate`` (see
+docs/architecture/design-notes.md#memory-estimates-against-measured-peaks).
 
 ``quantize: int8`` stores one byte per weight instead of four. On a GPU the model stays in torch
 and the whole figure is device memory.
@@ -49,7 +48,7 @@ RUNTIME_ACTIVATION_FACTOR = {
     ("onnx", "int8"): 2.7,
 }
 #: RSS a loaded encoder holds besides its weights and batches: the tokenizer, the module objects and
-#: the loader's buffers (measured: 54-56 MiB for all-minilm-l6-v2 in torch, weights not yet touched).
+#: the loader's buffers, in bytes (``python -m bench.memory_estimate`` measures it).
 ENCODER_LOAD_OVERHEAD_BYTES = 50 * 1024 * 1024
 #: Copies of the exported weights a runtime holds (OpenVINO: the mapped IR and the plugin's own).
 RUNTIME_WEIGHT_COPIES = {"openvino": 2, "onnx": 1}

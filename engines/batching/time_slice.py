@@ -1,15 +1,15 @@
 """Time slices of an encoder's lane while more than one key sends work (``fair_batch_ms``).
 
-The batcher's fair queue (:mod:`engines.fair_queue`) puts another key's input in the next batch
-the lane takes, but a batch on the lane is never interrupted, so that input still waits for the
-rest of the batch running when it came and then for its own batch, which the busy key's inputs
-fill up to ``max_batch_size``. Start-time fair queuing bounds a flow's delay by the largest
-packet (Goyal, Vin and Cheng, SIGCOMM 1996); here the packet is a batch, and a batch of 64
-short sentences takes about 150 ms on two CPU cores (all-MiniLM-L6-v2 on OpenVINO). So while inputs
-of more than one key (or class) arrived in the last :data:`CONTENTION_WINDOW_S`, a batch is cut at
-about ``fair_batch_ms`` milliseconds of device time: smaller batches, a little less throughput
-for the busy key, and a wait of about two slices for the other one. With one key (every server
-without API keys) batches stay as large as the limits allow.
+The batcher's fair queue (:mod:`engines.fair_queue`) puts another key's input in the next batch the
+lane takes, but a batch on the lane is never interrupted, so that input still waits for the rest of
+the batch running when it came and then for its own batch, which the busy key's inputs fill up to
+``max_batch_size``. Start-time fair queuing bounds a flow's delay by the largest packet (Goyal, Vin
+and Cheng, SIGCOMM 1996); here the packet is a batch, and a full batch takes a noticeable time on
+the CPU (see docs/architecture/design-notes.md#time-slices-of-an-encoders-lane). So while inputs of
+more than one key (or class) arrived in the last :data:`CONTENTION_WINDOW_S`, a batch is cut at
+about ``fair_batch_ms`` milliseconds of device time: smaller batches, a little less throughput for
+the busy key, and a wait of about two slices for the other one. With one key (every server without
+API keys) batches stay as large as the limits allow.
 
 Device time is estimated from the batches run so far: seconds per padded token (inputs times
 the longest input's tokens), an exponential moving average over batches. A batch has a fixed

@@ -19,7 +19,8 @@ tokenizer is in use on the executor thread; so :class:`TokenCounter` keeps its o
 tokenizer, behind a lock.
 
 Work is bounded by the model's window, not by the input: a tokenizer normalizes and splits the
-whole string even when asked to truncate (a 20 MB string took 8 GB and 30 s), so every text is
+whole string even when asked to truncate (memory and time in the whole input; see
+docs/architecture/design-notes.md#work-bounded-by-the-models-window), so every text is
 first cut to :data:`MAX_CHARS_PER_TOKEN` characters per token of the window (the end kept for
 ``Truncation.START``), or refused with ``Truncation.ERROR``, before any tokenizer sees it.
 """
@@ -48,8 +49,9 @@ MAX_CHARS_PER_TOKEN = 32
 
 
 #: Most characters (all of a request's texts) counted on the event loop rather than in a worker
-#: thread. Measured for one sentence: 105 µs on the loop against 260 µs through
-#: ``asyncio.to_thread``; 2,048 characters tokenize in well under a millisecond of loop time.
+#: thread: a short text costs the loop less than the hand-off to a thread would, and 2,048
+#: characters tokenize in well under a millisecond of loop time (see
+#: docs/architecture/design-notes.md#json-bodies-on-or-off-the-event-loop).
 INLINE_CHARS = 2048
 
 

@@ -83,7 +83,7 @@ class RapidLayoutEngine(LayoutEngine[RapidLayoutOptions]):
 
         A page is stretched to the model's fixed 608 x 800 input, so its working memory is the same
         for every page: :data:`LAYOUT_BYTES_PER_INPUT_PIXEL` x 608 x 800 (ONNX Runtime's arena for
-        PP-PicoDet's feature maps, measured: 105 MiB peak over the file, ``python -m bench.memory_estimate``).
+        PP-PicoDet's feature maps, fitted with ``python -m bench.memory_estimate``).
 
         Raises:
             ValueError: the source is a hub id (this backend reads local files only).

@@ -325,12 +325,12 @@ class GenerationEngine(Engine[GenerationOptionsT]):
     def _check_characters(self, request: GenerationRequest) -> None:
         """Refuse a prompt that cannot fit the context before it is templated or tokenized.
 
-        Tokenizing is proportional to the text (a 50 MB prompt held the device for 20 s), so a
+        Tokenizing is proportional to the text (a huge prompt holds the device for seconds), so a
         prompt over :func:`~engines.batching.tokens.character_limit` of the context is refused
         on its character count alone.
 
-        The tools count too: a chat template renders their schemas into the prompt, so 2 MB of
-        tools held the device as long as 2 MB of messages.
+        The tools count too: a chat template renders their schemas into the prompt, so tools hold
+        the device as long as messages of the same size.
 
         Raises:
             InputTooLongError: the prompt (or the messages' content and the tools together) is over

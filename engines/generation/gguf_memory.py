@@ -16,8 +16,8 @@ backend.go's ``RequiredMemory{RAM, VRAM}`` for the ``llama_cpp`` backend: the su
   attention side, ``n_ubatch x n_kv x (n_head + 1) x 4 + n_ubatch x 2 n_ff x 4`` (the f32 KQ
   scores and mask over a sequence's cells, and the feed-forward's hidden rows; with flash attention
   the scores are never materialised and only a f16 mask remains). Fitted to llama.cpp's own
-  ``compute buffer size`` log line on SmolLM2-135M (CPU): 99.4 MiB measured vs 98.3 modeled for
-  2048 cells x 8 sequences at ubatch 512, 166.4 vs 166.0 for 8192 x 1, 49.7 vs 49.1 for ubatch 256.
+  ``compute buffer size`` log line (see
+  docs/architecture/design-notes.md#memory-estimates-against-measured-peaks).
 
 On a GPU the split follows ``n_gpu_layers`` as llama.cpp places tensors: the last ``n_gpu_layers``
 repeating layers (``blk.N.*``) and their KV on the device, the output layer too when every layer is

@@ -33,7 +33,7 @@ JSON_LAYOUT: dict[str, Any] = {
 
 
 class GrammarTokenizer:
-    """llguidance's view of a Hugging Face fast tokenizer (building it takes ~1 s; build once per model).
+    """llguidance's view of a Hugging Face fast tokenizer (slow to build: build once per model).
 
     Args:
         hf_tokenizer: a ``PreTrainedTokenizerFast``.

@@ -16,10 +16,9 @@ Numbers already follow JSON (no leading zeros, no NaN/Infinity), as does llama-c
 
 Before any grammar is built the schema is bounded (:func:`check_schema_bounds`), and the grammar
 text is bounded again (:func:`check_grammar_bounds`) by what drives llama.cpp's native parser: its
-recursion follows the nesting of groups (measured: 18,000 levels parse, 19,000 segfault on an
-8 MiB stack), and its work the text's length and rule count. With these bounds the native parse
-cannot overflow, so it runs in-process without a child process (see the module docstring of
-:mod:`engines.generation.json_schema_bounds` for the figures).
+recursion follows the nesting of groups, and its work the text's length and rule count. With
+these bounds the native parse cannot overflow, so it runs in-process without a child process (see
+docs/architecture/design-notes.md#grammar-nesting-and-the-native-stack).
 
 Compiling is bounded work (the bounds above, then a converter whose input they bound) done before
 a request reaches its model's lane, in :data:`COMPILE_WORKERS` threads of its own, under a
@@ -47,8 +46,9 @@ from engines.types import GenerationRequest
 T = TypeVar("T")
 
 MAX_GRAMMAR_NESTING = 1200
-"""Deepest nesting of ``( ... )`` groups in a GBNF grammar: 1,000 repetitions plus schema depth;
-llama.cpp's parser segfaulted at 19,000 levels (8 MiB stack), a 15x margin."""
+"""Deepest nesting of ``( ... )`` groups in a GBNF grammar: 1,000 repetitions plus schema depth,
+far under the depth that overflows llama.cpp's parser's stack
+(see docs/architecture/design-notes.md#grammar-nesting-and-the-native-stack)."""
 
 MAX_GRAMMAR_CHARS = 512 * 1024
 """Longest GBNF grammar text, in characters (a 1,000-item array of objects is about 50 K)."""
@@ -191,9 +191,9 @@ def literal_trie(texts: list[str], add_rule: Callable[[str, str], str], name: st
     """GBNF for "one of ``texts``" as a prefix tree: one rule per branching point.
 
     The upstream ``"v0" | "v1" | ... | "v999"`` keeps one llama.cpp parse stack per value alive
-    until the values differ, and every decoding step tests every token against each (measured: a
-    1,000-value enum cost 370 ms a step on a 49 K vocabulary, 700 ms with a shared 20-character
-    prefix); the tree keeps one per next character. Iterative, linear in the texts' length.
+    until the values differ, and every decoding step tests every token against each (see
+    docs/architecture/design-notes.md#what-a-grammar-step-costs); the tree keeps one per next
+    character. Iterative, linear in the texts' length.
 
     Args:
         texts: the literal texts (JSON as the output must spell it), at least one.

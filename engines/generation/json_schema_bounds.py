@@ -3,26 +3,22 @@
 A schema becomes a grammar that native code parses and runs (llama.cpp's GBNF parser, llguidance).
 Repetition counts are expanded into grammar text (``maxItems: N`` becomes N nested optional
 groups), and llama.cpp's recursive-descent GBNF parser recurses once per nesting level, so a
-tiny request could overflow the native stack and take the whole process down (SIGSEGV). Measured
-here (llama-cpp-python 0.3.36, 8 MiB main-thread stack, ``/tmp`` probes run in subprocesses):
-
-* a GBNF of N nested ``("a" ...)?`` groups parses up to N = 18,000 and segfaults at N = 19,000;
-* through llama-cpp-python's converter, ``maxItems``, ``maxLength`` and a pattern's ``{0,N}``
-  parse up to N = 1,000, are refused by llama.cpp's own "sane defaults" repetition check
-  (a null sampler, not a crash) from about N = 1,500, and segfault at N = 30,000.
+tiny request could overflow the native stack and take the whole process down (SIGSEGV); where
+it does is in docs/architecture/design-notes.md#grammar-nesting-and-the-native-stack.
 
 So the limits below keep every repetition count at or under :data:`MAX_REPETITION` (1,000), the
-grammar's group nesting at or under ``MAX_GRAMMAR_NESTING`` (see :mod:`json_grammar`, 18x under
-the crash), and the schema's size small, far above what real schemas use (OpenAI's structured
-outputs allow 5,000 properties in all and 10 levels of nesting; real tool schemas are a few KB).
-Bounding each count alone is not enough: counts that nest multiply. A 308-byte
-``"pattern": "^((a{0,1000}){0,1000}){0,30}$"`` held a model's lane for over 400 s (issue 40), and
-a union of many ambiguous patterns multiplies llama.cpp's parse stacks in the same way. So
-the product of nested repetitions is bounded along every nesting chain
-(:data:`MAX_REPETITION_PRODUCT`), each ``pattern``'s expanded size and ambiguity is measured
-before its grammar exists (:mod:`engines.generation.pattern_bounds`), and so are the alternatives
-a union keeps alive at once (:data:`MAX_LIVE_ALTERNATIVES`). All of it is bounded work under one
-:class:`~engines.generation.pattern_bounds.CompileBudget` that a cancelled request stops.
+grammar's group nesting at or under ``MAX_GRAMMAR_NESTING`` (see :mod:`json_grammar`, far under the
+crash), and the schema's size small, far above what real schemas use (OpenAI's structured outputs
+allow 5,000 properties in all and 10 levels of nesting; real tool schemas are a few KB). Bounding
+each count alone is not enough: counts that nest multiply. A short ``"pattern"`` of nested counted
+repetitions can hold a model's lane for minutes (see
+docs/architecture/design-notes.md#nested-repetitions-multiply), and a union of many ambiguous
+patterns multiplies llama.cpp's parse stacks in the same way. So the product of nested repetitions
+is bounded along every nesting chain (:data:`MAX_REPETITION_PRODUCT`), each ``pattern``'s expanded
+size and ambiguity is measured before its grammar exists (:mod:`engines.generation.pattern_bounds`),
+and so are the alternatives a union keeps alive at once (:data:`MAX_LIVE_ALTERNATIVES`). All of it
+is bounded work under one :class:`~engines.generation.pattern_bounds.CompileBudget` that a cancelled
+request stops.
 
 What exceeds a bound is an :class:`~engines.errors.InvalidArgumentError` with reason
 ``JSON_SCHEMA_TOO_COMPLEX`` whose message names the bound and its limit.
@@ -50,8 +46,8 @@ MAX_SCHEMA_NODES = 5000
 
 MAX_PROPERTIES = 256
 """Most ``properties`` (and ``patternProperties``) of one object schema: the converter's rules
-for optional properties grow quadratically (600 optional properties took 0.73 s to convert here,
-about 950 exhaust Python's recursion limit)."""
+for optional properties grow quadratically, and recurse once per property (see
+docs/architecture/design-notes.md#what-a-grammar-step-costs)."""
 
 MAX_ENUM_VALUES = 1000
 """Most values of one ``enum``."""
@@ -67,14 +63,13 @@ MAX_REPETITION_PRODUCT = MAX_REPETITION * MAX_REPETITION
 size) along one chain of nested subschemas: two nested counts at the single-count limit. A value
 at that product is a million items or characters, about 250 K tokens, more than any context here
 holds, so a larger product only describes output no request can finish; and llama.cpp's matcher
-still stepped in under 40 ms on two nested 1,000-item arrays (measured, 49 K vocabulary)."""
+still steps quickly at it (see docs/architecture/design-notes.md#what-a-grammar-step-costs)."""
 
 MAX_LIVE_ALTERNATIVES = 256
 """Most parse positions a schema's alternatives can keep alive at once: ``anyOf``/``oneOf``
 members, ``type`` lists, an enum's widest branching, an object's optional keys, each pattern its
-ambiguity. llama.cpp tests every token against each, about 0.35 ms a position on a 49 K vocabulary
-(measured: 64 alternatives 26 ms a step, 128 49 ms, 1,000 370 ms), so 256 plain ones stay near
-100 ms; seven copies of the most ambiguous pattern let in (224) measured 215 ms, the worst found."""
+ambiguity. llama.cpp tests every token against each, so a step's cost grows with them; at 256 a
+step stays near a tenth of a second (see docs/architecture/design-notes.md#what-a-grammar-step-costs)."""
 
 REASON = "JSON_SCHEMA_TOO_COMPLEX"
 

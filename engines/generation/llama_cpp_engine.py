@@ -139,8 +139,8 @@ class ArgmaxSampler:
 
     Picks what llama.cpp's ``logit_bias`` + ``greedy`` chain picks (the biases added in float32,
     then the first index of the largest logit) with one numpy pass over the row, about a tenth
-    of the chain's cost (which copies the whole vocabulary into a candidate array per call):
-    ~10 µs instead of ~110 µs per token for a 49,152-token vocabulary.
+    of the chain's cost (which copies the whole vocabulary into a candidate array per call; see
+    docs/architecture/design-notes.md#other-costs-behind-bounds).
     """
 
     def __init__(self, vocab_size: int, logit_bias: dict[int, float]) -> None:
@@ -688,9 +688,9 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
         results: list[StepResult] = []
         decoding = [s for s in running if s.engine_state.next_input is not None]
         # In KV-stream order: llama.cpp gathers a batch's tokens per stream, and a batch whose
-        # order differs from its streams' order took 1.5-1.9x longer per step (measured, 8
-        # streams: 72-80 ms against 40 ms), which is what every batch after the first wave of
-        # requests looked like once the prompt cache handed out slots out of order.
+        # order differs from its streams' order steps much slower; once the prompt cache hands out
+        # slots out of order, every batch after the first wave of requests would (see
+        # docs/architecture/design-notes.md#batches-in-kv-stream-order).
         decoding.sort(key=lambda s: s.engine_state.seq_id)
         rows = 0
         if decoding:

@@ -196,8 +196,8 @@ class LlamaCppOptions(GenerationOptions):
     def _flash_attn_for_speculation(cls, data: Any) -> Any:
         # Without flash attention a token scored beside others of its sequence (a draft being
         # verified) takes another attention kernel than one scored alone, and greedy output drifts
-        # in near ties (measured: 5 of 16 answers of 200 tokens differed); with it each query row is
-        # computed alone, and speculation changes no token (0 of 16).
+        # in near ties; with it each query row is computed alone, and speculation changes no token
+        # (see docs/architecture/design-notes.md#speculation-needs-flash-attention).
         if isinstance(data, dict) and data.get("speculative") is not None and "flash_attn" not in data:
             return {**data, "flash_attn": True}
         return data

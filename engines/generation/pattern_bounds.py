@@ -5,19 +5,8 @@ almost one to one, except that ``X{m,n}`` becomes ``n`` copies of ``X`` (``(X (X
 nested counts multiply: ``((a{0,1000}){0,1000}){0,30}`` is a 308-byte request whose grammar
 describes 30 million positions. llama.cpp's matcher then keeps one parse stack per grammar
 position the output so far can have reached, and each decoding step tests every vocabulary token
-against every stack and deduplicates the stacks pairwise. Measured here (llama-cpp-python 0.3.36,
-SmolLM2's 49,152-token vocabulary, two quiet cores, 24 steps each), fed ``a`` one token at a time:
-
-=========================  ===================  ==========================================
-pattern                    live positions       worst step of the grammar sampler alone
-=========================  ===================  ==========================================
-``^a{0,1000}$``            2                    7 ms (about the floor of any grammar)
-``^(a?){0,31}$``           32 (the most let in)  45 ms
-``^(a?){0,48}$``           49                   169 ms
-``^(a{0,16}){0,16}$``      over 32              144 ms, and growing with the output
-``^(a?){0,100}$``          101                  3.2 s
-``^(a{0,100}){0,100}$``    (10,000 positions)   3.7 s more with every token (beside other jobs)
-=========================  ===================  ==========================================
+against every stack and deduplicates the stacks pairwise, so a step's cost grows fast with the
+live positions (see docs/architecture/design-notes.md#what-a-grammar-step-costs).
 
 So two things are bounded, both before the converter runs:
 
@@ -51,16 +40,15 @@ MAX_PATTERN_POSITIONS = 4096
 converter writes about 7 grammar characters per position, so one pattern stays under 30 K."""
 
 MAX_LIVE_POSITIONS = 32
-"""Most places a pattern's match can be at at once (llama.cpp's parse stacks). Measured above:
-the worst of the shapes let in, ``(a?){0,31}``, cost 45 ms a step on a 49 K vocabulary against a
-7 ms floor; 49 cost 169 ms and 101 three seconds, growing about cubically because every stack's
-expansion is deduplicated against every other."""
+"""Most places a pattern's match can be at at once (llama.cpp's parse stacks). A step's cost grows
+about cubically with them, because every stack's expansion is deduplicated against every other
+(see docs/architecture/design-notes.md#what-a-grammar-step-costs)."""
 
 ANALYSIS_FUEL = 1_000_000
 """Work units one schema's analysis may use in all (a unit is one state expanded or one position
-of an explored set: 0.4-0.5 us each here, measured on patterns of 1,000 to 620,000 units), so
-about 0.5 s of one core. A pattern whose automaton does not fit is refused rather than guessed at:
-the largest unambiguous ones (four ``{0,1000}`` of distinct classes) take 74,000."""
+of an explored set, under a microsecond each), so about half a second of one core. A pattern whose
+automaton does not fit is refused rather than guessed at: the largest unambiguous ones (four
+``{0,1000}`` of distinct classes) take 74,000."""
 
 CHECK_EVERY = 512
 """Work units between two looks at the cancel flag."""

@@ -13,8 +13,9 @@ the same position (llama.cpp's CPU kernels compute each prompt token's row on it
 whatever else is in the batch, and however the prompt is split), at the same index of the
 slot's own stream, so attention adds up the same values in the same order. Cells of
 completion tokens are not kept: written one decode step at a time, they differ in their last
-bits from a prefill of the same tokens (measured on SmolLM2: logits up to 0.48 apart after a
-dozen tokens), which would change greedy output. ``tests/generation/test_prompt_cache.py``
+bits from a prefill of the same tokens (see
+docs/architecture/design-notes.md#prompt-cache-keeps-prefilled-cells-only), which would change
+greedy output. ``tests/generation/test_prompt_cache.py``
 checks reuse against cold prefills, alone, under concurrency and across conversation turns.
 """
 

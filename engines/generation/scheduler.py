@@ -19,7 +19,7 @@ sequence also needs room: it joins the running batch only when the KV cells it c
 sequence next in the queue's order that does not fit yet holds back the ones behind it, so a
 long request is not starved by a stream of short ones.
 
-The waiting queue is a :class:`~engines.fair_queue.FairQueue` (issue 35): waiting requests join
+The waiting queue is a :class:`~engines.fair_queue.FairQueue`: waiting requests join
 the batch in priority-class order (every interactive request before any batch one), then by
 start-time fair queuing between API keys (one admission each, weighted by the key's share),
 first in first out within a key. So one key's hundred queued requests delay another key's single
@@ -280,7 +280,7 @@ class ContinuousBatchScheduler:
 
         One step is queued on the lane behind the one being awaited, so the lane goes from a
         step straight into the next one instead of idling while this loop hands the tokens out
-        (measured: the hand-off left the lane idle about 7% of the time at 8 streams). The queued
+        (see docs/architecture/design-notes.md#a-second-job-waits-on-the-lane). The queued
         step's batch is fixed before the running step's tokens are seen, so a sequence that
         finishes in one step may still be advanced in the next; that token is dropped (the
         sequence has a ``finish_reason``) and its cells are freed a step later.

@@ -123,9 +123,7 @@ def row_cost(decode_plan: Any, sequences: int) -> float:
     steps (llama.cpp builds its graph again whenever a step's shape changes, as speculation's
     steps do), ``/ PROBE_DRAFT``, over a token's share of a step, ``t0 / sequences``: an
     accepted draft token saves that share. Each time is the fastest of ``PROBE_REPEATS``.
-    Measured on 2 shared CPU cores with SmolLM2-135M: 0.4-1.0 for one sequence (by the machine's
-    load), 2 (the clamp) for 8; about 0.9 and more on one core, where decoding is bound by
-    arithmetic. Clamped to 0.01..2.
+    Clamped to 0.01..2 (see docs/architecture/design-notes.md#what-a-draft-token-costs).
     """
     import time
 

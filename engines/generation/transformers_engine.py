@@ -156,7 +156,7 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
     def make_converted_copy(self) -> None:
         """Build the dequantized copy of ``gguf_file`` in the converted cache, if it is not there.
 
-        Blocking: ~12 s for SmolLM2-135M on 2 cores (``prepare`` runs it ahead of any server).
+        Blocking, for seconds (``prepare`` runs it ahead of any server).
 
         Raises:
             ModelLoadError: see :meth:`_gguf_path`.
@@ -174,10 +174,9 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
         kv_heads x head_dim`` elements. Working memory of that prefill:
         :func:`~engines.memory_estimate.encoder_activation_bytes` with rows as long as the context
         allows (the attention scores are materialised: the padded batch carries a mask; only the
-        last position's logits are computed). A hub id (no files here) is unknown (0). On
-        SmolLM2-135M (float32, CPU; ``python -m bench.memory_estimate``): 1065 MiB against a
-        1050 MiB peak for 8 prompts of 420 tokens at the default ``prefill_tokens`` 4096, 555
-        against 611 for one prompt at ``prefill_tokens: 512``.
+        last position's logits are computed). A hub id (no files here) is unknown (0).
+        ``python -m bench.memory_estimate`` checks the estimate against the measured peak (see
+        docs/architecture/design-notes.md#memory-estimates-against-measured-peaks).
 
         Raises:
             ModelLoadError: see :meth:`_gguf_path`.

@@ -9,8 +9,8 @@ from pydantic import NonNegativeInt
 from engines.batching.options import EncoderOptions
 from engines.options import OVERRIDE, AtLeastOne, EngineOptions, LoadOverride
 
-# The pipeline reads a whole text in overlapping windows, ~6 s per 100,000 characters for a
-# BERT-base model on 2 CPU cores.
+# The pipeline reads a whole text in overlapping windows, so its time grows with the text: this
+# bounds one call to seconds of a BERT-base model on CPU.
 MAX_INPUT_CHARS = 100_000
 # spaCy components the ner component does not need (skipped unless the catalog says otherwise).
 SPACY_DISABLED = ("parser", "lemmatizer", "tagger", "attribute_ruler", "senter")

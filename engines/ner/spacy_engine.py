@@ -19,12 +19,13 @@ from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage, Task
 
-#: RAM of a loaded pipeline per byte of its folder: en_core_web_sm's 14.5 MiB folder adds 44 MiB.
+#: RAM of a loaded pipeline per byte of its folder (see
+#: docs/architecture/design-notes.md#memory-estimates-against-measured-peaks).
 SPACY_LOAD_FACTOR = 3.0
 #: Tokens per text of the batch counted (a paragraph).
 SPACY_TEXT_TOKENS = 256
-#: Peak working memory per token of a batch: 280 MiB for 64 texts of 267 tokens (en_core_web_sm, ner
-#: and its tok2vec; the other components disabled, the default).
+#: Peak working memory per token of a batch, in bytes (ner and its tok2vec; the other components
+#: disabled, the default).
 SPACY_BYTES_PER_TOKEN = 17_000
 
 
@@ -54,7 +55,7 @@ class SpacyNerEngine(Engine[SpacyOptions]):
         Loaded: the pipeline folder's size x :data:`SPACY_LOAD_FACTOR` (weights deserialised into
         arrays, plus the vocabulary's string store and lexeme tables). A batch: ``batch_size`` texts
         of :data:`SPACY_TEXT_TOKENS` tokens, :data:`SPACY_BYTES_PER_TOKEN` each (the components'
-        intermediate arrays). Both measured on en_core_web_sm (``python -m bench.memory_estimate``);
+        intermediate arrays). Both fitted to en_core_web_sm with ``python -m bench.memory_estimate``;
         longer texts need more. A package name that is not a local folder is unknown (0).
 
         Raises:

@@ -74,7 +74,7 @@ def tiff_page_count(data: bytes, limit: int) -> int:
     is a 2-byte entry count, 12 bytes per entry, and the 4-byte offset of the next IFD (0 ends the
     chain). Reading 6 bytes per page, this stops at ``limit + 1`` pages: Pillow's ``n_frames``
     loads every IFD and checks each offset against a list of all those before it, quadratic in
-    the pages (60,000 one-pixel pages took 16 s on the OCR lane, 200,000 took 159 s).
+    the pages (see docs/architecture/design-notes.md#counting-tiff-pages).
 
     Raises:
         InvalidArgumentError: CORRUPT_FILE (an offset outside the file, or a chain that loops).
@@ -101,11 +101,11 @@ def check_page_shape(page: int, width: int, height: int, limits: OcrLimits) -> N
     """Refuse a page image the engines cannot use, from its size alone (before its pixels exist).
 
     One check for every page before any engine (RapidOCR, Tesseract, the layout and document
-    models) sees it, decoded or rendered. Measured (blank pages): Tesseract and the layout model
-    take any size from 1x1; RapidOCR takes 1x1 too (it scales the short side up to 30 px) but fails
-    past about 117:1 (its long side is cut to 2000 px and the short side rounded to a multiple of
-    32 becomes 0: 20000x1, 4000x32), and its detector scales the short side up to 736 px, so its
-    work grows with the ratio (a 1x20 image took 4 times a blank 1500x2000 page). So the bound is
+    models) sees it, decoded or rendered. Tesseract and the layout model take any size from 1x1;
+    RapidOCR takes 1x1 too (it scales the short side up to 30 px) but fails past about 117:1 (its
+    long side is cut to 2000 px and the short side rounded to a multiple of 32 becomes 0), and its
+    detector scales the short side up to 736 px, so its work grows with the ratio (see
+    docs/architecture/design-notes.md#narrow-images-and-rapidocr). So the bound is
     on the ratio, ``limits.max_aspect_ratio``; no page is too small once it has a pixel.
 
     Raises:

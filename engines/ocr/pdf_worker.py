@@ -66,8 +66,9 @@ class PdfWorker:
 
     def __init__(self) -> None:
         # pypdfium2 is imported by the forkserver, once: imported by each new child on its first
-        # job (after every kill), its 42 ms of CPU at nice +10 on two busy cores took 1.2 s, spent
-        # outside the page's timer (the page limit test overran by 1.18 s in the full suite).
+        # job (after every kill), at nice +10 on busy cores, it would take far longer than its CPU
+        # time, spent outside the page's timer (see
+        # docs/architecture/design-notes.md#pdf-worker-imports-in-the-forkserver).
         self._lane = ProcessLane("ocr-pdf", preload=PRELOAD)
 
     @property

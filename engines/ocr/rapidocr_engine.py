@@ -32,8 +32,8 @@ from engines.types import MemoryUsage
 LANGUAGES = {"en": "en", "eng": "en", "zh": "zh", "chi_sim": "zh"}
 #: Tallest height-to-width ratio handed to RapidOCR. Its detector scales the image's short side up
 #: to 736 px, so the work grows with the ratio: RapidOCR letterboxes wide images itself (to about
-#: 4:1) but not tall ones, and a blank 6x100 PNG took 10 s (1x20: 11 s) against 1.5 s for a
-#: 600x60 line. Taller images are padded on the right to this ratio, which moves no coordinate.
+#: 4:1) but not tall ones (see docs/architecture/design-notes.md#narrow-images-and-rapidocr).
+#: Taller images are padded on the right to this ratio, which moves no coordinate.
 MAX_TALL_RATIO = 4
 
 
@@ -71,10 +71,9 @@ class SpaceRestorer:
     distance between characters, in frames. That frame then decodes as the space, with the
     frame's probability of holding no character as its confidence.
 
-    Defaults measured on rendered English (DejaVu Sans, Serif, Mono, bold; 12-32 px): inside
-    words the space probability stayed under 0.001 on 99% of gaps (the highest 0.066, in 12 px
-    monospace), between words it was at least 0.033 on 95% of them (the lowest 0.002, where
-    the gap was also wide); ``bench/ocr.py`` reports the word error rate with and without.
+    The defaults separate the gaps inside words from those between them on rendered English (see
+    docs/architecture/design-notes.md#word-gaps-in-rapidocrs-output); ``bench/ocr.py`` reports
+    the word error rate with and without.
 
     Args:
         decode: rapidocr's ``CTCLabelDecode`` (its ``character`` list: blank first, space last).
@@ -239,9 +238,9 @@ class RapidOcrEngine(OcrEngine[RapidOcrOptions]):
     def required_memory(self) -> MemoryUsage:
         """The three ONNX files (the sessions' weights) plus the working memory of one page, in host RAM.
 
-        :data:`RAPIDOCR_PAGE_BYTES` is the peak over the files measured for a 640 x 480 page
-        (``python -m bench.memory_estimate``: the peak is transient and varies from 218 to 350 MiB
-        from run to run, median about 255, whatever the thread count); the detector works on
+        :data:`RAPIDOCR_PAGE_BYTES` is the peak over the files for a 640 x 480 page
+        (``python -m bench.memory_estimate``; the peak is transient and varies from run to run, see
+        docs/architecture/design-notes.md#memory-estimates-against-measured-peaks); the detector works on
         the page at no less than 736 pixels a side, so larger pages need more.
 
         Raises:

@@ -37,7 +37,7 @@ async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> JsonResponse:
     rpc = rpc.for_model(body.model)
     message = to_embed_request(body, truncate_by_default=rpc.request.app.state.config.embeddings_truncate)
     response = await rpc.unary(rpc.clients.inference.Embed, message)
-    # 2,048 vectors of 384 floats are 14 MB of JSON, 0.3 s to build: off the event loop when large.
+    # 2,048 vectors of 384 floats are 14 MB of JSON, long to build: off the event loop when large.
     return await off_loop_if_large(response.ByteSize(), _answer, response, body)
 
 

@@ -1,8 +1,8 @@
 """``GET /metrics``: Prometheus text exposition of this process's metrics.
 
 When the gateway runs beside the gRPC server (``universal-runtime``), this is the server's whole
-registry (RPCs, generation, encoders, models; the README's "Metrics" table), the per-pod gauges of
-the model-server protocol included (``vllm:num_requests_waiting``, ``vllm:num_requests_running``,
+registry (RPCs, generation, encoders, models; docs/operate/observability.md's metrics table), the per-pod
+gauges of the model-server protocol included (``vllm:num_requests_waiting``, ``vllm:num_requests_running``,
 ``vllm:kv_cache_usage_perc``, ``vllm:lora_requests_info``, ``vllm:cache_config_info`` and their
 ``ur_`` twins, :mod:`service.metrics`): an InferencePool that targets this HTTP port has its
 endpoint picker scrape them here. A standalone gateway has no server metrics of its own to show.

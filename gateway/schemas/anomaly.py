@@ -2,8 +2,8 @@
 
 A fit or detect body is up to the gateway's body limit (16 MB in the combined process) of tiny
 items, and pydantic validates a list in one call that holds the GIL throughout, so the worker
-thread the body is parsed in (:mod:`gateway.json_body`) would hold the event loop with it: 330,000
-schema fields (13 MB) held it 1.4 s, five million empty rows 3 s. So the long lists are bounded
+thread the body is parsed in (:mod:`gateway.json_body`) would hold the event loop with it for
+seconds (see docs/architecture/design-notes.md#large-bodies-and-the-event-loop). So the long lists are bounded
 before they are walked (:data:`MAX_COLUMNS` fields or cells in a row, :data:`MAX_ROWS` rows: far
 above the server's own limits, which it checks) and rows are validated :data:`STEP_CELLS` cells
 at a time, giving the GIL back between steps.
@@ -26,7 +26,7 @@ MAX_ROWS = 250_000
 within :data:`gateway.json_body.MAX_JSON_CONTAINERS` (each row is an array). Larger batches go
 over gRPC as packed rows."""
 STEP_CELLS = 16_384
-"""Cells of rows validated in one step (about 3 ms of pydantic on one core)."""
+"""Cells of rows validated in one step: a few ms of pydantic, so other work runs between steps."""
 
 
 def _too_long(loc: tuple[int | str, ...], value: list[Any], max_length: int) -> ValidationError:

@@ -1,7 +1,8 @@
 """Anomaly JSON bodies ↔ anomaly protos (enum names in lower snake case, without their prefix).
 
 Rows that are all numbers, of one width, go to the server packed (``numeric_rows``: one array of
-doubles instead of a message per cell; 200,000 rows of 8 took seconds as cells), and scores
+doubles instead of a message per cell, which costs seconds for the largest batches; see
+docs/architecture/design-notes.md#anomaly-rows-on-the-wire), and scores
 without explanations come back packed (``columnar_output``) and are spread into the same JSON
 objects as per-row scores; the answers are the same either way.
 """

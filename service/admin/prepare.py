@@ -2,7 +2,7 @@
 
 A model whose catalog entry asks for a converted copy makes it on its first load and caches it
 (:mod:`engines.converted_cache`): an encoder with ``runtime: onnx``/``openvino`` is exported
-(MiniLM: about 35 s on 2 cores, against 0.6 s to load it from the cache), a GGUF with
+(far slower than loading it from the cache), a GGUF with
 ``quantize`` is requantized. ``prepare`` makes those copies ahead of time (``make install`` and
 the container image run it), through the engines' own code: an encoder engine is loaded on the
 CPU and unloaded (its load exports, :func:`engines.encoder_runtime.export_encoder`), a GGUF copy
@@ -12,7 +12,7 @@ A second run is quick: a GGUF copy's place in the cache follows from its source,
 encoder export ``prepare`` leaves a small record in the cache folder (``.prepared-<key>.json``,
 keyed by backend, the weights' fingerprint, runtime and export format) naming the folder the
 load read; while that folder is there, nothing is imported or loaded (sentence-transformers'
-import alone takes ~7 s on 2 cores).
+import alone takes seconds; see docs/architecture/design-notes.md#converted-copies-ahead-of-time).
 
 Which catalog: the one the server would read (``UR_CATALOG_PATH``, else the embedded default with
 the user catalog over it), or ``--catalog``. Entries that need no converted copy are left alone;
@@ -141,8 +141,8 @@ def preparation_for(spec: ModelSpec, settings: Settings) -> Preparation | None:
 def _transformers_copy(cls: type, spec: ModelSpec) -> Preparation | None:
     """The dequantized copy a transformers entry with ``gguf_file`` loads from.
 
-    Without ``prepare`` a first load builds it: ~12 s for SmolLM2-135M on 2 cores, with the GIL
-    held in stretches of up to 0.6 s, which every other caller of the server waits out.
+    Without ``prepare`` a first load builds it, holding the GIL in long stretches that every other
+    caller of the server waits out (see docs/architecture/design-notes.md#converted-copies-ahead-of-time).
     """
     cls.check_spec(spec)
     folder = cls(spec, "cpu", DeviceExecutor("cpu", spec.name)).converted_copy()

@@ -16,8 +16,8 @@ from service.catalog import CatalogEntry
 from service.model_names import validate_model_name
 
 _HEADER = (
-    "# Models added by `universal-runtime pull`; same format as the server's catalog (README,\n"
-    '# "Models and keep-alive"). Edit freely: pull only appends entries.\n'
+    "# Models added by `universal-runtime pull`; same format as the server's catalog\n"
+    "# (docs/models/catalog.md). Edit freely: pull only appends entries.\n"
 )
 _MODELS_LINE = re.compile(r"^models:[ \t]*(#.*)?$", re.MULTILINE)
 _INDENTED_KEY = re.compile(r"^([ \t]+)[^\s#]", re.MULTILINE)

@@ -424,9 +424,10 @@ class _ResultWriter:
 
     Lines that complete while a write runs go together in the next one
     (:meth:`BatchStore.put_results`), one durable write for them all.
-    On a local disk each write costs ~5 ms (two flushes) on the runner's one lane, which at one
-    write per line capped a batch of fast lines (single embeddings) near 200 lines/s, shared with
-    everything else on that lane; grouped, a write serves up to ``line_concurrency`` lines.
+    A durable write is two flushes on the runner's one lane, so one write per line would cap a
+    batch of fast lines (single embeddings) at the disk's flush rate, shared with everything else
+    on that lane (see docs/architecture/design-notes.md#batch-results-by-group-commit); grouped, a
+    write serves up to ``line_concurrency`` lines.
     """
 
     def __init__(self, store: BatchStore, lane: DeviceExecutor, batch_id: str) -> None:

@@ -66,8 +66,8 @@ def schema_from_pb(
     """Column declarations, or ``None`` when empty (all numeric); unnamed columns become ``x<i>``.
 
     Bounded by ``max_features`` (the row width limit), checked from the list's length before any
-    field is read: converting runs on the event loop, about 3 µs a field (0.3 s for the 100,000
-    of a 2 MB request), so an unbounded list held every other call.
+    field is read: converting runs on the event loop, a few µs a field, so an unbounded list would
+    hold every other call (see docs/architecture/design-notes.md#protobuf-on-the-event-loop).
 
     Raises:
         InvalidArgumentError: more than ``max_features`` fields (reason TOO_MANY_FEATURES), unknown

@@ -1,8 +1,8 @@
 """Wire-format fast paths of the anomaly RPCs' per-row form: ``FeatureRow`` cells in, ``AnomalyScore`` out.
 
-Through the protobuf API, reading 10,000 rows of 8 ``FeatureValue`` cells costs about 30 ms of
-Python (a wrapper object and a ``HasField`` per cell) and building 10,000 ``AnomalyScore``
-messages about 7 ms, against 11-45 ms of scoring. Both directions have a fixed byte layout
+Through the protobuf API, reading rows costs a wrapper object and a ``HasField`` per cell, and
+building the scores a message per row: as much Python as the scoring itself (see
+docs/architecture/design-notes.md#anomaly-rows-on-the-wire). Both directions have a fixed byte layout
 when every cell is a number (encoding guide: https://protobuf.dev/programming-guides/encoding/):
 
 - a numeric cell is a ``FeatureRow.values`` entry of 9 bytes holding ``number_value``: key, length,

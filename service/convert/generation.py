@@ -259,7 +259,7 @@ def generation_request(
 
     """
     require(bool(request.model), "model", "must be set")
-    # Read once: each read of a protobuf string decodes it anew (30 ms for 50 MB, on the event loop).
+    # Read once: each read of a protobuf string decodes it anew, on the event loop.
     prompt = request.prompt
     has_prompt, has_messages = bool(prompt), len(request.messages) > 0
     require(has_prompt != has_messages, "messages", "exactly one of prompt and messages must be set")

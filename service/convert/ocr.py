@@ -114,8 +114,9 @@ async def read_upload(
 
     Bounded by ``settings.ocr_max_bytes``: reading stops at the first chunk past it. Bad options
     are reported only once the upload has been read (still within that bound): refused while it
-    was still writing, grpc-python's client reports its own INTERNAL "Internal error from Core"
-    about one time in thirty instead of the server's status (found by the fuzz tests).
+    is still writing, grpc-python's client sometimes reports its own INTERNAL "Internal error from
+    Core" instead of the server's status (see
+    docs/architecture/design-notes.md#refusing-a-stream-after-its-upload).
 
     Raises:
         InvalidArgumentError: no message at all; bad options (see ``parse``, :func:`ocr_job` for

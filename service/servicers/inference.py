@@ -46,9 +46,9 @@ Job = TypeVar("Job")
 Result = TypeVar("Result")
 
 INLINE_REQUEST_BYTES = 16 * 1024
-"""Largest serialized request converted on the event loop; larger ones go to a worker thread. A
-thread hop costs ~40 us, converting 16 KiB of chat messages about as much (the gateway's threshold
-for parsing bodies, measured the same way)."""
+"""Largest serialized request converted on the event loop; larger ones go to a worker thread.
+Converting 16 KiB of chat messages costs about what the hop to a thread does (the gateway's
+threshold for parsing bodies; see docs/architecture/design-notes.md#json-bodies-on-or-off-the-event-loop)."""
 
 
 async def _call_inline(fn: Callable[..., Result], *args, **kwargs) -> Result:
@@ -59,11 +59,11 @@ async def _call_inline(fn: Callable[..., Result], *args, **kwargs) -> Result:
 async def convert_request(request: Message, convert: Callable[..., Result], *args, **kwargs) -> Result:
     """``convert(request, *args, **kwargs)``: inline for a small request, in a worker thread for a large one.
 
-    The one placement of the conversions that are linear in their request (chat messages, tools
-    and the meta-validation of their JSON Schemas), shared by Generate, GenerateStream, Tokenize
-    and Detokenize: a large one never holds the loop every caller shares (Tokenize converted
-    inline once held it 1.5 s for ``/v1/messages/count_tokens`` with 128 tools of 16 KB, a body
-    Generate took off the loop). Large means over :data:`INLINE_REQUEST_BYTES` serialized.
+    The one placement of the conversions that are linear in their request (chat messages, tools and
+    the meta-validation of their JSON Schemas), shared by Generate, GenerateStream, Tokenize and
+    Detokenize: a large one never holds the loop every caller shares (see
+    docs/architecture/design-notes.md#large-bodies-and-the-event-loop). Large means over
+    :data:`INLINE_REQUEST_BYTES` serialized.
 
     Raises:
         Whatever ``convert`` raises (the converters' InvalidArgumentError).

@@ -3,7 +3,8 @@
 Every call through the gateway reaches the server from the gateway's own peer (its gRPC
 connection, or ``in-process`` in the combined process), so without API keys the server would see
 all HTTP clients as one caller, and the process lanes' fair turns (PDF rendering) would serve them
-first come, first served: one client's six content-bomb PDFs held another's one-page PDF 30 s.
+first come, first served, and one client's content-bomb PDFs would hold another's one-page PDF
+behind all of them (see docs/architecture/design-notes.md#fair-turns-on-the-pdf-renderer).
 The gateway names the client in :data:`CLIENT_ADDRESS_METADATA_KEY` (its address as uvicorn saw
 it, the ``X-Forwarded-For`` one behind a trusted proxy); the server uses it, within the gateway's
 peer, as the fair-share caller when it has no keys (``service.tasks.callers.note_caller``).

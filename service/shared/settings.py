@@ -51,8 +51,8 @@ class SharedSettings(BaseSettings):
     api_keys_file: Path | None = Field(
         None,
         description="YAML/JSON mapping of key name to key, or to key and policy (priority, weight, "
-        "quotas, role: README 'API keys'); calls need one of them (with api_key, named 'default', "
-        "role admin). Each call's log line names its key.",
+        "quotas, role: docs/operate/keys-and-quotas.md); calls need one of them (with api_key, named "
+        "'default', role admin). Each call's log line names its key.",
     )
     auth_public_health: bool = Field(
         True,
@@ -70,7 +70,7 @@ class SharedSettings(BaseSettings):
         ge=0,
         description="Seconds in-flight RPCs and streams get on shutdown; then they end with an error.",
     )
-    # TLS (README, "Operate"): checked when the face starts (service.shared.tls.TlsFiles), not here,
+    # TLS (docs/operate/tls.md): checked when the face starts (service.shared.tls.TlsFiles), not here,
     # so that settings built in code (model_copy) are checked too.
     tls_cert_file: Path | None = Field(
         None,

@@ -6,8 +6,8 @@ cells) is a step of a job on the task's own CPU lane, not of the event loop, and
 detector's schema, which for a saved detector is known only once it is loaded. Scoring with a
 saved detector runs on that lane too. Fitting (a named fit, or one-shot detection) runs in the
 task's process lane (:class:`~engines.process_lane.ProcessLane`, at nice +10): scikit-learn holds
-the GIL for long stretches of a 200,000-row fit, which in a thread stalled every other call
-(the probe's p99 went 7x in ``bench/isolation.py``), and a process can be killed when the call
+the GIL for long stretches of a 200,000-row fit, which in a thread stalls every other call
+(``bench/isolation.py`` measures it; bench/README.md), and a process can be killed when the call
 is cancelled or its deadline passes.
 
 Saved detectors belong to the calling API key (:func:`service.tasks.callers.call_owner`), or to

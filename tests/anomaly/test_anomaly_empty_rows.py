@@ -1,7 +1,7 @@
 """Rows without values (so no columns) are INVALID_ARGUMENT naming the field, never INTERNAL.
 
-With no schema the first row gives the width; an empty one used to give zero columns, and
-encoding them failed in ``np.hstack`` of nothing (INTERNAL).
+With no schema the first row gives the width; an empty one would give zero columns, and encoding
+them would fail in ``np.hstack`` of nothing (INTERNAL).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Anomaly fits run in a process lane (issue 15): a fit cannot hold the server's GIL, and a fit
+"""Anomaly fits run in a process lane: a fit cannot hold the server's GIL, and a fit
 that is cancelled, past its deadline or past the server's fit time limit is stopped at once.
 
 The slow fit is a one-class SVM on 30,000 rows: libsvm's time grows with the square of the rows

@@ -1,5 +1,5 @@
 """The anomaly ``schema`` list is bounded by ``anomaly_max_features``, refused from its length alone,
-and a large valid fit does not stall other calls (issue 29: a 2 MB schema froze every RPC)."""
+and a large valid fit does not stall other calls (a 2 MB schema converted on the loop would)."""
 
 from __future__ import annotations
 
@@ -92,8 +92,8 @@ async def _probe_gaps(channel, until: asyncio.Future) -> list[float]:
 async def test_a_probe_is_not_stalled_by_large_fits_or_refused_schemas(inference, channel, settings):
     """Large requests (a widest valid fit; 2 MB schemas refused) leave the event loop to the probe.
 
-    Relative: no probe waits more than a fifth of the time the large requests took in all (before
-    the bound, a 2 MB schema held the loop while it was converted, the probe with it).
+    Relative: no probe waits more than a fifth of the time the large requests took in all (without
+    the bound, a 2 MB schema would hold the loop while it is converted, the probe with it).
     """
     width = settings.anomaly_max_features
     wide = pb.FitAnomalyDetectorRequest(

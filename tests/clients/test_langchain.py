@@ -3,8 +3,8 @@
 Offline: LangChain sends nothing anywhere else unless tracing is on, so tracing is switched off
 explicitly (``LANGSMITH_TRACING``). ``OpenAIEmbeddings`` is tested both ways: sending texts
 (``check_embedding_ctx_length=False``) and, by default, cl100k_base token ids, which need tiktoken's
-file (LiteLLM's copy here) and which the gateway reads back to texts (README, "Embeddings and
-token ids").
+file (LiteLLM's copy here) and which the gateway reads back to texts (docs/api/openai.md,
+Embedding encodings).
 """
 
 from __future__ import annotations
@@ -104,9 +104,10 @@ async def test_embeddings_with_the_default_token_id_input(gateway_url, tiktoken_
 
 async def test_a_prompt_over_the_context_reaches_langchain_as_openais_error(gateway_url):
     """The error LangChain raises is OpenAI's: a BadRequestError with code ``context_length_exceeded``
-    (issue 29: ``input_too_long``). langchain-openai turns it into ``ContextOverflowError`` only
-    when the code is in ``str(error)``, which the openai SDK here (3.x) no longer puts there, for
-    OpenAI's own answers as for ours; what it raises carries the code either way."""
+    (not a code of our own such as ``input_too_long``). langchain-openai turns it into
+    ``ContextOverflowError`` only when the code is in ``str(error)``, which the openai SDK here
+    (3.x) no longer puts there, for OpenAI's own answers as for ours; what it raises carries the
+    code either way."""
     with pytest.raises(openai.BadRequestError) as caught:
         await chat(gateway_url, max_tokens=4).ainvoke("word " * 3000)
     assert caught.value.code == "context_length_exceeded"
@@ -138,7 +139,7 @@ async def test_default_token_id_embeddings_need_no_tiktoken_cache_on_the_server(
 
 async def test_a_long_text_needs_chunks_that_fit_the_models_window(gateway_url, tiktoken_files):
     """LangChain's default chunks (8191 cl100k_base tokens) are OpenAI's window, not MiniLM's 256:
-    such a chunk is refused as OpenAI refuses one over its window (issue 29: silently cut to 256
+    such a chunk is refused as OpenAI refuses one over its window (not silently cut to 256
     tokens); chunks below the model's window embed the whole text."""
     text = "This is a test " * 512  # about 1,500 tokens
     common = {"model": EMBED_MODEL, "base_url": f"{gateway_url}/v1", "api_key": "unused", "max_retries": 0}

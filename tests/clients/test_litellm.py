@@ -100,7 +100,7 @@ LONG_TEXT = "This is a test " * 512
 @pytest.mark.parametrize("provider", ["openai", "hosted_vllm"])
 async def test_a_prompt_over_the_context_is_context_window_exceeded(gateway_url, provider):
     """LiteLLM's context-window fallbacks key on OpenAI's message ("This model's maximum context
-    length is …"); issue 29: the gateway answered input_too_long with its own message."""
+    length is …"), so the gateway answers with it, not with an ``input_too_long`` of its own."""
     with pytest.raises(litellm.ContextWindowExceededError):
         await litellm.acompletion(
             model=f"{provider}/{CHAT_MODEL}",

@@ -171,7 +171,7 @@ async def test_a_full_queue_answers_overloaded(enc):
 
 async def test_ner_input_over_spacys_max_length_is_input_too_long(enc):
     # spaCy refuses texts over nlp.max_length (1,000,000 characters) with E088 inside nlp.pipe,
-    # which used to surface as INTERNAL; the engine now checks first, naming the limit.
+    # which would surface as INTERNAL; the engine checks first, naming the limit.
     too_long = "Paris " * 166_667  # 1,000,002 characters
     error, info = await fails(
         enc.ExtractEntities(e.ExtractEntitiesRequest(model=SPACY, inputs=["Tim Cook", too_long])),

@@ -1,4 +1,4 @@
-"""Length-aware batching (issue 34, part 2): the batcher groups queued inputs by token length.
+"""Length-aware batching: the batcher groups queued inputs by token length.
 
 The batcher on its own, with a real device executor and plain Python batch functions that record
 each batch's costs: batches keep to the length ratio and to their token and count bounds, pad less

@@ -1,4 +1,4 @@
-"""Tokenize once (issue 34, part 1): the batcher's token ids are the model's inputs, on every runtime.
+"""Tokenize once: the batcher's token ids are the model's inputs, on every runtime.
 
 The engines' batches run the ids :class:`~engines.batching.tokens.TokenCounter` made when it counted
 the inputs (no second tokenization in ``SentenceTransformer.encode`` or ``CrossEncoder.predict``).

@@ -20,11 +20,12 @@ DEADLINE_S = 10.0
 BAD_CODES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 # grpc-python's aio client, not the server: when a server ends a client-streaming call while the
 # client is still writing, the failed write sets the call's status locally to INTERNAL with these
-# details and the server's own status is lost (measured: 22 of 600 Ocr calls the server answered
-# INVALID_ARGUMENT). Ocr now reads the whole upload before refusing bad options, which ends it
-# there; a refusal mid-stream (FILE_TOO_LARGE, a bad StreamDetectAnomaly window) can still meet
-# it. The server's INTERNAL always carries its own message (service/interceptors.py), so only
-# this exact text is let through, and only on client-streaming RPCs.
+# details and the server's own status is lost (see
+# docs/architecture/design-notes.md#refusing-a-stream-after-its-upload). Ocr reads the whole upload
+# before refusing bad options, which ends it there; a refusal mid-stream (FILE_TOO_LARGE, a bad
+# StreamDetectAnomaly window) can still meet it. The server's INTERNAL always carries its own
+# message (service/interceptors.py), so only this exact text is let through, and only on
+# client-streaming RPCs.
 CLIENT_WRITE_RACE = "Internal error from Core"
 #: Cases run, by "<RPC>:<status>", over every fuzz module of the run.
 STATS: Counter[str] = Counter()

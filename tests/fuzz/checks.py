@@ -21,9 +21,9 @@ from tests.fuzz.launched_server import LaunchedServer
 
 #: Longest time one case may hold the server's event loop: the probe's longest health check to
 #: the server less the longest to an idle control process in the same window (what a busy machine
-#: made any process wait). Quiet runs on the 2-core test machine measured 2-20 ms (a tiny Embed
-#: beside them: 7 ms); the issue's stalls were 3.5-159 s. 0.5 s leaves room for a loaded machine
-#: and still fails any request that parses or converts megabytes on the loop.
+#: made any process wait). 0.5 s is far above a quiet run's and leaves room for a loaded machine,
+#: and still fails any request that parses or converts megabytes on the loop (see
+#: docs/architecture/design-notes.md#the-stall-probes-bound).
 MAX_STALL_S = 0.5
 #: Text that must never reach a client: Python exception names and tracebacks.
 LEAKS = ("Traceback", "DecodeError", "Error parsing message", "<class '", 'File "', "Exception calling")

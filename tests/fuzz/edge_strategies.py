@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the edges the descriptor-built requests never reach (issue 29).
+"""Hypothesis strategies for the edges the descriptor-built requests never reach.
 
 :mod:`tests.fuzz.strategies` fills every field with small values (strings of at most 40
 characters or one 8 KiB string, at most 3 items, ints within ±1000, 64 random bytes), always
@@ -8,8 +8,8 @@ other kinds, each made here:
 - :func:`json_schemas`: JSON Schemas with large repetition bounds (``maxItems``, ``minLength``...
   up to 10^6, ``{m,n}`` patterns), deep nesting, many properties, big enums and ``$ref``;
 - :func:`nested_patterns` and :func:`repetition_products`: repetitions that nest, sit side by side
-  or alternate, each count within its bound and their product far past it (issue 40: a 308-byte
-  ``^((a{0,1000}){0,1000}){0,30}$`` held a model's lane 400 s), and pattern syntax the grammar
+  or alternate, each count within its bound and their product far past it (such as
+  ``^((a{0,1000}){0,1000}){0,30}$``, which holds a model's lane for minutes), and pattern syntax the grammar
   converter looped or crashed on;
 - :func:`images`: encoded images of degenerate dimensions (Nx1, 1xN, extreme aspect ratios,
   tiny) in PNG, WebP, JPEG, TIFF, GIF and BMP, and many-page TIFFs;
@@ -109,7 +109,8 @@ def nested_patterns() -> st.SearchStrategy[str]:
 
     Leaves are single characters, classes and small groups that overlap (``a``, ``[a-z]``, ``.``,
     ``a?``, ``(a|aa)``) so that adjacent and nested repetitions can match the same text; plus
-    :data:`PATTERN_HAZARDS`. The issue's own pattern is drawn by shape (three nested ``{0,n}``).
+    :data:`PATTERN_HAZARDS`. The nested-repetition pattern that holds a lane is drawn by shape
+    (three nested ``{0,n}``).
     """
     atoms = st.sampled_from(["a", "[a-z]", ".", "a?", "(a|aa)", "[0-9]", "(ab|a)", "b"])
     quantifiers = st.one_of(
@@ -125,7 +126,7 @@ def nested_patterns() -> st.SearchStrategy[str]:
         ),
         max_leaves=5,
     )
-    # The issue's shape, directly: two or three repetitions nested around one overlapping atom.
+    # The shape that holds a lane, directly: two or three repetitions nested around one overlapping atom.
     nested = st.tuples(atoms, st.lists(quantifiers, min_size=2, max_size=3)).map(
         lambda d: functools.reduce(lambda body, quantifier: f"({body}){quantifier}", d[1], d[0])
     )
@@ -321,8 +322,9 @@ def text_page() -> bytes:
 def many_page_tiff(pages: int) -> bytes:
     """A little-endian baseline TIFF of ``pages`` 1x1 grayscale pages (TIFF 6.0, section 2).
 
-    Written directly: Pillow's ``save_all`` is quadratic in the page count (20,000 pages took
-    9 minutes). Every page's strip is the same one pixel byte; each page costs one 114-byte IFD.
+    Written directly: Pillow's ``save_all`` is quadratic in the page count (see
+    docs/architecture/design-notes.md#counting-tiff-pages). Every page's strip is the same one pixel
+    byte; each page costs one 114-byte IFD.
     """
     tags = 9
     ifd_size = 2 + tags * 12 + 4

@@ -1,4 +1,4 @@
-"""Credentials drawn as a hostile client sends them: repeated, mixed, wrong, in any order (issue 40).
+"""Credentials drawn as a hostile client sends them: repeated, mixed, wrong, in any order.
 
 Why the fuzz missed two ``authorization`` entries on one call (the first wrong, the second right,
 let through): every fuzz module called a keyless server, and the key checks were tested with one

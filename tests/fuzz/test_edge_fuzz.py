@@ -1,4 +1,4 @@
-"""Fuzz the edges the descriptor-built requests never reach, on a server in its own process (issue 29).
+"""Fuzz the edges the descriptor-built requests never reach, on a server in its own process.
 
 Each test draws one kind of edge input (:mod:`tests.fuzz.edge_strategies`) and sends it to the
 launched ``universal-runtime`` process (:mod:`tests.fuzz.launched_server`), where a crash fails
@@ -13,8 +13,9 @@ answer: no INTERNAL/UNKNOWN over gRPC, no 5xx over HTTP, no exception text in ei
 - oversized HTTP headers and gRPC metadata: refused past the limits, and the server lives;
 - bodies with many unknown keys: a 4xx or 2xx, and a bounded server log;
 - large bodies to the token-count and tokenize routes (128 tools of 16 KB to
-  ``/v1/messages/count_tokens`` held the loop 1.5 s, issue 40) and long anomaly ``schema`` and
-  ``rows`` lists to fit and detect (a 13 MB schema to detect: 1.4 s): the stall probe's bound.
+  ``/v1/messages/count_tokens``) and long anomaly ``schema`` and ``rows`` lists to fit and detect
+  (a 13 MB schema to detect): the stall probe's bound (see
+  docs/architecture/design-notes.md#large-bodies-and-the-event-loop).
 
 Budget: ``UR_FUZZ_EDGE_EXAMPLES`` cases per test (and per route or method where parametrized).
 """
@@ -315,12 +316,12 @@ _SCHEMA_SIZES = st.one_of(st.sampled_from([1, 1024, 1025, 16_385, 100_000, 330_0
 
 
 @given(count=_SCHEMA_SIZES, over_grpc=st.booleans(), detect=st.booleans())
-@example(count=330_000, over_grpc=False, detect=True)  # issue 40: 13 MB over HTTP held the loop 1.44 s
+@example(count=330_000, over_grpc=False, detect=True)  # 13 MB over HTTP: once held the loop
 @EDGE_SETTINGS
 def test_a_long_anomaly_schema_is_bounded_work(launched, count: int, over_grpc: bool, detect: bool):
     """The anomaly ``schema`` list (one entry per feature) sized far past the feature limit, to fit
-    or one-shot detect: its validation and conversion must not hold the event loop (issue 29: a
-    2 MB one to fit froze every RPC for 3.5 s; issue 40: 13 MB to detect over HTTP, 1.44 s)."""
+    or one-shot detect: its validation and conversion must not hold the event loop (a 2 MB one to
+    fit, or 13 MB to detect over HTTP, held every RPC for seconds when converted on it)."""
     fields = [{"name": f"feature_{i}", "type": "categorical" if i % 2 else "numeric"} for i in range(count)]
     rows = [[i % 7, "a"] for i in range(16)]
     method, route = (
@@ -366,11 +367,11 @@ _ROW_COUNTS = st.one_of(
 
 
 @given(count=_ROW_COUNTS, width=st.sampled_from([0, 1, 2, 8]), detect=st.booleans())
-@example(count=1_000_000, width=0, detect=True)  # a million empty rows held the loop 3 s
+@example(count=1_000_000, width=0, detect=True)  # a million empty rows: once held the loop
 @EDGE_SETTINGS
 def test_many_anomaly_rows_are_bounded_work(launched, count: int, width: int, detect: bool):
     """Rows of a few bytes each, up to the body limit, to fit or detect over HTTP: validated and
-    translated in steps, never one call over all of them (issue 40)."""
+    translated in steps, never one call over all of them."""
     row = b"[" + b",".join([b"0"] * width) + b"]"
     named = b"" if detect else b'"detector": "fuzz-edge-rows", '
     body = b"{" + named + b'"rows": [' + b",".join([row] * count) + b"]}"
@@ -402,7 +403,7 @@ def _anthropic_tools(count: int, size: int) -> list[dict]:
     size=st.one_of(st.sampled_from([100, 16_384]), st.integers(100, 16_384)),
     messages=st.one_of(st.sampled_from([1, 1000]), st.integers(1, 1000)),
 )
-@example(tools=128, size=16_384, messages=1)  # issue 40: 2.2 MB held the loop 1.54 s
+@example(tools=128, size=16_384, messages=1)  # 2.2 MB: once held the loop
 @EDGE_SETTINGS
 def test_count_tokens_bodies_are_bounded_work(launched, tools: int, size: int, messages: int):
     body = {

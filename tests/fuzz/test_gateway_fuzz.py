@@ -6,7 +6,7 @@ process, :data:`~tests.fuzz.strategies.EXAMPLES` cases per operation and mode: v
 (``not_a_server_error``), arrives within :data:`MAX_RESPONSE_S`, and, for a negative case, is a
 4xx (``negative_data_rejection``: input the document calls invalid is refused, not served). The
 operations are read from the document, so a new route is fuzzed as soon as it is registered;
-:data:`REQUIRED_OPERATIONS` fails the test if one that must be there (issue 31's APIs) is not. Schemathesis drives the
+:data:`REQUIRED_OPERATIONS` fails the test if one that must be there (the public APIs') is not. Schemathesis drives the
 app from its own event-loop thread, while the gRPC server runs on pytest's loop, so the
 synchronous Hypothesis run goes to a worker thread and pytest's loop stays free to serve.
 """

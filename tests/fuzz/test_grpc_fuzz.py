@@ -88,9 +88,9 @@ async def test_rpc_survives_generated_requests(channel, inference, method):
 
 
 async def test_a_refused_ocr_upload_is_always_invalid_argument(channel, inference):
-    """Found by the fuzz run: a 2-message Ocr call refused on its first message's options read
-    INTERNAL ("Internal error from Core", the client's write race) about 3% of the time. The server
-    now reads the upload before refusing it, so the client sees the real status every time."""
+    """A 2-message Ocr call refused on its first message's options reads INVALID_ARGUMENT every time,
+    never INTERNAL ("Internal error from Core", the client's write race): the server reads the
+    upload before refusing it (see docs/architecture/design-notes.md#refusing-a-stream-after-its-upload)."""
     method = inference_service_pb2.DESCRIPTOR.services_by_name["InferenceService"].methods_by_name["Ocr"]
     first = ocr_pb2.OcrRequest(options=ocr_pb2.OcrOptions(mime_type="epjb i"), chunk=b"%PDF-1.4\n%%EOF")
     second = ocr_pb2.OcrRequest(options=ocr_pb2.OcrOptions(mime_type="id"), chunk=_png())

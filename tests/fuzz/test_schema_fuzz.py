@@ -1,4 +1,4 @@
-"""Fuzz every way a JSON Schema reaches a grammar, on a server in its own process (issue 29, items 1-2).
+"""Fuzz every way a JSON Schema reaches a grammar, on a server in its own process.
 
 Schemas come from :func:`tests.fuzz.edge_strategies.json_schemas` (repetition bounds up to 10^6,
 ``{m,n}`` patterns, deep nesting, many properties, big enums, ``$ref``) and go through chat
@@ -11,9 +11,10 @@ bound, and the answer is either a refusal (INVALID_ARGUMENT / HTTP 400) or outpu
 strict JSON and validates against the schema (when the model finished on its own, not at
 ``max_tokens``). Budget: ``UR_FUZZ_EDGE_EXAMPLES`` schemas per surface.
 
-Issue 40 (a 308-byte ``^((a{0,1000}){0,1000}){0,30}$`` held the model's lane 400 s) went unseen
-because every drawn pattern had one quantifier and no case looked at the lane after it: the
-repetition-product cases below draw nested, adjacent and alternating repetitions
+A pattern of nested repetitions (``^((a{0,1000}){0,1000}){0,30}$``, each count within its bound)
+holds the model's lane for minutes, and a fuzz whose every drawn pattern has one quantifier, and
+that never looks at the lane after a case, does not see it: the repetition-product cases below draw
+nested, adjacent and alternating repetitions
 (:func:`~tests.fuzz.edge_strategies.repetition_products`), compile each in-process under a hang
 detector, and send each to the launched server followed by a tiny chat on the same model.
 """
@@ -53,7 +54,7 @@ from tests.fuzz.edge_strategies import (
 #: Tokens per answer: enough for small objects to finish, few enough to keep a case under a second.
 MAX_TOKENS = 48
 DEADLINE_S = 60.0
-#: A prompt that draws newlines and quotes into strings (the issue's control-character case), and plain ones.
+#: A prompt that draws newlines and quotes into strings (the control-character case), and plain ones.
 PROMPTS = ["Write a short poem of three lines about the sea.", "Describe a cat.", "Give me JSON."]
 REFUSED_HTTP = {400}
 #: Sampling seeds (at the server's default temperature): the small ones clients use, and any.
@@ -183,7 +184,7 @@ SURFACES = [
     grpc_generate,
     grpc_generate_stream,
     extract_document,
-    # The transformers engine answers at ~17 tokens/s here: in CI it runs the string schemas below
+    # The transformers engine is slow on CPU: in `make test` it runs the string schemas below
     # (its grammar path), and every schema in the long hunt.
     *([grpc_generate_transformers] if HUNT else []),
 ]
@@ -204,7 +205,7 @@ def test_a_schema_is_refused_or_obeyed(launched, surface):
 
 
 #: Schemas whose values are mostly free strings: where a grammar's string rule decides whether
-#: the output is JSON (issue 29, item 2: raw newlines inside strings in 3-4 of 12 seeds).
+#: the output is JSON.
 STRING_SCHEMAS = [
     {
         "type": "object",
@@ -233,12 +234,13 @@ STRING_SCHEMAS = [
         },
     },
 ]
-#: Room for a three-line poem to finish (the issue's example used 80).
+#: Room for a three-line poem to finish.
 STRING_MAX_TOKENS = 80
 
 
-#: Seeds per case: the defect showed in 3 of 12 seeds, so each case tries a few (the issue's
-#: schema, first in the list, is drawn half the time).
+#: Seeds per case: a string rule that lets raw newlines through shows in only some seeds, so each
+#: case tries a few (the first schema in the list is drawn half the time; see
+#: docs/architecture/design-notes.md#json-strings-in-grammars).
 SEEDS_PER_CASE = 2
 
 
@@ -266,10 +268,10 @@ def test_strings_under_a_schema_are_strict_json(launched, surface, budget):
     case()
 
 
-#: Issue 40's schema: each count within 1,000, their product 30 million.
-ISSUE_40_SCHEMA = {"type": "string", "pattern": "^((a{0,1000}){0,1000}){0,30}$"}
+#: Nested repetitions: each count within 1,000, their product 30 million.
+NESTED_REPEAT_SCHEMA = {"type": "string", "pattern": "^((a{0,1000}){0,1000}){0,30}$"}
 #: Draws the overlapping characters the drawn patterns repeat: an ambiguous grammar costs the
-#: matcher more with every character it has matched (issue 40's held the lane from the first).
+#: matcher more with every character it has matched (the nested schema above holds the lane from the first).
 REPEAT_PROMPT = "Reply with the letter a written forty times: aaaaaaaaaaaaaaaaaaaa"
 #: Seconds a compile or a tiny chat may take before the case counts as hung (a hang detector).
 HANG_S = 30.0
@@ -294,7 +296,7 @@ def _patterns_of(schema: object) -> list[str]:
 
 
 @COMPILE_SETTINGS
-@example(schema=ISSUE_40_SCHEMA)
+@example(schema=NESTED_REPEAT_SCHEMA)
 @given(schema=repetition_products())
 def test_repetition_products_compile_within_budget_or_are_refused(schema: dict):
     """Every drawn schema compiles or is refused (JSON_SCHEMA_TOO_COMPLEX or INVALID_JSON_SCHEMA),
@@ -337,7 +339,7 @@ def grpc_generate_then_tiny_chat(server, schema: dict, seed: int, what) -> None:
 
 def test_repetition_products_are_refused_or_obeyed_and_free_the_lane(launched):
     @PRODUCT_SETTINGS
-    @example(schema=ISSUE_40_SCHEMA, seed=0)
+    @example(schema=NESTED_REPEAT_SCHEMA, seed=0)
     @given(schema=repetition_products(), seed=SEEDS)
     def case(schema: dict, seed: int) -> None:
         def what() -> str:

@@ -1,6 +1,6 @@
 """A second key's sweep over every stored-object RPC and route: nothing of the first key's leaks.
 
-Why the fuzz missed issue #40's shared stores: every fuzz module called one keyless server, where
+Why a fuzz can miss stores shared across keys: every fuzz module called one keyless server, where
 every caller is the same owner, so no case could tell "mine" from "another key's". Here key
 ``team-a`` stores one object of each kind (a response, a classifier, a detector, a batch file, a
 batch), and key ``team-b`` calls every RPC that reads, lists, uses, deletes or refers to a stored

@@ -1,8 +1,8 @@
 """Hostile bodies through the gateway in front of the real server: a clear 4xx, never 500 or 429.
 
-Deeply nested JSON used to crash the gateway (RecursionError while re-encoding a schema: 500),
-and a 10 KB model name came back from the server in trailers too large for the gateway's gRPC
-client (RESOURCE_EXHAUSTED: 429).
+Reproduces deeply nested JSON crashing the gateway (RecursionError while re-encoding a schema:
+500), and a 10 KB model name coming back from the server in trailers too large for the gateway's
+gRPC client (RESOURCE_EXHAUSTED: 429).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""The gateway's HTTP edges (issue 29): bodies that are not UTF-8 or hold lone surrogates, objects
+"""The gateway's HTTP edges: bodies that are not UTF-8 or hold lone surrogates, objects
 of a million keys, content parts it cannot serve, unknown fields on the runtime's own routes,
 64-bit integers in answers, and the API docs behind the key. Each is a clear 400 (or 401) in
 OpenAI's error shape, never a 500, and no message shows pydantic's internals.
 
-Before the fixes: a lone surrogate was a 500 on every route (protobuf cannot hold one); invalid
-UTF-8 was "There was an error parsing the body"; a million unknown keys were validated, served and
-logged by name on one line; an ``image_url`` part answered with pydantic's union member names;
-``"contamnation": 0.1`` on ``/v1/anomaly/fit`` was a 200; a detector's ``created_at_ms`` was a string.
+What each test rules out: a lone surrogate answered 500 (protobuf cannot hold one); invalid UTF-8
+answered "There was an error parsing the body"; a million unknown keys validated, served and logged
+by name on one line; an ``image_url`` part answered with pydantic's union member names;
+``"contamnation": 0.1`` on ``/v1/anomaly/fit`` answered 200; a detector's ``created_at_ms`` a string.
 """
 
 from __future__ import annotations
@@ -242,12 +242,13 @@ async def test_the_key_limit_is_a_setting(fake, monkeypatch):
 async def test_a_large_body_does_not_hold_the_event_loop(client):
     """Tiny calls go on while a large body is parsed, validated and translated.
 
-    A chat body of 30,000 messages (3.5 MB) took about a second of validation and translation on
-    the event loop the gRPC server shares (seconds on 2 loaded cores; a 15 MB one froze every caller
-    for 5.6 s), and every other caller waited for all of it. Now those steps run in a worker thread:
-    the probes (an embedding each, back to back, on the same loop as the gateway and the fake
-    server) keep being answered meanwhile, and the longest wait between two of them stays under
-    half the big request's time (before, it was the whole parse and translation: most of it).
+    A chat body of 30,000 messages (3.5 MB) costs seconds of validation and translation; on the
+    event loop the gRPC server shares every other caller would wait for all of it (see
+    docs/architecture/design-notes.md#json-bodies-on-or-off-the-event-loop). Those steps run in a
+    worker thread: the probes (an embedding each, back to back, on the same loop as the gateway and
+    the fake server) keep being answered meanwhile, and the longest wait between two of them stays
+    under half the big request's time (on the loop it would be the whole parse and translation: most
+    of it).
 
     The objects alive before the measurement are frozen out of the garbage collector (``gc.freeze``,
     as a server may do once its models are loaded): in a full test run the big body's allocations

@@ -1,4 +1,4 @@
-"""The gateway's edges against the real server (issue 29): one type for 64-bit times, and anomaly
+"""The gateway's edges against the real server: one type for 64-bit times, and anomaly
 rows sent packed and scores read packed with the same answers as cells.
 """
 

@@ -1,7 +1,8 @@
-"""Request heads over their limits, through uvicorn (issue 29): 431/414 before the head is buffered.
+"""Request heads over their limits, through uvicorn: 431/414 before the head is buffered.
 
-Before the fix, uvicorn's httptools protocol buffered a header of any size: one 10 MB header made
-``GET /health`` a 200 and grew the process by hundreds of megabytes.
+uvicorn's httptools protocol alone buffers a header of any size, so a 10 MB header would make
+``GET /health`` a 200 and grow the process by hundreds of megabytes (see
+docs/architecture/design-notes.md#http-request-heads).
 """
 
 from __future__ import annotations

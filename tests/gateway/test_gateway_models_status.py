@@ -1,5 +1,5 @@
 """``GET /v1/models`` and ``/v1/models/{name}`` show the status string and the memory estimate
-beside the measured use (issue 33), from a real server of this module's own: MiniLM and an entry
+beside the measured use, from a real server of this module's own: MiniLM and an entry
 whose source is missing."""
 
 from __future__ import annotations

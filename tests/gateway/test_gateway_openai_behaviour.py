@@ -1,6 +1,6 @@
 """OpenAI behaviour that clients check, through the real gateway, the real server and real models.
 
-Issue 29, item 8: answer ids are ``chatcmpl-…`` (chat, one id for every chunk of a stream) and
+Answer ids are ``chatcmpl-…`` (chat, one id for every chunk of a stream) and
 ``cmpl-…`` (legacy completions); an input over the model's context is 400
 ``context_length_exceeded`` with OpenAI's message on the OpenAI routes (the OpenAI SDK raises
 ``BadRequestError`` with that code); ``/v1/embeddings`` refuses an input over the model's window
@@ -33,7 +33,7 @@ CHAT_CONTEXT = 2048
 EMBED_WINDOW = 256
 # About 3,000 tokens: tokenized (under the 32-characters-per-token cut), then over the context.
 LONG_PROMPT = "word " * 3000
-# The issue's example: "This is a test " 512 times is 7,680 characters, about 2,000 MiniLM tokens.
+# A clients' example: "This is a test " 512 times is 7,680 characters, about 2,000 MiniLM tokens.
 LONG_TEXT = "This is a test " * 512
 QUESTION = [{"role": "user", "content": "Name a colour."}]
 

@@ -1,4 +1,4 @@
-"""Parity details clients check (issue 31, item 4): id prefixes, timestamps and fingerprints.
+"""Parity details clients check: id prefixes, timestamps and fingerprints.
 
 The shapes come from the APIs' own objects: OpenAI Chat Completions (``chatcmpl-``), legacy
 Completions (``cmpl-``), Responses (``resp_``, ``msg_``, ``fc_``, ``rs_``, ``call_``), Anthropic

@@ -1,4 +1,4 @@
-"""Chat Completions reasoning fields, gateway logic against the fake server (issue 31, item 2).
+"""Chat Completions reasoning fields, gateway logic against the fake server.
 
 Out: ``message.reasoning_content`` / ``delta.reasoning_content`` from the contract's
 ``reasoning_content`` (as vLLM, llama.cpp's server and DeepSeek's API return the thinking), and

@@ -1,12 +1,11 @@
-"""Large bodies to the token-count, tokenize and anomaly routes never hold the event loop (issue 40, item 5).
+"""Large bodies to the token-count, tokenize and anomaly routes never hold the event loop.
 
 The gateway shares its event loop with the server in the combined process, so while one of these
-bodies is parsed, translated and refused or answered, every other call waits for the loop. Found:
-``POST /v1/messages/count_tokens`` with 128 tools of 16 KB held it 1.5-2 s (the server converted
-a Tokenize request, tool schemas and all, on the loop, where it converted the same Generate in a
-worker thread); a 13 MB anomaly ``schema`` 1.4 s and a million empty anomaly rows 3 s (pydantic
-validates a list in one call that holds the GIL, and protobuf copied the rows in one). Each body
-is sent through the gateway in front of the real server, standalone and in-process, at the
+bodies is parsed, translated and refused or answered, every other call waits for the loop: a
+Tokenize request with 128 tools of 16 KB must be converted off the loop as Generate's is, and a
+13 MB anomaly ``schema`` or a million empty anomaly rows bounded before pydantic validates the list in
+one call that holds the GIL (see docs/architecture/design-notes.md#large-bodies-and-the-event-loop).
+Each body is sent through the gateway in front of the real server, standalone and in-process, at the
 combined process's 16 MB body limit; the loop's longest lateness meanwhile is the measure
 (:func:`tests.loop_lag.lag_while`), not the call's time.
 """
@@ -59,7 +58,7 @@ def _tools(count: int, size: int) -> list[dict]:
 
 
 async def test_count_tokens_with_128_tools_of_16_kb(http):
-    # The issue's body: its tools alone are over the prompt's character limit for the model's
+    # 128 tools of 16 KB: the tools alone are over the prompt's character limit for the model's
     # context, so it is refused by its size, neither on the loop nor tokenized on the model's lane.
     body = {
         "model": CHAT_MODEL,
@@ -95,7 +94,7 @@ async def test_detokenize_with_a_million_ids(http):
 
 @pytest.mark.parametrize("route", ["/v1/anomaly/detect", "/v1/anomaly/fit"])
 async def test_a_long_anomaly_schema_is_refused_from_its_length(http, route):
-    # Under the body's container limit (the issue's 330,000 fields are refused by it, unread).
+    # Under the body's container limit (330,000 fields are refused by it, unread).
     schema = [{"name": f"feature_{i}", "type": "numeric"} for i in range(MAX_JSON_CONTAINERS - 16)]
     body = {"schema": schema, "rows": [[1.0]], **({"detector": "stalls"} if route.endswith("fit") else {})}
     answer, _ = await _lag(http, route, body)
@@ -121,7 +120,7 @@ async def test_a_bad_cell_deep_in_many_rows_is_named_where_it_is(http):
 
 @pytest.mark.parametrize("route", ["/v1/embeddings", "/v1/anomaly/detect", "/v1/chat/completions"])
 async def test_a_body_of_millions_of_empty_arrays_is_refused_before_it_is_decoded(http, route):
-    data = b'{"input": [' + b",".join([b"[]"] * 4_000_000) + b"]}"  # 12 MB: 0.7 s of orjson
+    data = b'{"input": [' + b",".join([b"[]"] * 4_000_000) + b"]}"  # 12 MB: long to decode
     send = http.post(route, content=data, headers={"content-type": "application/json"}, timeout=120)
     answer, _, lag = await lag_while(send)
     assert answer.status_code == 400, answer.text

@@ -95,7 +95,7 @@ async def test_expired_deadline_is_deadline_exceeded_and_frees_the_slot(inferenc
 async def test_full_queue_is_resource_exhausted_overloaded(inference, server):
     # "tiny-queue-chat" runs one sequence and lets one wait: the third concurrent request is refused.
     # The end-of-text tokens (ids 0-2) are banned so that neither stream can end on its own and free
-    # its place before the third arrives (in CI the first once did).
+    # its place before the third arrives.
     no_end = [g.LogitBias(token_id=token, bias=-100) for token in (0, 1, 2)]
     long = g.GenerateStreamRequest(
         model="tiny-queue-chat",

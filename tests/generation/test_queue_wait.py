@@ -1,4 +1,4 @@
-"""The queue-wait limit (``max_queue_wait_s``, issue 16): a generation request that waited longer
+"""The queue-wait limit (``max_queue_wait_s``): a generation request that waited longer
 for a slot gets RESOURCE_EXHAUSTED / QUEUE_WAIT_EXCEEDED at once, not a late answer, while the
 stream holding the slot goes on."""
 

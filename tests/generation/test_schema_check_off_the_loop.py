@@ -1,10 +1,9 @@
-"""Found by the edge fuzz's stall probe (tests/fuzz/test_schema_fuzz.py, issue 29): a JSON Schema
-with thousands of properties, refused for exceeding the 256-property bound, held the event loop
-for the whole call first: the converter meta-validates it (``jsonschema``'s ``check_schema``,
-service/convert/validation.py) on the loop before the task bounds it in a worker thread. 6,000
-properties (232 KB) held every other caller 1.25 s (3,000: 0.72 s) on the launched server. A
-schema's checks are bounded work off the loop, cheapest first: the size bounds, then the
-meta-schema."""
+"""A JSON Schema with thousands of properties, refused for exceeding the 256-property bound, must
+not hold the event loop for the whole call first (as the edge fuzz's stall probe,
+tests/fuzz/test_schema_fuzz.py, found it did when the converter meta-validated it with
+``jsonschema``'s ``check_schema`` on the loop; see
+docs/architecture/design-notes.md#schema-checks-off-the-event-loop). A schema's checks are bounded
+work off the loop, cheapest first: the size bounds, then the meta-schema."""
 
 from __future__ import annotations
 
@@ -62,8 +61,8 @@ async def test_a_schema_over_the_bounds_is_refused_without_holding_the_loop(infe
 
 
 async def test_a_large_chat_request_is_converted_off_the_loop(inference):
-    # Found by the gateway's probe (issue 29, item 5): chat messages were converted on the loop
-    # every caller shares (200,000 short ones, 3.9 MB: 0.6 s quiet, more under load). The call is
+    # Chat messages are converted off the loop every caller shares (200,000 short ones, 3.9 MB,
+    # held it for over half a second when converted on it). The call is
     # then refused for its length (the model's context) on the model's lane; only the loop's lag
     # is measured here.
     messages = [g.ChatMessage(role=g.CHAT_ROLE_USER, content=f"message {i}") for i in range(200_000)]

@@ -1,4 +1,4 @@
-"""Schemas whose grammars used to crash the server (SIGSEGV in llama.cpp's GBNF parser) are 400s.
+"""Schemas whose grammars would crash the server (SIGSEGV in llama.cpp's GBNF parser) are 400s.
 
 The end-to-end tests run the real server in a child process, so that a regression crashes that
 process, not pytest: each input goes through chat ``response_format``, forced tools, gRPC
@@ -39,7 +39,7 @@ def _deep(levels: int) -> dict:
 
 
 # name: (schema, reason, words the message must contain). Every one of the first four
-# segfaulted the server before the bounds (llama-cpp-python 0.3.36).
+# segfaults the server without the bounds (llama-cpp-python 0.3.36).
 CRASHERS: dict[str, tuple[dict, str, tuple[str, ...]]] = {
     "max_items": (
         {"type": "array", "items": {"type": "integer"}, "maxItems": 100000},

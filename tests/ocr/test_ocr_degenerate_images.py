@@ -1,4 +1,4 @@
-"""Images the decoder accepts but the engines cannot use (issue 29): INVALID_ARGUMENT / 400 naming
+"""Images the decoder accepts but the engines cannot use: INVALID_ARGUMENT / 400 naming
 the aspect-ratio limit, through Ocr, AnalyzeDocument and their gateway routes, on the real engines.
 
 Before the check, each of these (about 100 bytes) was INTERNAL/500 from RapidOCR's resize.

@@ -1,11 +1,9 @@
-"""Found by the edge fuzz (tests/fuzz/test_edge_fuzz.py, issue 29): a blank narrow image of under
-100 bytes held rapidocr's lane for tens of seconds (6x50: 16 s, 6x200: 77 s on the busy 2-core
-machine; Tesseract answers the same file in under a second). An image this small is a bounded
-job: an answer (text or a refusal naming the dimensions) as fast as a normal page, and the
-model's next caller is not kept waiting behind it. Past ``ocr_max_aspect_ratio`` (20) an image is
-refused before the engine; within it (6x100, 1x20) RapidOCR's detector still scaled the short side
-up to 736 px (10-11 s each), until tall images were padded to 4:1 as RapidOCR letterboxes wide ones
-(engines/ocr/rapidocr_engine.py ``pad_tall``)."""
+"""A blank narrow image of under 100 bytes (found by the edge fuzz, tests/fuzz/test_edge_fuzz.py)
+is a bounded job: an answer (text or a refusal naming the dimensions) as fast as a normal page, and
+the model's next caller is not kept waiting behind it. Past ``ocr_max_aspect_ratio`` (20) an image
+is refused before the engine; within it (6x100, 1x20) tall images are padded to 4:1 as RapidOCR
+letterboxes wide ones (engines/ocr/rapidocr_engine.py ``pad_tall``), since its detector scales the
+short side up to 736 px (see docs/architecture/design-notes.md#narrow-images-and-rapidocr)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Word boundaries of the default OCR engine (issue 29, item 10): words are not glued together.
+"""Word boundaries of the default OCR engine: words are not glued together.
 
-PP-OCRv4's recognizer read ``Quarterly Report 2026`` as ``QuarterlyReport2026`` and body lines
-as ``Revenuegrewbytenpercent`` (WER 55% on the bench's pages), and its direction classifier
-turned upright long lines upside down, losing them. The pages are the bench's
+PP-OCRv4's recognizer alone reads ``Quarterly Report 2026`` as ``QuarterlyReport2026`` and body
+lines as ``Revenuegrewbytenpercent``, and its direction classifier turns upright long lines upside
+down, losing them. The pages are the bench's
 (:func:`bench.ocr.word_pages`: six English lines in DejaVu Sans, Serif, Mono and bold, 12 to
 32 px), read through ``Ocr``; the goal is a word error rate of at most 2%.
 """
@@ -121,7 +121,7 @@ async def test_default_engine_keeps_word_boundaries(inference):
 
 @pytest.mark.parametrize("face", ["DejaVuSans-Bold", "DejaVuSerif"])
 async def test_title_words_are_separate_with_word_boxes(inference, face):
-    """The report title of the issue, with word boxes asked for (the document pipeline's path)."""
+    """A report title whose words were glued together, with word boxes asked for (the document pipeline's path)."""
     lines = ["Quarterly Report 2026", "Revenue grew by ten percent"]
     page = render_lines(lines, face, 44)
     [response] = await ocr(inference, page.png(), return_boxes=True)

@@ -1,5 +1,5 @@
-"""One caller's PDF bombs do not queue another caller's document behind all of them (issue 29: six
-bombs at a 5 s page limit made a one-page PDF wait 30 s). Real PDFium, the real bomb file."""
+"""One caller's PDF bombs do not queue another caller's document behind all of them (six bombs
+at a 5 s page limit would make a one-page PDF wait 30 s). Real PDFium, the real bomb file."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Without API keys, HTTP clients at two addresses take turns on the PDF renderer (issue 40, item 5).
+"""Without API keys, HTTP clients at two addresses take turns on the PDF renderer.
 
-Every call through the gateway reaches the server from the gateway's own peer, so all keyless
-HTTP clients were one fair-share caller: a one-page PDF behind six content-bomb PDFs of another
-client waited 30.6 s (first come, first served). The gateway now passes the client's address as
+Every call through the gateway reaches the server from the gateway's own peer, so without more
+all keyless HTTP clients would be one fair-share caller, and a one-page PDF would wait behind every
+content-bomb PDF of another client (see
+docs/architecture/design-notes.md#fair-turns-on-the-pdf-renderer). The gateway passes the client's address as
 call metadata (``x-ur-client-address``), which the keyless server uses as the caller within the
 gateway's peer. Real PDFium, the real bomb file, a real server without keys.
 """

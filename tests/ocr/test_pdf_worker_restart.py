@@ -1,9 +1,9 @@
 """A PDF child started after a kill has nothing to import before its first page.
 
-The cause of the page limit test's 1.18 s overrun (commit 80a16b6): each child restarted after a
-kill imported pypdfium2 and re-ran pytest's launcher on its first job (the PDF's opening, before
-the page's timer starts): 68 ms of CPU, stretched to about a second at nice +10 beside a full
-suite on 2 cores. The forkserver imports both once now (6 ms of CPU per restart).
+A child restarted after a kill must not import pypdfium2 or re-run pytest's launcher on its first
+job (the PDF's opening, before the page's timer starts), which at nice +10 beside busy cores
+stretches to about a second: the forkserver imports both once (see
+docs/architecture/design-notes.md#pdf-worker-imports-in-the-forkserver).
 """
 
 from __future__ import annotations
