@@ -11,7 +11,11 @@ records:
   load average itself counts the run's servers, and the previous area's for a minute after it, so
   it is recorded but does not decide.
 - ``calibration_s``: the time of a fixed CPU job on every usable core (SHA-256 over a fixed
-  buffer, one thread per core; hashlib releases the GIL), and its ratio to the run's first.
+  buffer, one thread per core; hashlib releases the GIL), and its ratio to the run's first. The
+  run's own processes may still be busy at a checkpoint (llama.cpp's OpenMP threads spin for work
+  under ``OMP_WAIT_POLICY=ACTIVE``), which slows the job without anything else running: the
+  cores they used during the job are recorded (``own_cores_during_calibration``) and the ratio
+  is judged only when they stayed under ``thresholds.own_cores_idle``.
 - the 1, 5 and 15-minute load averages and the usable cores, for the record.
 
 A run is ``noisy`` when any interval's foreign CPU or any calibration ratio passes its
@@ -46,12 +50,15 @@ class Thresholds:
         calibration_ratio: A checkpoint's calibration time over the run's first.
         settle_s: Wall seconds of the first checkpoint's foreign-CPU window (nothing of the run
             is running yet, so it says whether the machine is quiet before anything starts).
+        own_cores_idle: The most cores the run's other processes may use during a calibration
+            for its ratio to count (more, and the job measured the run, not the machine).
 
     """
 
     foreign_cores: float = 0.15
     calibration_ratio: float = 1.25
     settle_s: float = 3.0
+    own_cores_idle: float = 0.1
 
 
 def usable_cores() -> int:
@@ -84,6 +91,12 @@ def tree_cpu_s(root: psutil.Process | None = None) -> float:
             continue
         total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
     return total
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process alone (its threads: the calibration job runs here)."""
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
 
 
 def calibrate(cores: int, rounds: int = CALIBRATION_ROUNDS) -> float:
@@ -132,7 +145,11 @@ class Monitor:
         # Other processes' share: everything busy less this run's own tree, never below zero
         # (the two counters are read a few microseconds apart).
         foreign = max(0.0, (busy - last_busy) - (own - last_own)) / elapsed
+        tree_before, self_before, started = tree_cpu_s(), own_cpu_s(), time.monotonic()
         calibration = calibrate(cores)
+        spent = max(1e-6, time.monotonic() - started)
+        # The run's processes other than this one, while the job ran (this one is the job).
+        others = max(0.0, (tree_cpu_s() - tree_before) - (own_cpu_s() - self_before)) / spent
         first = self.samples[0]["calibration_s"] if self.samples else calibration
         sample = {
             "label": label,
@@ -140,6 +157,8 @@ class Monitor:
             "foreign_cores": round(foreign, 4),
             "calibration_s": round(calibration, 5),
             "calibration_ratio": round(calibration / first, 4),
+            "own_cores_during_calibration": round(others, 4),
+            "calibration_judged": others <= self.thresholds.own_cores_idle,
             "load_average": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
             "usable_cores": cores,
         }
@@ -162,7 +181,7 @@ class Monitor:
                     f"{sample['label']}: other processes used {sample['foreign_cores']:.2f} cores over "
                     f"{sample['interval_s']:.0f} s (limit {limits.foreign_cores})"
                 )
-            if sample["calibration_ratio"] > limits.calibration_ratio:
+            if sample["calibration_judged"] and sample["calibration_ratio"] > limits.calibration_ratio:
                 lines.append(
                     f"{sample['label']}: the calibration job took x{sample['calibration_ratio']:.2f} "
                     f"its first time (limit x{limits.calibration_ratio})"
@@ -170,12 +189,15 @@ class Monitor:
         return lines
 
     def summary(self) -> dict[str, Any]:
-        """``{"noisy", "reasons", "thresholds", "foreign_cores_max", "calibration_ratio_max", "samples"}``."""
+        """``{"noisy", "reasons", "thresholds", "foreign_cores_max", "calibration_ratio_max", "samples"}``
+        (the calibration maximum over the judged checkpoints)."""
         return {
             "noisy": bool(self.reasons()),
             "reasons": self.reasons(),
             "thresholds": asdict(self.thresholds),
             "foreign_cores_max": max((s["foreign_cores"] for s in self.samples), default=None),
-            "calibration_ratio_max": max((s["calibration_ratio"] for s in self.samples), default=None),
+            "calibration_ratio_max": max(
+                (s["calibration_ratio"] for s in self.samples if s["calibration_judged"]), default=None
+            ),
             "samples": self.samples,
         }

@@ -286,9 +286,10 @@ class Report:
         watches it for a few seconds. :meth:`compare` calls it after every repetition; an area
         with its own loop calls it between its repetitions."""
         sample = self.noise.checkpoint(label)
+        judged = "" if sample["calibration_judged"] else " (not judged: the run's own processes were busy)"
         self.progress(
             f"machine at {label}: other processes {sample['foreign_cores']:.2f} cores, "
-            f"calibration x{sample['calibration_ratio']:.2f}"
+            f"calibration x{sample['calibration_ratio']:.2f}{judged}"
         )
 
     def __enter__(self) -> Report:

@@ -85,6 +85,7 @@ def test_a_slow_calibration_makes_a_run_noisy():
             "foreign_cores": 0.0,
             "calibration_s": 0.1,
             "calibration_ratio": 1.0,
+            "calibration_judged": True,
         },
         {
             "label": "rep 1",
@@ -92,10 +93,28 @@ def test_a_slow_calibration_makes_a_run_noisy():
             "foreign_cores": 0.0,
             "calibration_s": 0.2,
             "calibration_ratio": 2.0,
+            "calibration_judged": True,
         },
     ]
     (reason,) = monitor.reasons()
     assert reason.startswith("rep 1: the calibration job took x2.00")
+
+
+def test_a_calibration_beside_the_runs_own_busy_processes_is_not_judged():
+    monitor = noise.Monitor(quick_thresholds())
+    monitor.checkpoint("start")
+    # The run's own server spinning (as llama.cpp's OpenMP threads do between steps).
+    hog = subprocess.Popen([sys.executable, "-c", HOG])
+    try:
+        time.sleep(0.5)
+        during = monitor.checkpoint("own process spinning")
+    finally:
+        hog.kill()
+        hog.wait(timeout=30)
+    assert during["own_cores_during_calibration"] > 0.5 and not during["calibration_judged"], during
+    assert not any("calibration" in line for line in monitor.reasons())
+    after = monitor.checkpoint("idle again")
+    assert after["calibration_judged"], after
 
 
 def config(out: Path, readme: Path) -> runner.BenchConfig:
