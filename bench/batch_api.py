@@ -61,6 +61,8 @@ HEADLINE = [
     {"key": "embed_p99_ms", "label": "embed p99 ms", "higher_is_better": False},
 ]
 KEYS = {"bulk": "bench-batch-api-bulk-secret", "app": "bench-batch-api-app-secret"}
+#: The key that loads the models before the run (LoadModel needs role admin); no call is measured with it.
+OPERATOR = ("operator", "bench-batch-api-operator-secret")
 #: Defaults and most lines of each batch.
 EMBED_LINES, MAX_EMBED_LINES = 2_000, 10_000
 CHAT_LINES, MAX_CHAT_LINES = 50, 200
@@ -84,13 +86,15 @@ ENDED = ("completed", "failed", "expired", "cancelled")
 
 
 def keys_file(folder: Path) -> Path:
-    """Write the two keys (policy form, both interactive, weight 1); return the file's path."""
+    """Write the two keys (policy form, both interactive, weight 1) and the operator's (role admin,
+    for LoadModel); return the file's path."""
     import yaml
 
     path = folder / "keys.yaml"
     policies = {
         name: {"key": secret, "priority": "interactive", "weight": 1} for name, secret in KEYS.items()
     }
+    policies[OPERATOR[0]] = {"key": OPERATOR[1], "role": "admin"}
     path.write_text(yaml.safe_dump(policies))
     return path
 
@@ -454,7 +458,7 @@ def warm_up(server: servers.Server) -> None:
         for model in (EMBED_MODEL, CHAT_MODEL):
             stub.LoadModel(
                 model_service_pb2.LoadModelRequest(name=model, keep_alive="-1"),
-                metadata=tuple(_headers("app").items()),
+                metadata=(("authorization", f"Bearer {OPERATOR[1]}"),),
                 timeout=300,
             )
     for url, bodies in (

@@ -65,6 +65,8 @@ CALL_TIMEOUT_S = 30.0
 #: Seconds the flood runs before the probe starts (its clients are all in flight by then).
 FLOOD_LEAD_S = 1.0
 KEYS = {"team-a": "bench-fairness-team-a-secret", "team-b": "bench-fairness-team-b-secret"}
+#: The key that loads the model before the run (LoadModel needs role admin); no call is measured with it.
+OPERATOR = ("operator", "bench-fairness-operator-secret")
 GOAL_RATIO = 1.5
 #: The embedder's time slice by default, and the others each measured on a server of its own.
 DEFAULT_SLICE_MS = BatchingConfig().fair_batch_ms
@@ -73,13 +75,15 @@ DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "service" / "default_
 
 
 def keys_file(folder: Path) -> Path:
-    """Write the two keys (policy form: both interactive, weight 1) and return the file's path."""
+    """Write the two keys (policy form: both interactive, weight 1) and the operator's (role
+    admin, for LoadModel); return the file's path."""
     path = folder / "keys.yaml"
     path.write_text(
         "".join(
             f'{name}:\n  key: "{secret}"\n  priority: interactive\n  weight: 1\n'
             for name, secret in KEYS.items()
         )
+        + f'{OPERATOR[0]}:\n  key: "{OPERATOR[1]}"\n  role: admin\n'
     )
     return path
 
@@ -149,14 +153,14 @@ def _probe(target: str, key: str, duration_s: float) -> list[dict[str, Any]]:
 
 
 def _load_embedder(target: str) -> None:
-    """``LoadModel`` of the embedder (keep-alive ``-1``), with team-b's key (the server wants one)."""
+    """``LoadModel`` of the embedder (keep-alive ``-1``), with the operator's key (role admin)."""
     import grpc
     from universal_runtime.v1 import model_service_pb2, model_service_pb2_grpc
 
     with grpc.insecure_channel(target) as channel:
         model_service_pb2_grpc.ModelServiceStub(channel).LoadModel(
             model_service_pb2.LoadModelRequest(name=EMBED_MODEL, keep_alive="-1"),
-            metadata=_metadata("team-b"),
+            metadata=(("authorization", f"Bearer {OPERATOR[1]}"),),
             timeout=300,
         )
 

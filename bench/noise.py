@@ -78,19 +78,63 @@ def busy_cpu_s() -> float:
     return t.user + t.nice + t.system + extra
 
 
-def tree_cpu_s(root: psutil.Process | None = None) -> float:
-    """CPU seconds of ``root`` (default: this process) and every live descendant, with the
-    children each has reaped (``children_user``/``children_system``), so that servers and load
-    clients that ran and exited still count as the run's own."""
-    root = root or psutil.Process()
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
-    return total
+Key = tuple[int, float]  # (pid, create time): a pid alone may be reused
+
+
+class OwnProcesses:
+    """The run's processes and the CPU they spent: this process, its descendants, and every process
+    that once was one (a server's workers stay the run's own when the server stops first and
+    they are reparented).
+
+    Each process counts with the children it has reaped (``children_user``/``children_system``),
+    so a load client that ran and exited between two snapshots still counts. A process that is
+    gone since the last snapshot is taken out of the sum only when its parent is still the run's:
+    that parent's reaped-children time now holds it. One whose parent is gone too just stops
+    counting (its CPU since the last snapshot is lost, and reads as other processes' CPU).
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[Key, psutil.Process] = {}
+        self._last: dict[Key, tuple[float, Key | None]] = {}
+
+    @staticmethod
+    def _key(proc: psutil.Process) -> Key:
+        return proc.pid, proc.create_time()
+
+    def snapshot(self) -> dict[Key, tuple[float, Key | None]]:
+        """``{key: (CPU seconds with reaped children, parent's key)}`` of every live own process."""
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                self._known.setdefault(self._key(proc), proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        out: dict[Key, tuple[float, Key | None]] = {}
+        for key, proc in list(self._known.items()):
+            try:
+                with proc.oneshot():
+                    if not proc.is_running():
+                        raise psutil.NoSuchProcess(proc.pid)
+                    t = proc.cpu_times()
+                    parent = proc.parent()
+                    parent_key = self._key(parent) if parent is not None else None
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                del self._known[key]
+                continue
+            total = t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+            out[key] = (total, parent_key)
+        return out
+
+    def spent_since_last(self) -> float:
+        """CPU seconds the run's processes spent since the previous call (0 at the first)."""
+        now = self.snapshot()
+        last, self._last = self._last, now
+        if not last:
+            return 0.0
+        spent = sum(total - last[key][0] if key in last else total for key, (total, _) in now.items())
+        # Reaped since: the parent's reaped-children time counts it whole, so take out what was counted.
+        spent -= sum(total for key, (total, parent) in last.items() if key not in now and parent in now)
+        return spent
 
 
 def own_cpu_s() -> float:
@@ -130,26 +174,30 @@ class Monitor:
 
     thresholds: Thresholds = field(default_factory=Thresholds)
     samples: list[dict[str, Any]] = field(default_factory=list)
-    _last: tuple[float, float, float] | None = None  # wall, busy CPU, own CPU at the last checkpoint
+    _last: tuple[float, float] | None = None  # wall and busy CPU at the last checkpoint
+
+    def __post_init__(self) -> None:
+        self._own = OwnProcesses()
 
     def checkpoint(self, label: str) -> dict[str, Any]:
         """Record a checkpoint named ``label``; the first one also watches the machine for
         ``thresholds.settle_s`` before anything of the run starts. Returns the sample."""
         cores = usable_cores()
         if self._last is None:
-            self._last = self._counters()
+            first_wall, first_busy, _ = self._counters()
+            self._last = (first_wall, first_busy)
             time.sleep(self.thresholds.settle_s)
         wall, busy, own = self._counters()
-        last_wall, last_busy, last_own = self._last
+        last_wall, last_busy = self._last
         elapsed = max(1e-6, wall - last_wall)
-        # Other processes' share: everything busy less this run's own tree, never below zero
-        # (the two counters are read a few microseconds apart).
-        foreign = max(0.0, (busy - last_busy) - (own - last_own)) / elapsed
-        tree_before, self_before, started = tree_cpu_s(), own_cpu_s(), time.monotonic()
+        # Other processes' share: everything busy less the run's own, never below zero (the
+        # counters are read a few microseconds apart).
+        foreign = max(0.0, (busy - last_busy) - own) / elapsed
+        self_before, started = own_cpu_s(), time.monotonic()
         calibration = calibrate(cores)
         spent = max(1e-6, time.monotonic() - started)
         # The run's processes other than this one, while the job ran (this one is the job).
-        others = max(0.0, (tree_cpu_s() - tree_before) - (own_cpu_s() - self_before)) / spent
+        others = max(0.0, self._own.spent_since_last() - (own_cpu_s() - self_before)) / spent
         first = self.samples[0]["calibration_s"] if self.samples else calibration
         sample = {
             "label": label,
@@ -164,12 +212,12 @@ class Monitor:
         }
         self.samples.append(sample)
         # The calibration itself is the run's own work: the next interval starts after it.
-        self._last = self._counters()
+        self._last = (time.monotonic(), busy_cpu_s())
         return sample
 
-    @staticmethod
-    def _counters() -> tuple[float, float, float]:
-        return time.monotonic(), busy_cpu_s(), tree_cpu_s()
+    def _counters(self) -> tuple[float, float, float]:
+        """Wall time, the machine's busy CPU, the run's CPU since the last call."""
+        return time.monotonic(), busy_cpu_s(), self._own.spent_since_last()
 
     def reasons(self) -> list[str]:
         """Why the run is noisy: one line per checkpoint past a threshold (empty when quiet)."""

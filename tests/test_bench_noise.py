@@ -64,16 +64,43 @@ def test_the_runs_own_children_are_not_foreign():
     hog = subprocess.Popen([sys.executable, "-c", HOG])
     try:
         time.sleep(2.0)
-        own_before = noise.tree_cpu_s()
+        own = noise.OwnProcesses()
+        own.spent_since_last()
         time.sleep(1.0)
-        own_after = noise.tree_cpu_s()
+        spent = own.spent_since_last()
         during = monitor.checkpoint("child busy")
     finally:
         hog.kill()
         hog.wait(timeout=30)
     # The child burned CPU (seen as the run's own), and the monitor did not count it as foreign.
-    assert own_after - own_before > 0.3
+    assert spent > 0.3
     assert during["foreign_cores"] < 0.5, monitor.samples
+
+
+def test_a_server_stopped_before_its_workers_leaves_no_foreign_cpu():
+    # A "server" that starts a busy worker and exits at a word from the run, first: the worker is
+    # reparented away from the run's tree, keeps burning CPU and then ends. It was seen as the
+    # run's own while its parent lived, so none of its CPU is another process's.
+    worker = HOG.replace(str(HOG_S), "3")
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {worker!r}]); input()",
+        ],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        monitor = noise.Monitor(quick_thresholds())
+        monitor.checkpoint("start")
+        server.communicate(b"stop\n", timeout=30)
+        time.sleep(1.0)
+        orphaned = monitor.checkpoint("worker orphaned")
+        time.sleep(3.0)
+        ended = monitor.checkpoint("worker ended")
+    finally:
+        server.kill()
+    assert orphaned["foreign_cores"] < 0.5 and ended["foreign_cores"] < 0.5, monitor.samples
 
 
 def test_a_slow_calibration_makes_a_run_noisy():
