@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,9 +33,9 @@ from typing import Any
 
 import psutil
 
-#: Bytes each calibration thread hashes per round, and rounds per checkpoint (median taken).
+#: Bytes each calibration thread hashes per round, and rounds per checkpoint (the fastest counts).
 CALIBRATION_BYTES = 128 << 20
-CALIBRATION_ROUNDS = 3
+CALIBRATION_ROUNDS = 5
 _BLOCK = bytes(range(256)) * 4096  # 1 MiB; content is irrelevant, size fixes the work
 
 
@@ -112,13 +111,15 @@ class OwnProcesses:
         out: dict[Key, tuple[float, Key | None]] = {}
         for key, proc in list(self._known.items()):
             try:
+                # An exited child not reaped yet (a zombie) still has its times in /proc, and no
+                # parent's reaped-children time holds it yet: it counts as live until it is reaped.
                 with proc.oneshot():
                     if not proc.is_running():
                         raise psutil.NoSuchProcess(proc.pid)
                     t = proc.cpu_times()
                     parent = proc.parent()
                     parent_key = self._key(parent) if parent is not None else None
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
                 del self._known[key]
                 continue
             total = t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
@@ -144,10 +145,13 @@ def own_cpu_s() -> float:
 
 
 def calibrate(cores: int, rounds: int = CALIBRATION_ROUNDS) -> float:
-    """Median wall seconds of ``rounds`` rounds of the calibration job on ``cores`` threads.
+    """Wall seconds of the fastest of ``rounds`` rounds of the calibration job on ``cores`` threads.
 
     Each thread hashes :data:`CALIBRATION_BYTES` with SHA-256; the job is fixed, so its time moves
-    only with what else runs on the machine (or the CPU's clock).
+    only with what else runs on the machine (or the CPU's clock). The fastest round is the speed
+    the machine still offers (as ``timeit`` reports): something running beside the whole job
+    slows every round, while a blip of a few milliseconds (the kernel reclaiming a model's memory
+    the run just freed) slows one.
     """
     blocks = CALIBRATION_BYTES // len(_BLOCK)
 
@@ -165,7 +169,7 @@ def calibrate(cores: int, rounds: int = CALIBRATION_ROUNDS) -> float:
         for thread in threads:
             thread.join()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
 @dataclass

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench import noise, runner
@@ -101,6 +102,25 @@ def test_a_server_stopped_before_its_workers_leaves_no_foreign_cpu():
     finally:
         server.kill()
     assert orphaned["foreign_cores"] < 0.5 and ended["foreign_cores"] < 0.5, monitor.samples
+
+
+def test_a_child_that_exited_unreaped_is_still_the_runs_own():
+    # A worker that burns a core for a second and exits; its parent (the run) reaps it only later,
+    # so between the two it is a zombie whose CPU no reaped-children time holds yet.
+    monitor = noise.Monitor(quick_thresholds())
+    monitor.checkpoint("start")
+    worker = subprocess.Popen([sys.executable, "-c", HOG.replace(str(HOG_S), "1")])
+    try:
+        time.sleep(0.3)
+        monitor.checkpoint("worker running")
+        deadline = time.monotonic() + 30
+        while psutil.Process(worker.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.1)
+        exited = monitor.checkpoint("worker exited, not reaped")
+    finally:
+        worker.wait(timeout=30)
+    reaped = monitor.checkpoint("worker reaped")
+    assert exited["foreign_cores"] < 0.5 and reaped["foreign_cores"] < 0.5, monitor.samples
 
 
 def test_a_slow_calibration_makes_a_run_noisy():
