@@ -255,6 +255,11 @@ def plot(path: Path, payload: dict[str, Any]) -> Path | None:
     return path
 
 
+def _slope(value: float | None) -> str:
+    """The slope as the section prints it: NaN (a run too short to judge) is null once in JSON."""
+    return "nan" if value is None or value != value else f"{value:.2f}"
+
+
 def markdown(payload: dict[str, Any]) -> str:
     """The README section: what ran, the verdict, calls and codes per load."""
     summary = payload["summary"]
@@ -267,8 +272,9 @@ def markdown(payload: dict[str, Any]) -> str:
         f"**{'PASS' if summary['passed'] else 'FAIL'}**: {summary['calls']} calls, "
         f"{summary['unexpected']} unexpected errors, healthy at the end: {summary['healthy_at_end']}; "
         f"RSS {summary['rss_start_mb']:.0f} MB after warm-up, {summary['rss_max_mb']:.0f} MB at most, "
-        f"{summary['rss_end_mb']:.0f} MB at the end; second-half slope {summary['rss_slope_mb_per_min']:.2f} "
-        f"MB/min (limit {RSS_SLOPE_LIMIT_MB_PER_MIN}; nan: run too short to judge).",
+        f"{summary['rss_end_mb']:.0f} MB at the end; second-half slope "
+        f"{_slope(summary['rss_slope_mb_per_min'])} MB/min (limit {RSS_SLOPE_LIMIT_MB_PER_MIN}; "
+        "nan: run too short to judge).",
         "",
         "| load | calls | outcomes |",
         "|---|---|---|",
