@@ -132,9 +132,11 @@ def measured_line(payload: dict[str, Any]) -> str:
     line = f"Measured {payload['finished']} at {revision_line(payload)} on {machine_line(payload)}"
     quiet = payload.get("noise")
     if quiet:
-        figures = (
-            f"other processes at most {quiet['foreign_cores_max']:.2f} cores, calibration at most "
-            f"{TIMES}{quiet['calibration_ratio_max']:.2f}"
+        calibration = quiet["calibration_ratio_max"]  # None: no checkpoint's calibration was judged
+        figures = f"other processes at most {quiet['foreign_cores_max']:.2f} cores, " + (
+            f"calibration at most {TIMES}{calibration:.2f}"
+            if calibration is not None
+            else "calibration not judged"
         )
         if quiet["noisy"]:
             return line + f" **noisy ({figures}): timings describe a busy machine**"

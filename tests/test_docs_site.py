@@ -58,7 +58,9 @@ def test_the_readme_is_a_front_page_that_starts_with_the_two_commands():
     assert [line.split()[:2] for line in first_block] == [["make", "serve"], ["make", "test"]]
     before = lines[1 : lines.index("```bash")]
     # Only blank lines and the docs examples' tag (tests/docs/examples.py) come before the commands.
-    assert all(not line.strip() or line.startswith("<!-- example:") for line in before), "the commands come first"
+    assert all(not line.strip() or line.startswith("<!-- example:") for line in before), (
+        "the commands come first"
+    )
 
 
 def test_the_readme_links_name_files_that_exist():
