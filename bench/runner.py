@@ -530,8 +530,9 @@ class Report:
 
         Raises:
             MachineNotQuietError: the machine was busy (:mod:`bench.noise`) and the results were
-                meant for ``bench/results/``: the section is printed, marked noisy, and nothing
-                is written. Elsewhere (``--out``) the files are written and marked noisy.
+                meant for ``bench/results/`` or ``bench/README.md``: the section is printed, marked
+                noisy, and nothing is written. Elsewhere (``--out``) the files are written and
+                marked noisy.
 
         """
         self.stack.close()
@@ -542,7 +543,8 @@ class Report:
         area, out = self.cfg.area, self.cfg.out_dir
         for kind in ("json", "png"):  # as the README links them
             self.payload[f"{kind}_name"] = os.path.relpath(out / f"{area}.{kind}", self.cfg.readme.parent)
-        if self.payload["noise"]["noisy"] and out == DEFAULT_RESULTS.resolve():
+        committed = out == DEFAULT_RESULTS.resolve() or self.cfg.readme.resolve() == DEFAULT_README.resolve()
+        if self.payload["noise"]["noisy"] and committed:
             print(markdown(self.payload), file=sys.stderr, flush=True)
             raise MachineNotQuietError(
                 f"{area}: the machine was not quiet, so nothing was written to bench/results/ "
