@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from bench.anomaly import floor_ceiling
+from bench.embeddings import paired as paired_record
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -185,15 +186,10 @@ def goal(value: float, at_least: float | None = None, at_most: float | None = No
 
 def paired(payload: dict[str, Any], scenario: str, name: str, other: str, metric: str) -> float:
     """The median of per-repetition ratios of ``name``'s ``metric`` to ``other``'s in ``scenario``."""
-    from bench.stats import paired_ratio
-
     (record,) = [s for s in payload["scenarios"] if s["name"] == scenario]
-
-    def series(contender: str) -> list[float]:
-        reps = record["results"][contender]["per_rep"]
-        return [m[metric] if m and metric in m else float("nan") for m in reps]
-
-    return paired_ratio(series(name), series(other))["median"]
+    figure = paired_record(record, name, other, metric)
+    assert figure is not None, f"{scenario} lacks {name} or {other}"
+    return figure["median"]
 
 
 def encoder_served() -> list[str]:
