@@ -13,6 +13,7 @@ from typing import TextIO
 from service.admin.catalog import add_catalog_parser, run_catalog
 from service.admin.connection import CommandError, Connection, default_address
 from service.admin.health import run_health
+from service.admin.keys import add_keys_parser, run_keys
 from service.admin.models import run_load, run_ls, run_ps, run_unload
 from service.admin.prepare import run_prepare
 from service.admin.pull import run_pull
@@ -31,7 +32,7 @@ RPC_COMMANDS: dict[str, Command] = {
     "health": run_health,
 }
 #: Every subcommand handled here (``serve`` is :mod:`service.cli`'s).
-COMMANDS = ("ps", "ls", "load", "unload", "health", "pull", "prepare", "catalog")
+COMMANDS = ("ps", "ls", "load", "unload", "health", "pull", "prepare", "catalog", "keys")
 
 
 def _client_flags() -> argparse.ArgumentParser:
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="catalog to prepare (default: the server's, UR_CATALOG_PATH or the default and user catalogs)",
     )
     add_catalog_parser(commands)
+    add_keys_parser(commands)
     return parser
 
 
@@ -118,19 +120,26 @@ def connection(args: argparse.Namespace, settings: Settings) -> Connection:
     )
 
 
-def run(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
+def run(
+    argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None, inp: TextIO | None = None
+) -> int:
     """Run one subcommand; returns the exit status (0 ok, 1 failed, 2 bad flags, 130 interrupted).
 
     Output goes to ``out`` (default stdout); errors and progress to ``err`` (default stderr), an
-    error as one line ``universal-runtime <command>: <what went wrong>``.
+    error as one line ``universal-runtime <command>: <what went wrong>``; ``keys hash`` reads its
+    key from ``inp`` (default stdin).
     """
     out = out or sys.stdout
     err = err or sys.stderr
+    inp = inp or sys.stdin
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # argparse already printed usage and the error
         return int(exit_.code or 0)
     try:
+        if args.command == "keys":  # offline and settings-free: a bad UR_* variable must not stop it
+            run_keys(args, inp, out, err)
+            return 0
         try:
             settings = Settings()
         except ValueError as error:  # a malformed UR_* variable

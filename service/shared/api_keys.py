@@ -6,7 +6,8 @@ package :mod:`service.shared`, which both faces may import and which imports nei
 the standard library and PyYAML.
 
 A keys file is a YAML (or JSON, a subset of YAML) mapping of key NAME to either the key itself or
-a mapping of the key and its policy; both forms may be mixed in one file::
+a mapping of the key (``key``, or its hashed form ``key_hash``) and its policy; the forms may be
+mixed in one file::
 
     # keys.yaml
     team-search: "3f9c0d6a1b7e4c2d9a8b5e6f7a0c1d2e"
@@ -22,12 +23,23 @@ a mapping of the key and its policy; both forms may be mixed in one file::
     operator:
       key: "9d8c7b6a5f4e3d2c1b0a99887766554f"
       role: admin                # user (default) or admin: see below
+    billing:
+      key_hash: "sha256:<salt hex>:<digest hex>"  # the key's salted hash: `universal-runtime keys hash`
 
 Every policy field is optional; a limit left out is no limit (:class:`KeyPolicy`). A field the
 format does not know is refused, as is a bad value, with an error naming the key's NAME and the
 field. A name is 1-64 characters of ``[A-Za-z0-9._-]`` (it is logged with every RPC and can label
 metrics); a key is 1-4096 printable ASCII characters without spaces (it travels in an HTTP header
 and gRPC metadata). Names and keys must be unique. Only names appear in logs and errors, never a key.
+A key shorter than :data:`MIN_RECOMMENDED_KEY_CHARS` is accepted with a warning in the log.
+
+**Keys are kept hashed.** A mapping entry gives either ``key`` (the key, hashed at load) or
+``key_hash`` (the hashed form, :class:`KeyHash`: ``sha256:<salt hex>:<digest hex>``); both, or
+neither, is refused naming the entry. After loading, :class:`ApiKeys` holds each key only as a
+salted SHA-256 hash (a key given in plaintext is hashed with a fresh random salt and dropped), so
+nothing reachable from it can give a key back. Two ``key_hash`` entries of one key (different
+salts) cannot be told apart at load; the first in file order is the one a call is counted under.
+``universal-runtime keys hash`` prints the hashed form of a key (:mod:`service.admin.keys`).
 
 A key's ``role`` is ``user`` (the default) or ``admin``. Only an admin key may manage models
 (``LoadModel``, ``UnloadModel``, ``WatchModel`` with ``load``, and so a load's option overrides)
@@ -40,9 +52,12 @@ otherwise the default policy. A server without keys has no roles: every call may
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import logging
 import math
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +71,32 @@ DEFAULT_KEY_NAME = "default"
 MAX_KEY_CHARS = 4096
 """Longest key accepted: longer would not fit a client's default 8 KiB metadata limit with the rest."""
 
+MIN_RECOMMENDED_KEY_CHARS = 32
+"""Shortest plaintext key loaded without a warning: 32 characters (128 bits as hex digits).
+
+Keys are checked with one fast hash (:class:`KeyHash`), not a slow password KDF, so a key's
+strength is its own randomness; ``universal-runtime keys generate`` makes 43 characters (256 bits,
+URL-safe base64). Only the length can be judged at load, so a shorter key is warned about, not
+refused (a key given as ``key_hash`` cannot be judged at all).
+"""
+
+HASH_SCHEME = "sha256"
+"""The tag of the hashed form ``sha256:<salt hex>:<digest hex>`` (:class:`KeyHash`).
+
+It versions the format: another construction would get another tag, and a tag the loader does not
+know is refused.
+"""
+
+SALT_BYTES = 16
+"""Length of the random salt of a key hashed here (:meth:`KeyHash.of`); a ``key_hash`` may have 16-64."""
+
 _VALID_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _VALID_KEY = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: an HTTP header / metadata value
+# What follows the tag of the hashed form: <salt hex, 16-64 bytes>:<digest hex, 32 bytes>.
+_HASHED_PARTS = re.compile(r"(?P<salt>(?:[0-9a-fA-F]{2}){16,64}):(?P<digest>[0-9a-fA-F]{64})")
+_SCHEME_TAG = re.compile(r"[a-z][a-z0-9-]{0,19}")  # a tag echoed in an error: short, never a key
+
+log = logging.getLogger(__name__)
 
 
 class ApiKeyError(ValueError):
@@ -134,18 +173,97 @@ SINGLE_KEY_POLICY = KeyPolicy(role=ROLE_ADMIN)
 
 
 @dataclass(frozen=True, slots=True)
-class ApiKeys:
-    """The configured keys, as ``(name, key)`` pairs, and their policies; empty means authentication is off.
+class KeyHash:
+    """A key as its salted hash: ``digest = SHA-256(salt || key)``, the key as ASCII bytes.
 
-    Build one with :func:`load_api_keys`, which validates names, keys and policies.
+    Written ``sha256:<salt>:<digest>`` (:data:`HASH_SCHEME`; both in hex, written lowercase and
+    read in either case: a salt of 16-64 bytes, :data:`SALT_BYTES` when made here, and a 32-byte
+    digest), the form a keys file's ``key_hash`` takes and ``universal-runtime keys hash`` prints.
+
+    Why one SHA-256 and not a slow password KDF (PBKDF2, scrypt, Argon2): a bearer key is checked
+    on every request, against every configured key (:meth:`ApiKeys.match`), so a check must cost
+    microseconds (about 1 us here), where a KDF tuned against password guessing costs tens of
+    milliseconds each. A KDF's slowness protects low-entropy secrets that people choose; API keys
+    are long random tokens (:data:`MIN_RECOMMENDED_KEY_CHARS`, ``keys generate``) that no amount of
+    guessing finds, hashed or not. The salt makes each hash differ from every other hash of the
+    same key, so equal keys do not show and no precomputed table applies.
 
     Attributes:
-        entries: ``(name, key)`` pairs, in file order.
+        salt: The salt, 16-64 bytes.
+        digest: ``SHA-256(salt || key)``, 32 bytes.
+
+    """
+
+    salt: bytes
+    digest: bytes
+
+    @classmethod
+    def of(cls, key: str, salt: bytes | None = None) -> KeyHash:
+        """The hash of ``key`` (printable ASCII) with ``salt``, or :data:`SALT_BYTES` random bytes."""
+        salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
+        return cls(salt, hashlib.sha256(salt + key.encode("ascii")).digest())
+
+    @classmethod
+    def parse(cls, text: str) -> KeyHash:
+        """The hash written ``sha256:<salt hex>:<digest hex>``.
+
+        Raises:
+            ApiKeyError: ``text`` is not of that form; the message shows at most the scheme tag.
+
+        """
+        scheme, _, rest = text.partition(":")
+        if scheme != HASH_SCHEME:
+            shown = f" {scheme!r}" if rest and _SCHEME_TAG.fullmatch(scheme) else ""
+            raise ApiKeyError(
+                f"unknown hash scheme{shown}: expected {HASH_SCHEME}:<salt>:<digest> "
+                "(from 'universal-runtime keys hash')"
+            )
+        parts = _HASHED_PARTS.fullmatch(rest)
+        if parts is None:
+            raise ApiKeyError(
+                f"expected {HASH_SCHEME}:<salt: 32-128 hex digits>:<digest: 64 hex digits> "
+                "(from 'universal-runtime keys hash')"
+            )
+        return cls(bytes.fromhex(parts["salt"]), bytes.fromhex(parts["digest"]))
+
+    def matches(self, presented: bytes) -> bool:
+        """Whether ``presented`` (a token's bytes) is the key; its time depends on its length only."""
+        return hmac.compare_digest(hashlib.sha256(self.salt + presented).digest(), self.digest)
+
+    def __str__(self) -> str:
+        return f"{HASH_SCHEME}:{self.salt.hex()}:{self.digest.hex()}"
+
+
+def hash_key(key: str) -> str:
+    """The hashed form of ``key``, ``sha256:<salt hex>:<digest hex>``, with a fresh random salt.
+
+    What ``universal-runtime keys hash`` prints, for a keys file's ``key_hash``.
+
+    Raises:
+        ApiKeyError: ``key`` is not a key a keys file accepts (empty, longer than
+            :data:`MAX_KEY_CHARS`, not printable ASCII, holds a space, or is itself a hashed form).
+
+    """
+    problem = _key_problem(key)
+    if problem is not None:
+        raise ApiKeyError(f"the key {problem}")
+    return str(KeyHash.of(key))
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeys:
+    """The configured keys, as ``(name, hash)`` pairs, and their policies; empty means authentication is off.
+
+    Build one with :func:`load_api_keys`, which validates names, keys and policies. It holds no
+    key, only each key's :class:`KeyHash`.
+
+    Attributes:
+        entries: ``(name, hash)`` pairs, in file order.
         policies: ``(name, policy)`` pairs of the keys whose policy is not :data:`DEFAULT_POLICY`.
 
     """
 
-    entries: tuple[tuple[str, bytes], ...] = ()
+    entries: tuple[tuple[str, KeyHash], ...] = ()
     policies: tuple[tuple[str, KeyPolicy], ...] = ()
     _policy_by_name: dict[str, KeyPolicy] = field(init=False, repr=False, compare=False)
 
@@ -167,36 +285,29 @@ class ApiKeys:
     def match(self, authorization: str) -> tuple[str, str] | None:
         """Check an ``Authorization`` header value, ``Bearer <key>`` (scheme in any case, RFC 7235).
 
-        Every key is compared, each with :func:`hmac.compare_digest`, so the time taken tells
-        neither how much of a key matched nor which key it was.
+        The token is hashed with every key's salt and each digest compared with
+        :func:`hmac.compare_digest` (:meth:`KeyHash.matches`), so the time taken depends on the
+        number of keys and the token's length, never on its content or on which key matched. A
+        token longer than :data:`MAX_KEY_CHARS` is no key and is not hashed. Cost: one SHA-256 of
+        the token per configured key, about 1 us each (100 keys: under 0.1 ms a call).
 
         Returns:
-            ``(name, token)``: the name of the matching key and the token as sent (stripped), or
-            ``None`` when the scheme is not Bearer or no key matches.
+            ``(name, token)``: the name of the matching key (the first in file order, should two
+            hashes be of one key) and the token as sent (stripped), or ``None`` when the scheme is
+            not Bearer or no key matches.
 
         """
         scheme, _, supplied = authorization.strip().partition(" ")
         token = supplied.strip()
-        if scheme.lower() != "bearer":
+        if scheme.lower() != "bearer" or len(token) > MAX_KEY_CHARS:
             return None
         presented = token.encode("utf-8", "replace")
         found: str | None = None
-        for name, key in self.entries:
-            # No early exit: the loop runs over every key whichever one matches.
-            if hmac.compare_digest(presented, key) and found is None:
+        for name, key_hash in self.entries:
+            # No early exit: the loop hashes the token for every key whichever one matches.
+            if key_hash.matches(presented) and found is None:
                 found = name
         return None if found is None else (found, token)
-
-    def secret(self, name: str) -> str | None:
-        """The key named ``name``, or ``None`` when no key has that name.
-
-        For work the server does later on a key's behalf (a batch's lines run under the key that
-        submitted it, which the batch records by name only). Never log or return what it gives.
-        """
-        for entry_name, key in self.entries:
-            if entry_name == name:
-                return key.decode()
-        return None
 
 
 def load_api_keys(api_key: str | None = None, keys_file: Path | str | None = None) -> ApiKeys:
@@ -207,15 +318,20 @@ def load_api_keys(api_key: str | None = None, keys_file: Path | str | None = Non
         keys_file: Path of a keys file (see the module docstring); ``None`` means none.
 
     Returns:
-        The keys; empty when neither is set (no authentication).
+        The keys, each held as its :class:`KeyHash` only; empty when neither is set (no
+        authentication). A plaintext key shorter than :data:`MIN_RECOMMENDED_KEY_CHARS` is
+        logged as a warning (its name, never the key).
 
     Raises:
-        ApiKeyError: The file cannot be read, is not a mapping of name to key (or to key and
-            policy), has no keys, a name or key is malformed, empty or used twice (also across the
-            single key and the file), or a policy has an unknown field or a bad value.
+        ApiKeyError: The file cannot be read, is not a mapping of name to key (or to ``key`` or
+            ``key_hash``, and policy), has no keys, an entry has both ``key`` and ``key_hash`` or
+            neither, a name, key or hashed form is malformed, empty or used twice (also across the
+            single key and the file; two hashes of one key with different salts cannot be told
+            apart), a plaintext key is itself a hashed form, or a policy has an unknown field or a
+            bad value.
 
     """
-    pairs: list[tuple[str, str, str]] = []  # (name, key, where it came from)
+    pairs: list[tuple[str, str | KeyHash, str]] = []  # (name, key or its hash, where it came from)
     policies: list[tuple[str, KeyPolicy]] = []
     if api_key:
         pairs.append((DEFAULT_KEY_NAME, api_key, "the API key setting"))
@@ -226,11 +342,10 @@ def load_api_keys(api_key: str | None = None, keys_file: Path | str | None = Non
             pairs.append((name, key, source))
             if policy != DEFAULT_POLICY:
                 policies.append((name, policy))
-    entries = tuple((name, key.encode()) for name, key in _checked(pairs))
-    return ApiKeys(entries, tuple(policies))
+    return ApiKeys(tuple(_checked(pairs)), tuple(policies))
 
 
-def _read_keys_file(path: Path) -> Iterable[tuple[str, str, KeyPolicy]]:
+def _read_keys_file(path: Path) -> Iterable[tuple[str, str | KeyHash, KeyPolicy]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -258,7 +373,7 @@ def _read_keys_file(path: Path) -> Iterable[tuple[str, str, KeyPolicy]]:
         else:
             raise ApiKeyError(
                 f"keys file {path}: the key of {name!r} must be a string (quote it), or a mapping of "
-                "'key' and policy fields"
+                "'key' (or 'key_hash') and policy fields"
             )
         yield name, key, policy
 
@@ -273,19 +388,40 @@ _ECHOABLE_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _MAX_LIMIT = 10**12  # far above any real quota; keeps the buckets' floats exact
 
 
-def _entry(where: str, value: dict[Any, Any]) -> tuple[str, KeyPolicy]:
-    """The key and policy of one ``name: {key: ..., ...}`` entry; ``where`` names it (never the key).
+def _entry(where: str, value: dict[Any, Any]) -> tuple[str | KeyHash, KeyPolicy]:
+    """The key (or its hash) and policy of one ``name: {key: ..., ...}`` entry; ``where`` names it.
+
+    Returns:
+        ``(key, policy)``: ``key`` a string for ``key``, a :class:`KeyHash` for ``key_hash``.
 
     Raises:
-        ApiKeyError: ``key`` is missing or not a string, a field is unknown, or a value is bad.
+        ApiKeyError: Both ``key`` and ``key_hash`` are set or neither is, either is not a string,
+            ``key_hash`` is malformed, a field is unknown, or a value is bad. The message never
+            shows a key or a hash.
 
     """
-    key = value.get("key")
-    if not isinstance(key, str):
-        raise ApiKeyError(f"{where}: 'key' must be set to the key, a string (quote it)")
+    if "key" in value and "key_hash" in value:
+        raise ApiKeyError(f"{where}: set either 'key' (the key) or 'key_hash' (its hashed form), not both")
+    key: str | KeyHash
+    if "key_hash" in value:
+        written = value["key_hash"]
+        if not isinstance(written, str):
+            raise ApiKeyError(f"{where}: 'key_hash' must be a string (quote it)")
+        try:
+            key = KeyHash.parse(written)
+        except ApiKeyError as err:
+            raise ApiKeyError(f"{where}: 'key_hash': {err}") from None
+    else:
+        plain = value.get("key")
+        if not isinstance(plain, str):
+            raise ApiKeyError(
+                f"{where}: 'key' must be set to the key, a string (quote it), or 'key_hash' to its "
+                "hashed form ('universal-runtime keys hash')"
+            )
+        key = plain
     fields: dict[str, Any] = {}
     for name, raw in value.items():  # bounded by the file's size
-        if name == "key":
+        if name in ("key", "key_hash"):
             continue
         if name not in _POLICY_FIELDS:
             shown = (
@@ -294,7 +430,8 @@ def _entry(where: str, value: dict[Any, Any]) -> tuple[str, KeyPolicy]:
                 else "(its name not shown)"
             )
             raise ApiKeyError(
-                f"{where}: unknown field {shown}; a key's fields are key, {', '.join(_POLICY_FIELDS)}"
+                f"{where}: unknown field {shown}; a key's fields are key or key_hash, "
+                f"{', '.join(_POLICY_FIELDS)}"
             )
         fields[name] = _field_value(where, name, raw)
     if "burst" in fields and "requests_per_second" not in fields:
@@ -341,10 +478,38 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _checked(pairs: list[tuple[str, str, str]]) -> Iterable[tuple[str, str]]:
+def _key_problem(key: str) -> str | None:
+    """What is wrong with plaintext ``key`` ("is empty", ...), or ``None``; never shows the key."""
+    if not key:
+        return "is empty"
+    if len(key) > MAX_KEY_CHARS or not _VALID_KEY.fullmatch(key):
+        return f"must be 1-{MAX_KEY_CHARS} printable ASCII characters without spaces"
+    if key.startswith(f"{HASH_SCHEME}:") and _HASHED_PARTS.fullmatch(key.partition(":")[2]):
+        # A hash pasted where the key goes would make the hash itself the key, and the real key fail.
+        return f"is a hashed form ({HASH_SCHEME}:...); give it as 'key_hash', or give the key itself"
+    return None
+
+
+# Names already warned about for a short key, so a key loaded again (the start-up check, the
+# server, the gateway) is warned about once; bounded by the configured names.
+_warned_short: set[tuple[str, str]] = set()
+
+
+def _checked(pairs: list[tuple[str, str | KeyHash, str]]) -> Iterable[tuple[str, KeyHash]]:
+    """``(name, hash)`` of each ``(name, key or hash, source)``, once names and keys are checked.
+
+    A plaintext key is hashed with a fresh salt; only the hash leaves. Duplicates are found among
+    the plaintext keys directly, between a plaintext key and a hash by hashing the key with that
+    hash's salt, and between hashes only when both salt and digest are equal.
+
+    Raises:
+        ApiKeyError: A name or key is malformed or used twice.
+
+    """
     names: set[str] = set()
-    # Keyed by the secret at start-up only, to find duplicates; requests never look keys up.
+    # Keyed by the secret during loading only, to find duplicates; requests never look keys up.
     first_name_of_key: dict[str, str] = {}
+    first_name_of_hash: dict[KeyHash, str] = {}
     for name, key, source in pairs:
         if not _VALID_NAME.fullmatch(name):
             raise ApiKeyError(
@@ -352,15 +517,35 @@ def _checked(pairs: list[tuple[str, str, str]]) -> Iterable[tuple[str, str]]:
             )
         if name in names:
             raise ApiKeyError(f"{source}: key name {name!r} is used twice")
-        if not key:
-            raise ApiKeyError(f"{source}: the key of {name!r} is empty")
-        if len(key) > MAX_KEY_CHARS or not _VALID_KEY.fullmatch(key):
-            raise ApiKeyError(
-                f"{source}: the key of {name!r} must be 1-{MAX_KEY_CHARS} printable ASCII characters "
-                "without spaces"
+        if isinstance(key, KeyHash):
+            same = first_name_of_hash.get(key)
+            if same is None:
+                same = next(
+                    (other for plain, other in first_name_of_key.items() if key.matches(plain.encode())), None
+                )
+            if same is not None:
+                raise ApiKeyError(f"{source}: {name!r} has the same key as {same!r}")
+            first_name_of_hash[key] = name
+        else:
+            problem = _key_problem(key)
+            if problem is not None:
+                raise ApiKeyError(f"{source}: the key of {name!r} {problem}")
+            same = first_name_of_key.get(key) or next(
+                (other for known, other in first_name_of_hash.items() if known.matches(key.encode())), None
             )
-        if key in first_name_of_key:
-            raise ApiKeyError(f"{source}: {name!r} has the same key as {first_name_of_key[key]!r}")
+            if same is not None:
+                raise ApiKeyError(f"{source}: {name!r} has the same key as {same!r}")
+            first_name_of_key[key] = name
+            if len(key) < MIN_RECOMMENDED_KEY_CHARS and (source, name) not in _warned_short:
+                _warned_short.add((source, name))
+                log.warning(
+                    "%s: the key of %r is shorter than %d characters; use a long random key "
+                    "('universal-runtime keys generate')",
+                    source,
+                    name,
+                    MIN_RECOMMENDED_KEY_CHARS,
+                )
         names.add(name)
-        first_name_of_key[key] = name
-        yield name, key
+    # Hashed only once every key is checked: a refused file costs no hashing.
+    for name, key, _ in pairs:
+        yield name, key if isinstance(key, KeyHash) else KeyHash.of(key)

@@ -50,9 +50,9 @@ class SharedSettings(BaseSettings):
     )
     api_keys_file: Path | None = Field(
         None,
-        description="YAML/JSON mapping of key name to key, or to key and policy (priority, weight, "
-        "quotas, role: docs/operate/keys-and-quotas.md); calls need one of them (with api_key, named "
-        "'default', role admin). Each call's log line names its key.",
+        description="YAML/JSON mapping of key name to key, or to key (or its salted hash, key_hash) and "
+        "policy (priority, weight, quotas, role: docs/operate/keys-and-quotas.md); calls need one of them "
+        "(with api_key, named 'default', role admin). Each call's log line names its key.",
     )
     auth_public_health: bool = Field(
         True,
