@@ -113,7 +113,7 @@ async def test_an_unloaded_engine_ends_with_its_last_reference(tmp_path, monkeyp
         held.append((before, ref() is not None))
         return before
 
-    monkeypatch.setattr("service.model_manager.reclaim_if_cyclic", recording)
+    monkeypatch.setattr("service.model_manager.residency.reclaim_if_cyclic", recording)
     catalog = load_catalog()
     executors = ExecutorPool()
     manager = ModelManager({name: catalog.specs[name]}, Settings(data_dir=tmp_path), executors)

@@ -1,0 +1,162 @@
+"""A model's load: the entry's checks, its room in the budget, the engine's load on its lane.
+
+The managed record's state, progress and error follow the load as it goes; a failed load leaves
+it ERROR with why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from engines.base import ModelSpec
+from engines.device import release_device_memory
+from engines.errors import (
+    FailedPreconditionError,
+    ModelLoadError,
+    ModelNotFoundError,
+    RuntimeServiceError,
+    clip_text,
+)
+from engines.executor import DeviceExecutor, ExecutorPool
+from service import metrics
+from service.garbage_collector import full_collections_paused
+from service.keep_alive import parse_keep_alive
+from service.model_manager.hub import HubModels
+from service.model_manager.managed import ManagedModel, ModelState
+from service.model_manager.preflight import PREFLIGHT_REASONS, EntryChecks
+from service.model_manager.residency import Residency
+
+# The package's logger: the manager's records keep one logger name whichever module writes them.
+log = logging.getLogger("service.model_manager")
+
+# Longest progress text of a load shown in its status (an engine's detail, clipped).
+MAX_PROGRESS_CHARS = 120
+
+
+def progress_sink(managed: ManagedModel) -> Callable[[str], None]:
+    """The ``Engine.progress`` of a load: sets ``managed.progress`` on the event loop, from any thread."""
+    loop = asyncio.get_running_loop()
+
+    def report(detail: str) -> None:
+        def update() -> None:
+            if managed.state is ModelState.LOADING:
+                managed.progress = clip_text(detail, MAX_PROGRESS_CHARS)
+
+        loop.call_soon_threadsafe(update)
+
+    return report
+
+
+class Loader:
+    """Loads models, one at a time per model (the caller holds the model's lock).
+
+    Args:
+        checks: the catalog entries' checks (engine class and device).
+        hub: the client-named hub ids (downloaded before their load; forgotten when it fails).
+        residency: the memory budget a load reserves its room in.
+        executors: the lanes engines run on (one per loaded model).
+        default_keep_alive_s: keep-alive of an entry that sets none (setting ``default_keep_alive``).
+
+    """
+
+    def __init__(
+        self,
+        checks: EntryChecks,
+        hub: HubModels,
+        residency: Residency,
+        executors: ExecutorPool,
+        default_keep_alive_s: float,
+    ) -> None:
+        self._checks = checks
+        self._hub = hub
+        self._residency = residency
+        self._executors = executors
+        self._default_keep_alive_s = default_keep_alive_s
+
+    async def load_locked(self, managed: ManagedModel, spec: ModelSpec | None = None) -> None:
+        """Load the model (lock held); any failure leaves it ERROR with the reason as its status.
+
+        ``spec`` is the catalog entry with LoadModel's option overrides
+        (:meth:`EntryChecks.with_overrides`); None loads the entry as it is. The next request or
+        LoadModel tries again from the start, checks included, so an entry fixed on disk (a package
+        installed since) loads without a restart.
+        """
+        spec = spec or managed.spec
+        # A load's allocations would set off full collections that stop the event loop too.
+        with full_collections_paused():
+            await self._load_engine(managed, spec)
+
+    async def _load_engine(self, managed: ManagedModel, spec: ModelSpec) -> None:
+        """The body of :meth:`load_locked`, with automatic garbage collection paused."""
+        # The device and lane of a load that may hold memory (set once engine.load may allocate).
+        allocating: tuple[str, DeviceExecutor] | None = None
+        try:
+            if spec.name in self._hub:
+                # Loading from here on, so that the download's progress shows in its status.
+                managed.state, managed.progress, managed.unloaded_because = ModelState.LOADING, "", ""
+                spec = await self._hub.resolve(spec, progress_sink(managed))
+            # The checks import the backend (torch, for the device probe: seconds of imports that
+            # hold the GIL) and read files (GGUF headers for the estimate): in a worker thread, so
+            # a first load never holds the event loop that serves every other caller.
+            cls, device = await asyncio.to_thread(self._checks.engine_class_and_device, spec)
+            executor = self._executors.lane(device, spec.name)
+            engine = cls(spec, device, executor)
+            await self._residency.make_room(managed, engine)
+            managed.state, managed.progress, managed.unloaded_because = ModelState.LOADING, "", ""
+            managed.load_count += 1
+            started = time.perf_counter()
+            log.info("loading model", extra={"model": spec.name, "backend": spec.backend, "device": device})
+            allocating = device, executor
+            engine.progress = progress_sink(managed)
+            await executor.run(engine.configure_lane)
+            await executor.run(engine.load)
+        except RuntimeServiceError as exc:
+            await self._load_failed(managed, exc.message, allocating)
+            if isinstance(exc, ModelNotFoundError):
+                raise
+            if exc.reason in PREFLIGHT_REASONS and exc.status == "INTERNAL":
+                # A source problem found only while loading is still the catalog's, not a server bug.
+                raise FailedPreconditionError(exc.message, reason=exc.reason, model=spec.name) from exc
+            raise
+        except Exception as exc:
+            log.exception("model failed to load", extra={"model": spec.name})
+            await self._load_failed(managed, f"{type(exc).__name__}: {exc}", allocating)
+            raise ModelLoadError(f"model {spec.name!r} failed to load", model=spec.name) from exc
+        finally:
+            # Loaded or failed, its bytes are now measured (or freed): no longer held in reserve.
+            self._residency.budget.release(spec.name)
+            managed.progress = ""
+        managed.engine, managed.device, managed.error = engine, device, ""
+        managed.memory = engine.memory_usage()
+        managed.loaded_at = time.time()
+        managed.last_used = time.monotonic()
+        managed.keep_alive_s = (
+            parse_keep_alive(spec.keep_alive) if spec.keep_alive else self._default_keep_alive_s
+        )
+        managed.state = ModelState.READY
+        seconds = time.perf_counter() - started
+        metrics.model_loaded(spec.name, seconds)
+        log.info(
+            "model ready",
+            extra={
+                "model": spec.name,
+                "seconds": round(seconds, 3),
+                "ram_bytes": managed.memory.ram_bytes,
+                "vram_bytes": managed.memory.vram_bytes,
+            },
+        )
+
+    async def _load_failed(
+        self, managed: ManagedModel, error: str, allocating: tuple[str, DeviceExecutor] | None
+    ) -> None:
+        if managed.spec.name in self._hub and not managed.active:
+            self._hub.forget(managed.spec.name)  # a failed hub id holds no entry
+        managed.state, managed.error = ModelState.ERROR, error
+        if allocating is not None:
+            # Free whatever the failed load allocated before reporting.
+            device, executor = allocating
+            await executor.run(release_device_memory, device)
+            self._executors.retire(executor)
