@@ -4,7 +4,7 @@ B sequences share one llama.cpp context, each with its own sequence id. A wave p
 prompts, then calls ``llama_decode`` once per step with one token for each sequence still
 running, and picks each sequence's next token greedily (argmax of its logits row). A sequence
 stops after ``max_tokens`` new tokens or at an end-of-generation token, as ours does. The
-context is set up as our engine sets up its own (``engines/generation/llama_cpp_engine.py``):
+context is set up as our engine sets up its own (``engines/generation/llama_cpp_load.py``):
 one KV stream per sequence (``kv_unified`` off), flash attention off, the same thread count.
 
 Used by :mod:`bench.inprocess` (the ``llama-batched`` worker, the generation bench's ceiling

@@ -76,7 +76,7 @@ class PromptCache:
         At most ``len(prompt) - 2`` tokens are reused: the rest is prefilled as a chunk of two
         or more tokens (the last one's logits give the first completion token), which computes
         exactly what a whole-prompt prefill does, unlike a lone token (see
-        ``llama_cpp_engine.prefill_chunk_end``).
+        ``llama_cpp_step.prefill_chunk_end``).
 
         Raises:
             RuntimeError: no free slot (the scheduler admits at most ``slots`` sequences).

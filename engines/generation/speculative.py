@@ -16,7 +16,7 @@ our draft sources are deterministic (``q`` is a point mass on ``x``): the rule b
 ``x`` with probability ``p(x)``, else sample from ``p`` with ``x`` removed and renormalised*, and
 for greedy decoding (``p`` a point mass on the argmax) *accept ``x`` exactly when it is the
 argmax, else emit the argmax*. The engine speculates for greedy requests only (temperature 0, no
-grammar, no penalties: :class:`~engines.generation.llama_cpp_engine.ArgmaxSampler`), where that
+grammar, no penalties: :class:`~engines.generation.llama_cpp_sampling.ArgmaxSampler`), where that
 rule needs no random draw and the output is the target's greedy output token for token; sampled
 and constrained requests (llama.cpp sampler chains with state: grammar, penalties, the RNG)
 decode one token per step as before.
@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from engines.errors import FailedPreconditionError
+from engines.reasons import Reason
 
 MAX_NGRAM = 3  # longest n-gram prompt lookup matches (tokens)
 MIN_NGRAM = 2  # shortest: single tokens match too often in free text to pay off
@@ -258,7 +259,7 @@ def check_vocabularies(target: Any, draft: Any, *, model: str, draft_source: str
     if problem is not None:
         raise FailedPreconditionError(
             f"draft model {draft_source!r} of model {model!r} does not share its vocabulary: {problem}",
-            reason="DRAFT_VOCABULARY_MISMATCH",
+            reason=Reason.DRAFT_VOCABULARY_MISMATCH,
             model=model,
         )
 

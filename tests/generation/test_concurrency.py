@@ -180,21 +180,22 @@ async def test_a_decode_step_feeds_its_sequences_in_kv_stream_order(inference, s
     ]
     sequences = [await engine.executor.run(engine.prepare, r) for r in requests]
     fed: list[list[int]] = []
-    real_decode = engine._decode
+    stepper = engine._stepper
+    real_decode = stepper.decode
 
     def recording_decode():
         batch = engine._batch.batch
         fed.append([batch.seq_id[i][0] for i in range(batch.n_tokens)])
         real_decode()
 
-    engine._decode = recording_decode
+    stepper.decode = recording_decode
     try:
         await engine.executor.run(engine.step, sequences, [])  # prefills, one slot each
         slots = [s.engine_state.seq_id for s in sequences]
         fed.clear()
         await engine.executor.run(engine.step, sorted(sequences, key=lambda s: -s.engine_state.seq_id), [])
     finally:
-        del engine._decode
+        del stepper.decode
         await engine.executor.run(engine.release, sequences)
     assert len(set(slots)) == 3
     assert fed[0] == sorted(slots)

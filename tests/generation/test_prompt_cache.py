@@ -6,7 +6,7 @@ import asyncio
 
 from universal_runtime.v1 import generation_pb2 as g
 
-from engines.generation.llama_cpp_engine import prefill_chunk_end
+from engines.generation.llama_cpp_step import prefill_chunk_end
 from engines.generation.prompt_cache import PromptCache
 from tests.conftest import CHAT_MODEL
 from tests.scrape import moved, scrape, value

@@ -274,7 +274,7 @@ async def test_the_greedy_fast_path_picks_what_llama_cpp_greedy_chain_picks(infe
     both pick the same token, logit biases included."""
     from llama_cpp._internals import LlamaSampler
 
-    from engines.generation.llama_cpp_engine import ArgmaxSampler
+    from engines.generation.llama_cpp_sampling import ArgmaxSampler
     from engines.types import GenerationRequest, SamplingParams
 
     await inference.Generate(request(max_tokens=1, temperature=0))  # loaded
