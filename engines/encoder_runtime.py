@@ -30,6 +30,7 @@ import numpy as np
 
 from engines.converted_cache import build_once, converted_root, source_fingerprint, source_identity
 from engines.errors import FailedPreconditionError
+from engines.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class RuntimeChoice:
             raise FailedPreconditionError(
                 f"runtime {self.runtime} (quantize {self.quantize}) needs the Python packages "
                 f"{', '.join(missing)}: pip install 'universal-runtime[{self.runtime}]'",
-                reason="RUNTIME_NOT_INSTALLED",
+                reason=Reason.RUNTIME_NOT_INSTALLED,
                 runtime=self.runtime,
             )
 

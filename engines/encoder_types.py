@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from engines.errors import InvalidArgumentError
+from engines.reasons import Reason
 from engines.types import Truncation
 
 
@@ -158,7 +159,7 @@ def validate_classifier_name(name: str) -> str:
         raise InvalidArgumentError(
             f"invalid classifier name {name!r}: use 1-128 characters of [A-Za-z0-9._-], starting with a "
             "letter or digit; paths are not allowed",
-            reason="INVALID_CLASSIFIER_NAME",
+            reason=Reason.INVALID_CLASSIFIER_NAME,
             field="name",
             name=name,
         )

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from engines.reasons import Reason
+
 MAX_ECHO_CHARS = 256
 """Longest client-supplied value (a model or detector name, a field value) echoed into an error.
 
@@ -57,12 +59,14 @@ class RuntimeServiceError(Exception):
     """Base of all errors that reach a client with a specific status.
 
     A subclass names its status and default reason as class keywords,
-    ``class NotFound(RuntimeServiceError, status="NOT_FOUND", reason="MODEL_NOT_FOUND")``;
-    one that names neither inherits its parent's.
+    ``class NotFound(RuntimeServiceError, status="NOT_FOUND", reason=Reason.MODEL_NOT_FOUND)``;
+    one that names neither inherits its parent's. A reason is a :class:`~engines.reasons.Reason`
+    (a ``str``: its wire form), whose table entry names the status it travels with.
 
     Args:
         message: Human-readable text sent to the client; must not contain secrets or traces.
-        reason: ``ErrorInfo.reason`` override; defaults to the class's reason.
+        reason: ``ErrorInfo.reason`` override (a :class:`~engines.reasons.Reason`); defaults to
+            the class's reason.
         metadata: ``ErrorInfo.metadata``: the values mentioned in the message, as strings.
             Each is clipped to :data:`MAX_ECHO_CHARS` (see :func:`clip_text`), and so is every
             occurrence of a long one in ``message``: an error can always echo what the client sent.
@@ -70,7 +74,7 @@ class RuntimeServiceError(Exception):
     """
 
     status: ClassVar[str] = "INTERNAL"
-    reason: str = "INTERNAL"
+    reason: str = Reason.INTERNAL
 
     def __init_subclass__(
         cls, *, status: str | None = None, reason: str | None = None, **kwargs: object
@@ -93,29 +97,31 @@ class RuntimeServiceError(Exception):
         self.metadata = {key: clip_text(value) for key, value in values.items()}
 
 
-class InvalidArgumentError(RuntimeServiceError, status="INVALID_ARGUMENT", reason="INVALID_ARGUMENT"):
+class InvalidArgumentError(RuntimeServiceError, status="INVALID_ARGUMENT", reason=Reason.INVALID_ARGUMENT):
     """The request is malformed or a value is out of range."""
 
 
-class InputTooLongError(InvalidArgumentError, reason="INPUT_TOO_LONG"):
+class InputTooLongError(InvalidArgumentError, reason=Reason.INPUT_TOO_LONG):
     """An input exceeds the model's context or sequence length (status INVALID_ARGUMENT)."""
 
 
-class ModelNotFoundError(RuntimeServiceError, status="NOT_FOUND", reason="MODEL_NOT_FOUND"):
+class ModelNotFoundError(RuntimeServiceError, status="NOT_FOUND", reason=Reason.MODEL_NOT_FOUND):
     """The named model is not in the catalog."""
 
 
-class TaskNotSupportedError(RuntimeServiceError, status="FAILED_PRECONDITION", reason="TASK_NOT_SUPPORTED"):
+class TaskNotSupportedError(
+    RuntimeServiceError, status="FAILED_PRECONDITION", reason=Reason.TASK_NOT_SUPPORTED
+):
     """The model exists but cannot do the requested task."""
 
 
 class FailedPreconditionError(
-    RuntimeServiceError, status="FAILED_PRECONDITION", reason="FAILED_PRECONDITION"
+    RuntimeServiceError, status="FAILED_PRECONDITION", reason=Reason.FAILED_PRECONDITION
 ):
     """The system is not in a state that allows the operation."""
 
 
-class ResourceExhaustedError(RuntimeServiceError, status="RESOURCE_EXHAUSTED", reason="OVERLOADED"):
+class ResourceExhaustedError(RuntimeServiceError, status="RESOURCE_EXHAUSTED", reason=Reason.OVERLOADED):
     """A queue is full or there is no memory to load a model."""
 
 
@@ -128,7 +134,7 @@ def queue_wait_exceeded(model: str, waited_s: float, limit_s: float) -> Resource
     return ResourceExhaustedError(
         f"waited {waited_s:.1f} s in model {model!r}'s queue, longer than its limit of {limit_s:g} s "
         "(max_queue_wait_s); the server is overloaded, retry later",
-        reason="QUEUE_WAIT_EXCEEDED",
+        reason=Reason.QUEUE_WAIT_EXCEEDED,
         model=model,
         max_queue_wait_s=limit_s,
     )
@@ -148,20 +154,22 @@ def kv_pool_exhausted(
         f"the request needs {needed} KV cells ({prompt_tokens} prompt tokens + max_tokens {max_tokens}) "
         f"but model {model!r}'s KV pool holds {pool_cells} cells (kv_pool_tokens); ask for at most "
         f"{max(0, pool_cells - prompt_tokens)} tokens",
-        reason="KV_POOL_EXHAUSTED",
+        reason=Reason.KV_POOL_EXHAUSTED,
         model=model,
         kv_pool_tokens=pool_cells,
         needed_cells=needed,
     )
 
 
-class PermissionDeniedError(RuntimeServiceError, status="PERMISSION_DENIED", reason="ADMIN_ROLE_REQUIRED"):
+class PermissionDeniedError(
+    RuntimeServiceError, status="PERMISSION_DENIED", reason=Reason.ADMIN_ROLE_REQUIRED
+):
     """The caller's API key may not do this: it needs role ``admin`` (HTTP 403 at the gateway)."""
 
 
-class UnavailableError(RuntimeServiceError, status="UNAVAILABLE", reason="UNAVAILABLE"):
+class UnavailableError(RuntimeServiceError, status="UNAVAILABLE", reason=Reason.UNAVAILABLE):
     """The server is shutting down or a model failed to become ready."""
 
 
-class ModelLoadError(RuntimeServiceError, reason="MODEL_LOAD_FAILED"):
+class ModelLoadError(RuntimeServiceError, reason=Reason.MODEL_LOAD_FAILED):
     """A model failed to load; the message is safe for clients, the cause goes to the log (INTERNAL)."""

@@ -31,6 +31,7 @@ from typing import ParamSpec, TypeVar
 
 from engines.errors import UnavailableError
 from engines.process_lane import ProcessLane
+from engines.reasons import Reason
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -61,7 +62,9 @@ class DeviceExecutor:
 
         """
         if self._closed:
-            raise UnavailableError(f"executor for device {self.device} is shut down", reason="SHUTTING_DOWN")
+            raise UnavailableError(
+                f"executor for device {self.device} is shut down", reason=Reason.SHUTTING_DOWN
+            )
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, fn, *args, **kwargs)
         loop = asyncio.get_running_loop()
@@ -70,7 +73,7 @@ class DeviceExecutor:
         except RuntimeError as exc:  # submit after shutdown raced with us
             if self._closed:
                 raise UnavailableError(
-                    f"executor for device {self.device} is shut down", reason="SHUTTING_DOWN"
+                    f"executor for device {self.device} is shut down", reason=Reason.SHUTTING_DOWN
                 ) from exc
             raise
 

@@ -37,6 +37,7 @@ from pydantic import (
 from pydantic_core import core_schema as cs
 
 from engines.errors import InvalidArgumentError, clip_text
+from engines.reasons import Reason
 
 OptionsT = TypeVar("OptionsT", bound="EngineOptions")
 
@@ -206,7 +207,7 @@ def parse_options(model: type[OptionsT], raw: Mapping[str, Any], *, backend: str
         problems = [_describe(model, error, backend) for error in errors]
         raise InvalidArgumentError(
             "; ".join(problems),
-            reason="INVALID_MODEL_OPTION",
+            reason=Reason.INVALID_MODEL_OPTION,
             option=_option_name(errors[0]),
             backend=backend,
         ) from None
@@ -249,7 +250,7 @@ def refuse_operator_options(
             raise InvalidArgumentError(
                 f"option {name!r} of backend {backend} is set by the server's operator in the catalog, "
                 f"not by LoadModel; a caller may override: {', '.join(allowed)}",
-                reason="OPTION_NOT_OVERRIDABLE",
+                reason=Reason.OPTION_NOT_OVERRIDABLE,
                 option=name,
                 backend=backend,
             )
@@ -281,7 +282,7 @@ def check_override_bounds(
             what = f"the {cores} CPUs this server may use" if mark.threads else _number(bound)
             raise InvalidArgumentError(
                 f"option {name}: a LoadModel caller may ask for at most {what}, got {_number(value)}",
-                reason="INVALID_MODEL_OPTION",
+                reason=Reason.INVALID_MODEL_OPTION,
                 option=name,
                 backend=backend,
             )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 from engines.base import Engine
-from engines.errors import InvalidArgumentError
+from engines.errors import FailedPreconditionError
+from engines.reasons import Reason
 
 _BACKENDS: dict[str, type[Engine]] = {}
 
@@ -60,7 +61,8 @@ def engine_class(backend: str) -> type[Engine]:
     """Return the engine class registered for ``backend``.
 
     Raises:
-        InvalidArgumentError: no such backend (reason UNKNOWN_BACKEND).
+        FailedPreconditionError: no such backend (reason UNKNOWN_BACKEND): backends are named by
+            the catalog, so an unknown one is the operator's to fix, not the request's.
 
     """
     _load_builtins()
@@ -68,8 +70,10 @@ def engine_class(backend: str) -> type[Engine]:
         return _BACKENDS[backend]
     except KeyError:
         known = ", ".join(sorted(_BACKENDS))
-        raise InvalidArgumentError(
-            f"unknown backend {backend!r}; known backends: {known}", reason="UNKNOWN_BACKEND", backend=backend
+        raise FailedPreconditionError(
+            f"unknown backend {backend!r}; known backends: {known}",
+            reason=Reason.UNKNOWN_BACKEND,
+            backend=backend,
         ) from None
 
 

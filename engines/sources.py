@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.errors import ModelLoadError
+from engines.reasons import Reason
 
 PACKAGE_SCHEME = "pkg://"
 FILE_SCHEME = "file://"
@@ -50,7 +51,9 @@ def resolve_source(source: str) -> ResolvedSource:
             spec = None
         if spec is None or not spec.submodule_search_locations:
             raise ModelLoadError(
-                f"model package {package!r} is not installed", reason="MODEL_SOURCE_MISSING", package=package
+                f"model package {package!r} is not installed",
+                reason=Reason.MODEL_SOURCE_MISSING,
+                package=package,
             )
         path = Path(next(iter(spec.submodule_search_locations))) / relative
         return ResolvedSource(path=_existing(path, source))
@@ -63,7 +66,7 @@ def resolve_source(source: str) -> ResolvedSource:
 
 def _existing(path: Path, source: str) -> Path:
     if not path.exists():
-        raise ModelLoadError(f"model source {source!r} does not exist", reason="MODEL_SOURCE_MISSING")
+        raise ModelLoadError(f"model source {source!r} does not exist", reason=Reason.MODEL_SOURCE_MISSING)
     return path.resolve()
 
 
@@ -92,7 +95,7 @@ def file_in_folder(folder: Path, name: str, *, option: str, model: str) -> Path:
         raise ModelLoadError(
             f"model {model!r}: option {option} ({name!r}) must name a file inside the model's source "
             f"folder {root}",
-            reason="MODEL_SOURCE_INVALID",
+            reason=Reason.MODEL_SOURCE_INVALID,
             model=model,
             option=option,
         )

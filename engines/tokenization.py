@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engines.errors import FailedPreconditionError, InputTooLongError, InvalidArgumentError
+from engines.reasons import Reason
 
 Offsets = list[tuple[int, int]]
 
@@ -42,7 +43,7 @@ def check_token_ids(ids: Sequence[int], vocabulary_size: int, max_ids: int, mode
             raise InvalidArgumentError(
                 f"token_ids[{index}] = {token} is not in the vocabulary of model {model!r} "
                 f"(ids 0..{vocabulary_size - 1})",
-                reason="TOKEN_OUT_OF_VOCABULARY",
+                reason=Reason.TOKEN_OUT_OF_VOCABULARY,
                 field=f"token_ids[{index}]",
                 token_id=token,
                 vocabulary_size=vocabulary_size,
@@ -54,7 +55,7 @@ def no_chat_template(model: str) -> InvalidArgumentError:
     """The error for chat messages sent to a model without a chat template (reason NO_CHAT_TEMPLATE)."""
     return InvalidArgumentError(
         f"model {model!r} has no chat template; send a raw prompt instead",
-        reason="NO_CHAT_TEMPLATE",
+        reason=Reason.NO_CHAT_TEMPLATE,
         model=model,
     )
 
@@ -63,7 +64,7 @@ def offsets_not_supported(model: str, why: str) -> FailedPreconditionError:
     """The error for ``return_offsets`` on a tokenizer without offsets (reason OFFSETS_NOT_SUPPORTED)."""
     return FailedPreconditionError(
         f"model {model!r} cannot return token offsets: {why}; leave return_offsets unset",
-        reason="OFFSETS_NOT_SUPPORTED",
+        reason=Reason.OFFSETS_NOT_SUPPORTED,
         field="return_offsets",
         model=model,
     )

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from google.rpc import error_details_pb2, status_pb2
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engines.reasons import HTTP_STATUS_BY_GRPC_CODE, REASONS, Reason, spec_of
 from service.shared.rate_limits import openai_duration as openai_duration  # re-exported
 from service.shared.rate_limits import rate_limit_headers
 
@@ -35,51 +36,29 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 MESSAGE_TOO_LARGE_CODE = "message_too_large"
 """Error code of every "too large" failure: HTTP body, gRPC request or gRPC response."""
 
-# "Client Closed Request" (nginx): the client went away before the answer was ready.
-HTTP_CLIENT_CLOSED_REQUEST = 499
+HTTP_CLIENT_CLOSED_REQUEST = HTTP_STATUS_BY_GRPC_CODE["CANCELLED"]
+"""499 "Client Closed Request" (nginx): the client went away before the answer was ready."""
 
 RETRY_AFTER_SECONDS = 1
 """``Retry-After`` of a 429 for a full queue (reason OVERLOADED), in whole seconds: a queue place
 frees when a request ahead finishes, so a short wait is enough, and one second keeps a retrying
 client from hammering the server."""
 
-OVERLOADED_REASON = "OVERLOADED"
+OVERLOADED_REASON = Reason.OVERLOADED
 """ErrorInfo reason of RESOURCE_EXHAUSTED when a queue is full (retry later), as opposed to a
 request over a size limit (FILE_TOO_LARGE, MESSAGE_TOO_LARGE…) that retrying cannot fix."""
 
-RETRY_LATER_REASONS = frozenset({OVERLOADED_REASON, "QUEUE_WAIT_EXCEEDED"})
-"""RESOURCE_EXHAUSTED reasons that mean "busy now": a full queue, or a wait past the queue's
-limit. They get ``Retry-After``; size and memory limits do not."""
+RETRY_LATER_REASONS = frozenset(reason for reason, spec in REASONS.items() if spec.retry_later)
+"""RESOURCE_EXHAUSTED reasons that mean "busy now" (:attr:`~engines.reasons.ReasonSpec.retry_later`):
+a full queue, or a wait past the queue's limit. They get ``Retry-After``; size and memory limits do not."""
 
-QUOTA_EXCEEDED_REASON = "QUOTA_EXCEEDED"
+QUOTA_EXCEEDED_REASON = Reason.QUOTA_EXCEEDED
 """ErrorInfo reason of a call over its API key's quota (:mod:`service.quotas`): HTTP 429 with
 ``Retry-After`` from the status's ``google.rpc.RetryInfo`` and OpenAI's ``x-ratelimit-*`` headers."""
 
+# The status of a code that comes without a reason the server sends (engines.reasons has both).
 _HTTP_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    # The server uses FAILED_PRECONDITION for requests that cannot work as sent (a model that does
-    # not serve the task, a pinned model): a client error, not a server one.
-    grpc.StatusCode.FAILED_PRECONDITION: 400,
-    grpc.StatusCode.NOT_FOUND: 404,
-    # A name already taken (a stored response's id): a conflict with the resource's state.
-    grpc.StatusCode.ALREADY_EXISTS: 409,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.PERMISSION_DENIED: 403,
-    grpc.StatusCode.UNIMPLEMENTED: 501,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-    grpc.StatusCode.CANCELLED: HTTP_CLIENT_CLOSED_REQUEST,
-}
-
-# Reasons whose HTTP status is not their gRPC code's. A full store is not rate limiting (429): the
-# client must delete something before saving more (a quota), or the operator must free the disk (out
-# of space); both are 507 Insufficient Storage (RFC 4918), never "retry later".
-_HTTP_STATUS_BY_REASON: dict[str, int] = {
-    "STORAGE_QUOTA_EXCEEDED": 507,
-    "STORAGE_FULL": 507,
-    # An anomaly fit over the server's time limit: the same rows fail the same way, so not 429.
-    "FIT_TOO_SLOW": 413,
+    grpc.StatusCode[name]: status for name, status in HTTP_STATUS_BY_GRPC_CODE.items()
 }
 
 CONTEXT_LENGTH_EXCEEDED_CODE = "context_length_exceeded"
@@ -195,19 +174,28 @@ def is_message_size_error(code: grpc.StatusCode, reason: str | None, details: st
     """Tell whether a RESOURCE_EXHAUSTED status means "message too large" (HTTP 413), not overload."""
     if code != grpc.StatusCode.RESOURCE_EXHAUSTED:
         return False
-    return reason == "MESSAGE_TOO_LARGE" or bool(_GRPC_SIZE_ERROR.search(details))
+    return reason == Reason.MESSAGE_TOO_LARGE or bool(_GRPC_SIZE_ERROR.search(details))
 
 
 def http_status_for_grpc(code: grpc.StatusCode, *, reason: str | None = None, details: str = "") -> int:
-    """Map a canonical gRPC status code to an HTTP status.
+    """Map a failed call's gRPC status code and ErrorInfo reason to an HTTP status.
 
-    INVALID_ARGUMENT and FAILED_PRECONDITION 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429 (413 when it
-    is a message size error, 507 for reasons STORAGE_QUOTA_EXCEEDED and STORAGE_FULL), UNAUTHENTICATED 401,
-    PERMISSION_DENIED 403, UNIMPLEMENTED 501, UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499;
-    INTERNAL, UNKNOWN and the rest 500.
+    A reason the server sends has its own status (:data:`engines.reasons.REASONS`: a size limit is
+    413, a full store 507, where the code alone says 429). Otherwise the code decides
+    (:data:`engines.reasons.HTTP_STATUS_BY_GRPC_CODE`): INVALID_ARGUMENT and FAILED_PRECONDITION
+    400, NOT_FOUND 404, ALREADY_EXISTS 409, RESOURCE_EXHAUSTED 429 (413 when gRPC core says the
+    message was too large), UNAUTHENTICATED 401, PERMISSION_DENIED 403, UNIMPLEMENTED 501,
+    UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499; INTERNAL, UNKNOWN and the rest 500.
+
+    Args:
+        code: The call's status code.
+        reason: Its ErrorInfo reason (UPPER_SNAKE_CASE), if any; an unknown one is ignored.
+        details: Its status message (gRPC core's size errors have no reason, only this text).
+
     """
-    if reason in _HTTP_STATUS_BY_REASON:
-        return _HTTP_STATUS_BY_REASON[reason]
+    spec = spec_of(reason)
+    if spec is not None:
+        return spec.http_status
     if is_message_size_error(code, reason, details):
         return 413
     return _HTTP_STATUS_BY_GRPC_CODE.get(code, 500)
@@ -315,7 +303,7 @@ def context_length_message(info: error_details_pb2.ErrorInfo | None, route: str 
 
     """
     subject = _OPENAI_INPUT_BY_ROUTE.get(route or "")
-    if subject is None or info is None or info.reason != "INPUT_TOO_LONG":
+    if subject is None or info is None or info.reason != Reason.INPUT_TOO_LONG:
         return None
     metadata = info.metadata
     limit = metadata.get("context_length") or metadata.get("max_tokens")
@@ -437,21 +425,21 @@ def _reported_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept or errors[:1]
 
 
-def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
-    """Render a request validation failure as 400 (FastAPI's default is 422; OpenAI answers 400).
+def validation_error_to_http(exc: RequestValidationError) -> tuple[int, dict[str, Any]]:
+    """Translate a request validation failure into ``(400, openai_error_body)`` (FastAPI says 422).
 
     The message names each field at fault as the client sent it (``messages[0].content[1]``) with
     pydantic's short message; pydantic's internals (union member names, ``input_value=``, links to
-    its documentation) are left out.
+    its documentation) are left out. ``code`` is ``missing_required_parameter``,
+    ``unknown_parameter`` or ``invalid_value`` (of the first error), ``invalid_json`` for a body
+    that did not decode; ``param`` is the first field's path.
     """
     errors = list(exc.errors())
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
         ctx = first.get("ctx") or {}
         message = f"Request body is not valid JSON: {ctx.get('error', 'decode error')}"
-        return JSONResponse(
-            error_body(message, error_type="invalid_request_error", code="invalid_json"), status_code=400
-        )
+        return 400, error_body(message, error_type="invalid_request_error", code="invalid_json")
     errors = _reported_errors(errors)
     first = errors[0] if errors else {}
     messages = []
@@ -461,10 +449,13 @@ def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
         messages.append(f"{where}: {text}" if where else text)
     code = _VALIDATION_CODES.get(first.get("type", ""), "invalid_value")
     param = _validation_param(tuple(first.get("loc", ())))
-    return JSONResponse(
-        error_body("; ".join(messages), error_type="invalid_request_error", code=code, param=param),
-        status_code=400,
-    )
+    return 400, error_body("; ".join(messages), error_type="invalid_request_error", code=code, param=param)
+
+
+def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
+    """Render a request validation failure (:func:`validation_error_to_http`) as a response."""
+    status_code, body = validation_error_to_http(exc)
+    return JSONResponse(body, status_code=status_code)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
 
+from engines.reasons import REASONS
 from gateway.errors import GatewayError, error_info_from_rpc_error
 from gateway.json_body import object_key_limit, off_loop_if_large, parse_body
 from gateway.schemas.uploads import FileUploadRequest
@@ -30,9 +31,14 @@ from gateway.schemas.uploads import FileUploadRequest
 CHUNK_BYTES = 1024 * 1024
 """Bytes per request message of an upload: far under any gRPC message limit, however large the file."""
 
-TOO_LARGE_REASONS = frozenset({"FILE_TOO_LARGE", "IMAGE_TOO_LARGE", "TOO_MANY_PAGES", "PAGE_TOO_COMPLEX"})
+TOO_LARGE_REASONS = frozenset(
+    reason
+    for reason, spec in REASONS.items()
+    if spec.grpc_code == "RESOURCE_EXHAUSTED" and spec.http_status == 413
+)
 """RESOURCE_EXHAUSTED reasons that mean "this input is too big" (HTTP 413), not "server busy" (429):
-sending it again fails the same way (PAGE_TOO_COMPLEX: a PDF page over ocr_page_timeout_s)."""
+sending it again fails the same way (FILE_TOO_LARGE, IMAGE_TOO_LARGE, TOO_MANY_PAGES; PAGE_TOO_COMPLEX:
+a PDF page over ocr_page_timeout_s). Read from :data:`engines.reasons.REASONS`."""
 
 _DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[^,]*)?;base64,", re.IGNORECASE)
 
@@ -121,7 +127,17 @@ async def _from_form(request: Request, schema: type[Body]) -> tuple[bytes, Body]
     return data, body
 
 
-def _parse_json_upload(schema: type[Body], raw: bytes, max_object_keys: int) -> tuple[bytes, Body]:
+def parse_json_upload(schema: type[Body], raw: bytes, max_object_keys: int) -> tuple[bytes, Body]:
+    """A JSON upload body's ``(file bytes, body)``: parsed as ``schema``, its ``file`` decoded.
+
+    ``file`` is base64 or a data URI, whose type becomes ``mime_type`` unless one is given.
+
+    Raises:
+        GatewayError: 400 ``invalid_json`` (:func:`gateway.json_body.decode_json`); 400
+            ``invalid_file`` for a file that is not base64.
+        RequestValidationError: fields that ``schema`` rejects.
+
+    """
     body = parse_body(schema, raw, max_object_keys)
     data, mime = decode_file(body.file)
     if mime and not body.mime_type:
@@ -132,7 +148,7 @@ def _parse_json_upload(schema: type[Body], raw: bytes, max_object_keys: int) -> 
 async def _from_json(request: Request, schema: type[Body]) -> tuple[bytes, Body]:
     # Parsed, checked and base64-decoded like every JSON body: off the event loop when large.
     raw = await request.body()
-    return await off_loop_if_large(len(raw), _parse_json_upload, schema, raw, object_key_limit(request))
+    return await off_loop_if_large(len(raw), parse_json_upload, schema, raw, object_key_limit(request))
 
 
 async def read_upload(request: Request, schema: type[Body]) -> tuple[bytes, Body]:

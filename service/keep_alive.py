@@ -14,6 +14,7 @@ import math
 import re
 
 from engines.errors import InvalidArgumentError
+from engines.reasons import Reason
 
 DEFAULT_KEEP_ALIVE = "5m"
 FOREVER = math.inf
@@ -52,7 +53,7 @@ def parse_keep_alive(value: str) -> float:
     if not body or position != len(body):
         raise InvalidArgumentError(
             f'invalid keep_alive {value!r}: expected a duration such as "30s", "5m", "1h", or "0" or "-1"',
-            reason="INVALID_KEEP_ALIVE",
+            reason=Reason.INVALID_KEEP_ALIVE,
             field="keep_alive",
             value=value,
         )

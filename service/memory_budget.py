@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engines.errors import ResourceExhaustedError
+from engines.reasons import Reason
 from engines.types import MemoryUsage
 
 RAM_POOL = "ram"
@@ -170,7 +171,7 @@ class MemoryBudget:
                 f"not enough memory to load model {name!r}: it needs about {needed[pool]} bytes of "
                 f"{_pool_text(pool)}, {max(0, room[pool])} bytes are free with every idle model "
                 f"unloaded; models in use hold {busy} bytes and pinned models {pinned}",
-                reason="INSUFFICIENT_MEMORY",
+                reason=Reason.INSUFFICIENT_MEMORY,
                 model=name,
                 pool=pool,
                 needed_bytes=needed[pool],
@@ -182,7 +183,7 @@ class MemoryBudget:
             raise ResourceExhaustedError(
                 f"{self.max_loaded} models are loaded or loading and none is idle and unpinned "
                 f"(setting max_loaded_models); cannot load model {name!r} now",
-                reason="MAX_LOADED_MODELS",
+                reason=Reason.MAX_LOADED_MODELS,
                 model=name,
                 max_loaded_models=self.max_loaded,
             )

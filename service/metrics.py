@@ -34,6 +34,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from engines.metrics import LATENCY_BUCKETS, enabled, name_keys
+from engines.reasons import Reason
 from engines.stats import EngineStats
 
 
@@ -140,9 +141,9 @@ BATCH_LINES = Counter(
 BATCHES_RUNNING = Gauge("ur_batches_running", "Batches this replica is running now (holds the lease of).")
 
 _REJECTION_REASONS = {
-    "OVERLOADED": "queue_full",
-    "QUEUE_WAIT_EXCEEDED": "queue_timeout",
-    "INSUFFICIENT_MEMORY": "no_memory",
+    Reason.OVERLOADED: "queue_full",
+    Reason.QUEUE_WAIT_EXCEEDED: "queue_timeout",
+    Reason.INSUFFICIENT_MEMORY: "no_memory",
 }
 
 

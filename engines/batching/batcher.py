@@ -83,6 +83,7 @@ from engines.executor import DeviceExecutor
 from engines.fair_queue import FairQueue
 from engines.fair_share import current_share
 from engines.metrics import observe_encoder_batch
+from engines.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ class DynamicBatcher(Generic[I, O]):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING")
+            raise UnavailableError(f"model {self.name!r} is unloading", reason=Reason.MODEL_UNLOADING)
 
     def _admit(self, count: int) -> None:
         """Refuse ``count`` more items when the queue and the held places have no room for them."""
@@ -526,7 +527,9 @@ class DynamicBatcher(Generic[I, O]):
             if len(outputs) != len(batch):
                 raise RuntimeError(f"run_batch returned {len(outputs)} outputs for {len(batch)} items")
         except asyncio.CancelledError:
-            self._fail(batch, UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING"))
+            self._fail(
+                batch, UnavailableError(f"model {self.name!r} is unloading", reason=Reason.MODEL_UNLOADING)
+            )
             raise
         except Exception as exc:
             if not batch:
@@ -578,7 +581,7 @@ class DynamicBatcher(Generic[I, O]):
             self._collector.cancel()
         for job in list(self._jobs):
             job.cancel()
-        error = UnavailableError(f"model {self.name!r} is unloading", reason="MODEL_UNLOADING")
+        error = UnavailableError(f"model {self.name!r} is unloading", reason=Reason.MODEL_UNLOADING)
         with self._lock:
             waiting = self._queue.clear()
         self._fail(waiting, error)

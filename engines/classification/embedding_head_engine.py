@@ -18,6 +18,7 @@ from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import ModelLoadError
 from engines.memory_estimate import device_bytes
 from engines.options import parse_options
+from engines.reasons import Reason
 from engines.registry import register_backend
 from engines.sources import PACKAGE_SCHEME, file_in_folder, resolve_source
 from engines.types import DetokenizeRequest, MemoryUsage, Task, TokenizeRequest, TokenizeResult
@@ -55,7 +56,7 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
             if not path.is_file():
                 raise ModelLoadError(
                     f"model {spec.name!r}: missing file {path.name} ({option}) in {path.parent}",
-                    reason="MODEL_SOURCE_MISSING",
+                    reason=Reason.MODEL_SOURCE_MISSING,
                 )
             cls._check_loadable(spec, option, path)
         SentenceTransformersEmbeddingEngine.check_spec(cls._encoder_spec_of(spec, options))
@@ -87,7 +88,7 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
             raise ModelLoadError(
                 f"model {spec.name!r}: {option} {path.name!r} is not a .skops file; a pickled (joblib) "
                 f"file loads only from an installed package ({PACKAGE_SCHEME} source): save it with skops",
-                reason="MODEL_SOURCE_INVALID",
+                reason=Reason.MODEL_SOURCE_INVALID,
                 model=spec.name,
                 option=option,
             )
@@ -98,7 +99,7 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
         if path is not None and path.is_dir():
             return path
         message = f"model {spec.name!r}: embedding_head needs a local folder as source"
-        raise ModelLoadError(message, reason="MODEL_SOURCE_INVALID")
+        raise ModelLoadError(message, reason=Reason.MODEL_SOURCE_INVALID)
 
     @staticmethod
     def _encoder_spec_of(spec: ModelSpec, options: EmbeddingHeadOptions) -> ModelSpec:
@@ -135,7 +136,7 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
     def _read(self, option: str, path: Path) -> Any:
         if not path.is_file():
             raise ModelLoadError(
-                f"model {self.spec.name!r}: missing file {path.name}", reason="MODEL_SOURCE_MISSING"
+                f"model {self.spec.name!r}: missing file {path.name}", reason=Reason.MODEL_SOURCE_MISSING
             )
         if path.suffix == ".skops":
             return load_head(path)

@@ -22,6 +22,7 @@ from engines.capabilities import Embedder
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import FailedPreconditionError, ModelLoadError
 from engines.executor import DeviceExecutor
+from engines.reasons import Reason
 from engines.scoring import classifications, probabilities
 from engines.types import EmbeddingRequest, Truncation
 
@@ -100,7 +101,7 @@ def load_head(path: Path) -> Any:
         data = path.read_bytes()
     except OSError as exc:
         raise ModelLoadError(
-            f"classifier file {path.name} is unreadable", reason="MODEL_FILE_INVALID"
+            f"classifier file {path.name} is unreadable", reason=Reason.MODEL_FILE_INVALID
         ) from exc
     return load_head_bytes(data, path.name)
 
@@ -117,12 +118,14 @@ def load_head_bytes(data: bytes, label: str) -> Any:
     try:
         untrusted = set(sio.get_untrusted_types(data=data))
     except Exception as exc:
-        raise ModelLoadError(f"classifier file {label} is unreadable", reason="MODEL_FILE_INVALID") from exc
+        raise ModelLoadError(
+            f"classifier file {label} is unreadable", reason=Reason.MODEL_FILE_INVALID
+        ) from exc
     refused = untrusted - TRUSTED_TYPES
     if refused:
         raise ModelLoadError(
             f"classifier file {label} holds untrusted types: {', '.join(sorted(refused))}",
-            reason="UNTRUSTED_MODEL_FILE",
+            reason=Reason.UNTRUSTED_MODEL_FILE,
         )
     return sio.loads(data, trusted=sorted(untrusted))
 
@@ -168,7 +171,7 @@ class HeadClassifier:
         if request.candidate_labels:
             raise FailedPreconditionError(
                 "this classifier has fixed labels; candidate_labels need an embedding model",
-                reason="ZERO_SHOT_NOT_SUPPORTED",
+                reason=Reason.ZERO_SHOT_NOT_SUPPORTED,
                 field="candidate_labels",
             )
         embedded = await self._embedder.embed(

@@ -9,6 +9,7 @@ from engines.batching.tokens import TokenCounter, TokenIds
 from engines.classification.options import TransformersClassifierOptions
 from engines.encoder_types import ClassificationRequest, ClassificationResult
 from engines.errors import FailedPreconditionError
+from engines.reasons import Reason
 from engines.registry import register_backend
 from engines.scoring import classifications, probabilities
 from engines.types import Task
@@ -67,7 +68,7 @@ class TransformersClassificationEngine(BatchedEncoderEngine[TransformersClassifi
             raise FailedPreconditionError(
                 f"model {self.spec.name!r} has fixed labels ({', '.join(self.labels)}); candidate_labels "
                 "need an embedding model",
-                reason="ZERO_SHOT_NOT_SUPPORTED",
+                reason=Reason.ZERO_SHOT_NOT_SUPPORTED,
                 field="candidate_labels",
                 model=self.spec.name,
             )

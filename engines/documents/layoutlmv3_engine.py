@@ -35,6 +35,7 @@ from engines.documents.types import Citation, DocumentAnswer, DocumentField, Doc
 from engines.errors import InputTooLongError, ModelLoadError
 from engines.hf_construction import hf_construction
 from engines.ocr.types import Box, OcrPage
+from engines.reasons import Reason
 from engines.registry import register_backend
 from engines.sources import resolve_source
 from engines.types import Task
@@ -218,7 +219,7 @@ def head_of(config: dict[str, Any] | Any) -> str:
             return str(name)
     raise ModelLoadError(
         f"config.architectures {names!r} names no LayoutLMv3 head ({', '.join(HEADS)})",
-        reason="MODEL_SOURCE_INVALID",
+        reason=Reason.MODEL_SOURCE_INVALID,
     )
 
 

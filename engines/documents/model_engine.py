@@ -14,6 +14,7 @@ from engines.device import torch_module_memory
 from engines.documents.options import DocumentModelOptions
 from engines.errors import InputTooLongError, InvalidArgumentError, ModelLoadError, TaskNotSupportedError
 from engines.process_lane import FairTurns, take_turn
+from engines.reasons import Reason
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage, Task
 
@@ -46,7 +47,7 @@ def read_model_config(source: str) -> dict[str, Any] | None:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(
                 f"model source {source!r} has no readable config.json ({type(exc).__name__})",
-                reason="MODEL_SOURCE_INVALID",
+                reason=Reason.MODEL_SOURCE_INVALID,
             ) from None
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -98,7 +99,7 @@ class DocumentModelEngine(Engine[DocumentModelOptionsT]):
             raise ModelLoadError(
                 f"model {spec.name!r} is a {what}, which cannot serve "
                 f"{', '.join(t.value for t in missing)} (it serves: {can}); fix the catalog entry's tasks",
-                reason="MODEL_SOURCE_INVALID",
+                reason=Reason.MODEL_SOURCE_INVALID,
                 model=spec.name,
             )
 

@@ -22,6 +22,7 @@ from engines.embedding.quantization import CALIBRATION_TEXTS, needs_calibration,
 from engines.encoder_types import ClassificationRequest, ClassificationResult, RerankRequest, RerankResult
 from engines.errors import FailedPreconditionError, InvalidArgumentError
 from engines.hf_construction import hf_construction
+from engines.reasons import Reason
 from engines.registry import register_backend
 from engines.rerank.ranking import ranked
 from engines.scoring import classifications, softmax
@@ -258,7 +259,7 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransform
             raise FailedPreconditionError(
                 f"model {self.spec.name!r} is an embedding model: pass candidate_labels for zero-shot "
                 "classification",
-                reason="CANDIDATE_LABELS_REQUIRED",
+                reason=Reason.CANDIDATE_LABELS_REQUIRED,
                 field="candidate_labels",
                 model=self.spec.name,
             )

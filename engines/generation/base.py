@@ -36,6 +36,7 @@ from engines.generation.structured import (
     output_constraint,
     output_postprocessor,
 )
+from engines.reasons import Reason
 from engines.stats import EngineStats, GenerationStats, KvCacheStats
 from engines.tokenization import Offsets, check_token_ids, no_chat_template
 from engines.types import (
@@ -247,7 +248,7 @@ class GenerationEngine(Engine[GenerationOptionsT]):
         except Exception as exc:  # template errors (raise_exception in the template) are client errors
             raise InvalidArgumentError(
                 f"the chat template of model {self.spec.name!r} rejected the messages: {exc}",
-                reason="CHAT_TEMPLATE_ERROR",
+                reason=Reason.CHAT_TEMPLATE_ERROR,
             ) from None
 
     def _setup_reasoning(self) -> None:

@@ -17,6 +17,7 @@ from engines.errors import InvalidArgumentError
 from engines.generation.json_schema_bounds import check_schema_bounds
 from engines.generation.pattern_bounds import CompileBudget
 from engines.generation.structured import OutputConstraint
+from engines.reasons import Reason
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +52,8 @@ class GrammarTokenizer:
             self.tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, eos_token=eos_token_ids[0])
         except ValueError as exc:
             raise InvalidArgumentError(
-                f"structured output needs a fast tokenizer: {exc}", reason="STRUCTURED_OUTPUT_UNSUPPORTED"
+                f"structured output needs a fast tokenizer: {exc}",
+                reason=Reason.STRUCTURED_OUTPUT_UNSUPPORTED,
             ) from None
 
     def constraint(self, spec: OutputConstraint) -> GrammarConstraint:
@@ -104,4 +106,6 @@ class GrammarConstraint:
 
 
 def _invalid(detail: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"the JSON schema cannot be enforced: {detail}", reason="INVALID_JSON_SCHEMA")
+    return InvalidArgumentError(
+        f"the JSON schema cannot be enforced: {detail}", reason=Reason.INVALID_JSON_SCHEMA
+    )

@@ -41,6 +41,7 @@ from engines.errors import InvalidArgumentError
 from engines.generation.json_schema_bounds import PREFIX_TREE_END, REASON, check_schema_bounds, prefix_tree
 from engines.generation.pattern_bounds import CompileBudget, LruCache
 from engines.generation.structured import OutputConstraint, output_constraint
+from engines.reasons import Reason
 from engines.types import GenerationRequest
 
 T = TypeVar("T")
@@ -349,7 +350,7 @@ def gbnf_grammar(constraint: OutputConstraint, budget: CompileBudget | None = No
         grammar = converter.format_grammar()
     except _CONVERTER_ERRORS as exc:
         raise InvalidArgumentError(
-            f"the JSON schema cannot be turned into a grammar: {exc}", reason="INVALID_JSON_SCHEMA"
+            f"the JSON schema cannot be turned into a grammar: {exc}", reason=Reason.INVALID_JSON_SCHEMA
         ) from None
     budget.check_cancelled()
     check_grammar_bounds(grammar)

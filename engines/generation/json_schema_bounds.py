@@ -31,6 +31,7 @@ import re
 
 from engines.errors import InvalidArgumentError
 from engines.generation.pattern_bounds import CompileBudget, check_pattern_complexity, pattern_positions
+from engines.reasons import Reason
 
 MAX_REPETITION = 1000
 """Largest ``maxItems``/``minItems``/``maxLength``/``minLength``/``maxProperties``/``minProperties``
@@ -71,7 +72,7 @@ members, ``type`` lists, an enum's widest branching, an object's optional keys, 
 ambiguity. llama.cpp tests every token against each, so a step's cost grows with them; at 256 a
 step stays near a tenth of a second (see docs/architecture/design-notes.md#what-a-grammar-step-costs)."""
 
-REASON = "JSON_SCHEMA_TOO_COMPLEX"
+REASON = Reason.JSON_SCHEMA_TOO_COMPLEX
 
 REPETITION_KEYWORDS = (
     "maxItems",
@@ -139,7 +140,7 @@ def _local_target(schema: dict, ref: str, where: str) -> object:
     if not ref.startswith("#"):
         raise InvalidArgumentError(
             f"$ref {ref!r} at {where}: only local references (#/...) are supported; none is fetched",
-            reason="INVALID_JSON_SCHEMA",
+            reason=Reason.INVALID_JSON_SCHEMA,
         )
     target: object = schema
     for part in ref[1:].split("/")[1:]:
@@ -150,7 +151,7 @@ def _local_target(schema: dict, ref: str, where: str) -> object:
             target = target[int(part)]
         else:
             raise InvalidArgumentError(
-                f"$ref {ref!r} at {where} does not resolve", reason="INVALID_JSON_SCHEMA"
+                f"$ref {ref!r} at {where} does not resolve", reason=Reason.INVALID_JSON_SCHEMA
             )
     return target
 
@@ -193,7 +194,7 @@ def _check_ref_cycles(schema: dict, refs: set[str]) -> None:
                 names = [r for r, _ in path]
                 cycle = " -> ".join([*names[names.index(nxt) :], nxt])
                 raise InvalidArgumentError(
-                    f"$ref cycle {cycle} describes no finite value", reason="INVALID_JSON_SCHEMA"
+                    f"$ref cycle {cycle} describes no finite value", reason=Reason.INVALID_JSON_SCHEMA
                 )
             elif not state.get(nxt):
                 state[nxt] = 1

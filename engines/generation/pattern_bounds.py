@@ -33,6 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from engines.errors import InvalidArgumentError
+from engines.reasons import Reason
 
 MAX_PATTERN_POSITIONS = 4096
 """Most character positions of a ``pattern`` with every ``{m,n}`` expanded (``a{0,1000}`` is
@@ -54,8 +55,8 @@ CHECK_EVERY = 512
 """Work units between two looks at the cancel flag."""
 
 MAX_CODE_POINT = 0x10FFFF
-_INVALID = "INVALID_JSON_SCHEMA"
-REASON = "JSON_SCHEMA_TOO_COMPLEX"
+_INVALID = Reason.INVALID_JSON_SCHEMA
+REASON = Reason.JSON_SCHEMA_TOO_COMPLEX
 
 # Node kinds of the parsed pattern.
 _CHARS, _SEQ, _ALT, _REP = range(4)

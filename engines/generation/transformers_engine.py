@@ -60,6 +60,7 @@ from engines.memory_estimate import (
     weight_bytes,
 )
 from engines.options import parse_options
+from engines.reasons import Reason
 from engines.registry import register_backend
 from engines.sources import ResolvedSource, file_in_folder, resolve_source
 from engines.tokenization import Offsets, hf_detokenize, hf_tokenize
@@ -122,7 +123,7 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
         if resolved.path is None:
             raise ModelLoadError(
                 "gguf_file needs a local source folder (download the file first)",
-                reason="MODEL_SOURCE_INVALID",
+                reason=Reason.MODEL_SOURCE_INVALID,
                 model=spec.name,
             )
         path = (
@@ -133,7 +134,7 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
         if not path.is_file():
             raise ModelLoadError(
                 f"gguf_file {gguf_file!r} is not a file in {resolved.path}",
-                reason="MODEL_SOURCE_MISSING",
+                reason=Reason.MODEL_SOURCE_MISSING,
                 model=spec.name,
             )
         return path

@@ -15,6 +15,7 @@ from engines.encoder_types import Entity, EntityRequest, EntityResult
 from engines.errors import ModelLoadError
 from engines.ner.filtering import check_input_characters, kept
 from engines.ner.options import SpacyOptions
+from engines.reasons import Reason
 from engines.registry import register_backend
 from engines.sources import path_size_bytes, resolve_source
 from engines.types import MemoryUsage, Task
@@ -88,13 +89,13 @@ class SpacyNerEngine(Engine[SpacyOptions]):
         elif path is not None:
             raise ModelLoadError(
                 f"model {self.spec.name!r}: {path.name} is neither a spaCy pipeline nor a model package",
-                reason="MODEL_SOURCE_INVALID",
+                reason=Reason.MODEL_SOURCE_INVALID,
             )
         else:
             nlp = spacy.load(str(resolved.hub_id))
         if "ner" not in nlp.pipe_names:
             raise ModelLoadError(
-                f"model {self.spec.name!r} has no ner component", reason="MODEL_SOURCE_INVALID"
+                f"model {self.spec.name!r} has no ner component", reason=Reason.MODEL_SOURCE_INVALID
             )
         self.nlp = nlp
         self.disabled = [name for name in self.options.disable if name in nlp.pipe_names]

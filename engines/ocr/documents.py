@@ -26,6 +26,7 @@ from PIL import Image, ImageOps
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
 from engines.ocr.types import IMAGE_FORMATS, PDF, SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrLine
+from engines.reasons import Reason
 
 
 def sniff_mime_type(data: bytes) -> str | None:
@@ -52,14 +53,17 @@ def sniff_mime_type(data: bytes) -> str | None:
 def _corrupt(kind: str, detail: str = "") -> InvalidArgumentError:
     suffix = f" ({detail})" if detail else ""
     return InvalidArgumentError(
-        f"the {kind} file is truncated or corrupt{suffix}", reason="CORRUPT_FILE", field="chunk", format=kind
+        f"the {kind} file is truncated or corrupt{suffix}",
+        reason=Reason.CORRUPT_FILE,
+        field="chunk",
+        format=kind,
     )
 
 
 def _too_large(page: int, width: int, height: int, limit: int, hint: str = "") -> ResourceExhaustedError:
     return ResourceExhaustedError(
         f"page {page} is {width}x{height} = {width * height} pixels; the limit is {limit}{hint}",
-        reason="IMAGE_TOO_LARGE",
+        reason=Reason.IMAGE_TOO_LARGE,
         page=page,
         width=width,
         height=height,
@@ -118,7 +122,7 @@ def check_page_shape(page: int, width: int, height: int, limits: OcrLimits) -> N
         raise InvalidArgumentError(
             f"page {page} is {width}x{height} pixels, an aspect ratio of {long_side / short_side:.4g}:1; "
             f"the limit is {limits.max_aspect_ratio:g}:1 (ocr_max_aspect_ratio)",
-            reason="IMAGE_ASPECT_RATIO_TOO_LARGE",
+            reason=Reason.IMAGE_ASPECT_RATIO_TOO_LARGE,
             field="chunk",
             page=page,
             width=width,
@@ -181,7 +185,7 @@ class ImageDocument(Document):
         except Image.DecompressionBombError as exc:
             raise ResourceExhaustedError(
                 f"the image is over the pixel limit ({exc})",
-                reason="IMAGE_TOO_LARGE",
+                reason=Reason.IMAGE_TOO_LARGE,
                 max_pixels=limits.max_pixels,
             ) from None
         except (OSError, SyntaxError, ValueError) as exc:
@@ -194,7 +198,7 @@ class ImageDocument(Document):
                 raise ResourceExhaustedError(
                     f"the TIFF file has more than {limits.max_pages} pages; the limit is "
                     f"{limits.max_pages} (ocr_max_pages)",
-                    reason="TOO_MANY_PAGES",
+                    reason=Reason.TOO_MANY_PAGES,
                     max_pages=limits.max_pages,
                 )
         self._check(1)
@@ -257,7 +261,9 @@ class PdfDocument(Document):
         except pdfium.PdfiumError as exc:
             if "password" in str(exc).lower():
                 raise InvalidArgumentError(
-                    "the PDF is encrypted; send it without a password", reason="ENCRYPTED_PDF", field="chunk"
+                    "the PDF is encrypted; send it without a password",
+                    reason=Reason.ENCRYPTED_PDF,
+                    field="chunk",
                 ) from None
             raise _corrupt("PDF", str(exc)) from None
         if self.page_count < 1:
@@ -352,12 +358,12 @@ def check_file(data: bytes, mime_type: str, limits: OcrLimits) -> str:
     """
     if not data:
         raise InvalidArgumentError(
-            "the file is empty: send its bytes in chunk", reason="EMPTY_FILE", field="chunk"
+            "the file is empty: send its bytes in chunk", reason=Reason.EMPTY_FILE, field="chunk"
         )
     if len(data) > limits.max_bytes:
         raise ResourceExhaustedError(
             f"the file is {len(data)} bytes; the limit is {limits.max_bytes}",
-            reason="FILE_TOO_LARGE",
+            reason=Reason.FILE_TOO_LARGE,
             size_bytes=len(data),
             max_bytes=limits.max_bytes,
         )
@@ -365,13 +371,13 @@ def check_file(data: bytes, mime_type: str, limits: OcrLimits) -> str:
     if sniffed is None:
         raise InvalidArgumentError(
             f"unsupported file format; supported: {', '.join(SUPPORTED_MIME_TYPES)}",
-            reason="UNSUPPORTED_FORMAT",
+            reason=Reason.UNSUPPORTED_FORMAT,
             field="chunk",
         )
     if mime_type and mime_type != sniffed:
         raise InvalidArgumentError(
             f"options.mime_type is {mime_type} but the bytes are {sniffed}",
-            reason="UNSUPPORTED_FORMAT",
+            reason=Reason.UNSUPPORTED_FORMAT,
             field="options.mime_type",
             mime_type=mime_type,
             detected=sniffed,

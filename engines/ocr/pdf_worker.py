@@ -30,6 +30,7 @@ from engines.errors import ResourceExhaustedError
 from engines.ocr.documents import PdfDocument, TextLayer
 from engines.ocr.types import OcrLimits
 from engines.process_lane import ProcessLane
+from engines.reasons import Reason
 
 
 def _run(op: str, data: bytes, limits: OcrLimits, page_number: int, dpi: int) -> Any:
@@ -121,7 +122,7 @@ class PdfWorker:
             raise ResourceExhaustedError(
                 f"page {page_number or 1} took more than {limits.page_timeout_s} s to render "
                 "and was stopped; the page is too complex",
-                reason="PAGE_TOO_COMPLEX",
+                reason=Reason.PAGE_TOO_COMPLEX,
                 page=page_number or 1,
                 page_timeout_s=limits.page_timeout_s,
             ) from None

@@ -24,6 +24,7 @@ from engines.ocr.base import OcrEngine
 from engines.ocr.layout import reading_order, same_line
 from engines.ocr.options import RapidOcrOptions
 from engines.ocr.types import Box, OcrLine, OcrWord
+from engines.reasons import Reason
 from engines.registry import register_backend
 from engines.sources import file_in_folder, resolve_source
 from engines.types import MemoryUsage
@@ -311,7 +312,7 @@ class RapidOcrEngine(OcrEngine[RapidOcrOptions]):
                 raise InvalidArgumentError(
                     f"rapidocr's model reads en and zh, not {code!r}; "
                     "use a tesseract model for other languages",
-                    reason="UNSUPPORTED_LANGUAGE",
+                    reason=Reason.UNSUPPORTED_LANGUAGE,
                     field="options.languages",
                     language=code,
                 )

@@ -19,6 +19,7 @@ from engines.errors import InvalidArgumentError, ModelLoadError
 from engines.ocr.base import OcrEngine
 from engines.ocr.options import TesseractOptions
 from engines.ocr.types import Box, OcrLine, OcrWord
+from engines.reasons import Reason
 from engines.registry import register_backend
 from engines.sources import resolve_source
 from engines.types import MemoryUsage
@@ -68,7 +69,7 @@ class TesseractEngine(OcrEngine[TesseractOptions]):
         if shutil.which(pytesseract.pytesseract.tesseract_cmd) is None:
             raise ModelLoadError(
                 "the tesseract program is not installed (apt-get install tesseract-ocr)",
-                reason="MODEL_SOURCE_MISSING",
+                reason=Reason.MODEL_SOURCE_MISSING,
             )
 
     def _config(self) -> str:
@@ -143,7 +144,7 @@ class TesseractEngine(OcrEngine[TesseractOptions]):
                 raise InvalidArgumentError(
                     f"tesseract has no data for language {code!r} ({name}); installed: "
                     f"{', '.join(sorted(self.installed))} (e.g. apt-get install tesseract-ocr-{name})",
-                    reason="UNSUPPORTED_LANGUAGE",
+                    reason=Reason.UNSUPPORTED_LANGUAGE,
                     field="options.languages",
                     language=code,
                 )

@@ -26,6 +26,7 @@ from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 from universal_runtime.v1 import batch_pb2
 
+from engines.reasons import REASONS, Reason
 from gateway.calls import Rpc
 from gateway.errors import GatewayError
 from gateway.responses import JsonResponse
@@ -85,12 +86,13 @@ _UPLOAD_OPENAPI = {
     }
 }
 
-TOO_MANY_FILES = frozenset({"TOO_MANY_FILES"})
+TOO_MANY_FILES = frozenset({Reason.TOO_MANY_FILES})
 """RESOURCE_EXHAUSTED reason of a key over its number of files: 507 Insufficient Storage (as a full
 store), not 429, which OpenAI's clients retry: the client must delete files first."""
+_TOO_MANY_FILES_STATUS = REASONS[Reason.TOO_MANY_FILES].http_status
 
 _UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
-    507: {
+    _TOO_MANY_FILES_STATUS: {
         "model": ErrorResponse,
         "description": "The key has as many files as it may keep: delete some first.",
     }
@@ -197,7 +199,7 @@ async def create_file(rpc: Rpc) -> JsonResponse:
             )
         expires_after_s = expires_after_seconds(form)
         filename = (upload.filename or "batch.jsonl")[:MAX_FILENAME_CHARS]
-        with resource_reasons_as(507, TOO_MANY_FILES):
+        with resource_reasons_as(_TOO_MANY_FILES_STATUS, TOO_MANY_FILES):
             reply = await rpc.unary(
                 rpc.clients.batches.CreateFile, _chunks(upload, filename, expires_after_s)
             )

@@ -28,6 +28,7 @@ from engines.anomaly.types import (
     accepts_matrix,
     check_contamination,
 )
+from engines.reasons import Reason
 from service.convert.anomaly_wire import merge_score_messages, uniform_numeric_rows
 from service.convert.messages import enum_table, wire_values
 from service.convert.validation import check_range, require
@@ -81,7 +82,7 @@ def schema_from_pb(
         count <= max_features,
         field,
         f"at most {max_features} features (anomaly_max_features), got {count}",
-        reason="TOO_MANY_FEATURES",
+        reason=Reason.TOO_MANY_FEATURES,
         features=count,
         max_features=max_features,
     )

@@ -7,6 +7,7 @@ import json
 from universal_runtime.v1 import documents_pb2 as pb
 
 from engines.documents import types as doc
+from engines.reasons import Reason
 from service.convert.messages import MessageCopy, enum_table, wire_values
 from service.convert.ocr import box_message as _box
 from service.convert.ocr import line_message
@@ -53,7 +54,7 @@ def ask_job(options: pb.AskDocumentOptions, settings: Settings) -> AskJob:
         len(question) <= MAX_QUESTION_CHARS,
         "options.question",
         f"at most {MAX_QUESTION_CHARS} characters, got {len(question)}",
-        reason="INPUT_TOO_LONG",
+        reason=Reason.INPUT_TOO_LONG,
     )
     check_range(options.top_k, "options.top_k", 0, 16)
     check_range(options.max_tokens, "options.max_tokens", 0, 512)
@@ -85,7 +86,7 @@ def extract_job(options: pb.ExtractDocumentOptions, settings: Settings) -> Extra
             schema.get("type") == "object" and isinstance(schema.get("properties"), dict),
             field,
             'must be an object schema: {"type": "object", "properties": {...}}',
-            reason="INVALID_JSON_SCHEMA",
+            reason=Reason.INVALID_JSON_SCHEMA,
         )
     return ExtractJob(
         read=read_job(options.document, settings),

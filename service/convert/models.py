@@ -12,6 +12,7 @@ from google.protobuf import json_format, struct_pb2
 from universal_runtime.v1 import model_service_pb2 as pb
 
 from engines.errors import RuntimeServiceError
+from engines.reasons import Reason
 from engines.types import Task
 from service.convert.validation import require
 from service.model_manager import ManagedModel, ModelManager, ModelState
@@ -100,7 +101,7 @@ def _require_finite(value: struct_pb2.Struct | struct_pb2.ListValue | struct_pb2
             math.isfinite(number),
             field,
             f"a finite number, got {number}",
-            reason="INVALID_MODEL_OPTION",
+            reason=Reason.INVALID_MODEL_OPTION,
             option=option,
         )
 

@@ -10,6 +10,7 @@ from universal_runtime.v1.documents_pb2 import DocumentReadOptions
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
 from engines.ocr.types import SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrLine, OcrOptions, OcrPage, OcrWord
+from engines.reasons import Reason
 from service.convert.messages import MessageCopy
 from service.convert.validation import check_range, require
 from service.settings import Settings
@@ -67,7 +68,7 @@ def read_job(
         not mime_type or mime_type in SUPPORTED_MIME_TYPES,
         f"{prefix}.mime_type",
         f"unsupported type {options.mime_type!r}; supported: {', '.join(SUPPORTED_MIME_TYPES)}",
-        reason="UNSUPPORTED_FORMAT",
+        reason=Reason.UNSUPPORTED_FORMAT,
     )
     require(options.first_page >= 0, f"{prefix}.first_page", "must be >= 0 (1-based; 0 means the first page)")
     require(options.last_page >= 0, f"{prefix}.last_page", "must be >= 0 (1-based; 0 means the last page)")
@@ -140,7 +141,7 @@ async def read_upload(
         if received > limit:
             raise ResourceExhaustedError(
                 f"the file is over the limit of {limit} bytes",
-                reason="FILE_TOO_LARGE",
+                reason=Reason.FILE_TOO_LARGE,
                 max_bytes=limit,
             )
         if refused is None:
@@ -150,7 +151,7 @@ async def read_upload(
     if job is None:
         raise InvalidArgumentError(
             "no request message received: send options and the file's bytes",
-            reason="EMPTY_FILE",
+            reason=Reason.EMPTY_FILE,
             field="chunk",
         )
     return job, bytes(data)

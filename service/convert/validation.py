@@ -8,6 +8,7 @@ import re
 
 from engines.errors import InvalidArgumentError
 from engines.generation.json_schema_bounds import check_schema_bounds
+from engines.reasons import Reason
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted in client JSON (schemas): real schemas stay
@@ -68,7 +69,7 @@ def json_nesting_depth(text: str) -> int:
     return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
 
 
-def parse_json(text: str, field: str, *, reason: str = "INVALID_JSON_SCHEMA") -> object:
+def parse_json(text: str, field: str, *, reason: str = Reason.INVALID_JSON_SCHEMA) -> object:
     """Parse client JSON ``text`` that may nest at most :data:`MAX_JSON_DEPTH` levels.
 
     The length (at most :data:`MAX_JSON_CHARS`) and then the depth are checked before parsing, so
@@ -83,7 +84,7 @@ def parse_json(text: str, field: str, *, reason: str = "INVALID_JSON_SCHEMA") ->
     if len(text) > MAX_JSON_CHARS:
         raise InvalidArgumentError(
             f"{field}: {len(text)} characters of JSON; at most {MAX_JSON_CHARS} are allowed",
-            reason="INPUT_TOO_LONG",
+            reason=Reason.INPUT_TOO_LONG,
             field=field,
             characters=len(text),
             max_characters=MAX_JSON_CHARS,
@@ -122,7 +123,7 @@ def validate_json_schema(schema: object, field: str) -> dict:
 
     if not isinstance(schema, dict):
         raise InvalidArgumentError(
-            f"{field}: a JSON Schema must be a JSON object", reason="INVALID_JSON_SCHEMA", field=field
+            f"{field}: a JSON Schema must be a JSON object", reason=Reason.INVALID_JSON_SCHEMA, field=field
         )
     try:
         check_schema_bounds(schema)
@@ -133,6 +134,6 @@ def validate_json_schema(schema: object, field: str) -> dict:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         raise InvalidArgumentError(
-            f"{field}: invalid JSON Schema: {exc.message}", reason="INVALID_JSON_SCHEMA", field=field
+            f"{field}: invalid JSON Schema: {exc.message}", reason=Reason.INVALID_JSON_SCHEMA, field=field
         ) from None
     return schema

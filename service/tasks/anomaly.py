@@ -41,6 +41,7 @@ from engines.errors import ResourceExhaustedError
 from engines.executor import DeviceExecutor
 from engines.owners import OwnedStores
 from engines.process_lane import ProcessLane
+from engines.reasons import Reason
 from service.tasks.callers import call_owner, write_target
 
 T = TypeVar("T")
@@ -136,7 +137,7 @@ class AnomalyTask:
             raise ResourceExhaustedError(
                 f"the fit on {len(rows)} rows took more than {self.fit_timeout_s:g} s and was stopped; "
                 "send fewer rows or use a faster backend (isolation forest, ECOD, HBOS)",
-                reason="FIT_TOO_SLOW",
+                reason=Reason.FIT_TOO_SLOW,
                 rows=len(rows),
                 fit_timeout_s=self.fit_timeout_s,
             ) from None

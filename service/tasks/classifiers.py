@@ -23,6 +23,7 @@ from engines.encoder_types import (
 from engines.errors import FailedPreconditionError, InvalidArgumentError, ModelNotFoundError
 from engines.executor import DeviceExecutor
 from engines.owners import OwnedStores
+from engines.reasons import Reason
 from engines.types import EmbeddingRequest
 from service.model_manager import ModelManager
 from service.tasks.callers import call_owner, write_target
@@ -141,7 +142,7 @@ class ClassifierTask:
         else:
             raise InvalidArgumentError(
                 f"{name!r} is a catalog model name; choose another classifier name",
-                reason="CLASSIFIER_NAME_TAKEN",
+                reason=Reason.CLASSIFIER_NAME_TAKEN,
                 field="name",
                 name=name,
             )
@@ -149,7 +150,7 @@ class ClassifierTask:
             if not fit.overwrite and await asyncio.to_thread(store.exists, name):
                 raise FailedPreconditionError(
                     f"a classifier named {name!r} exists; set overwrite to replace it",
-                    reason="CLASSIFIER_EXISTS",
+                    reason=Reason.CLASSIFIER_EXISTS,
                     field="name",
                     name=name,
                 )

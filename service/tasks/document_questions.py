@@ -52,6 +52,7 @@ from engines.errors import InvalidArgumentError, TaskNotSupportedError
 from engines.generation.json_grammar import compile_in_worker, gbnf_grammar
 from engines.generation.structured import OutputConstraint
 from engines.ocr.types import OcrPage
+from engines.reasons import Reason
 from engines.types import (
     ChatMessage,
     GenerationRequest,
@@ -343,7 +344,7 @@ class DocumentQuestionTask:
             # The grammar keeps the text valid JSON; only a cut at max_tokens ends it early.
             raise InvalidArgumentError(
                 f"the extracted JSON was cut at max_tokens ({job.max_tokens}); raise options.max_tokens",
-                reason="OUTPUT_TRUNCATED",
+                reason=Reason.OUTPUT_TRUNCATED,
                 field="options.max_tokens",
             ) from None
         lines = [(page.page_number, page_lines) for page in pages for page_lines in _lines(page)]
@@ -385,7 +386,7 @@ class DocumentQuestionTask:
         pages = await self._analyzed(job.read, data)
         text = _clip("\n".join(block.text for _, block in _text_blocks(pages)), CONTEXT_CHARS)
         if not text.strip():
-            raise InvalidArgumentError("the document has no text to classify", reason="EMPTY_DOCUMENT")
+            raise InvalidArgumentError("the document has no text to classify", reason=Reason.EMPTY_DOCUMENT)
         result = await self.classifiers.classify(
             job.model,
             keep_alive,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from engines.capabilities import OcrReader
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
 from engines.ocr.types import OcrLimits, OcrOptions, OcrPage
+from engines.reasons import Reason
 from service.model_manager import ModelManager
 
 
@@ -41,7 +42,7 @@ def select_pages(job: OcrJob, page_count: int) -> range:
         if value > page_count:
             raise InvalidArgumentError(
                 f"{name} is {value} but the file has {page_count} page(s)",
-                reason="PAGE_OUT_OF_RANGE",
+                reason=Reason.PAGE_OUT_OF_RANGE,
                 field=name,
                 page_count=page_count,
             )
@@ -50,7 +51,7 @@ def select_pages(job: OcrJob, page_count: int) -> range:
         raise ResourceExhaustedError(
             f"{count} pages requested; the limit is {job.limits.max_pages} per call "
             "(read the rest with first_page/last_page)",
-            reason="TOO_MANY_PAGES",
+            reason=Reason.TOO_MANY_PAGES,
             pages=count,
             max_pages=job.limits.max_pages,
         )
