@@ -51,16 +51,17 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from engines.errors import ResourceExhaustedError, RuntimeServiceError, UnavailableError, clip_text
-from engines.storage import StoreQuota, fsync_dir, write_durable
+from engines.reasons import Reason
+from engines.storage import StorageLimits, fsync_dir, write_durable
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 10.0
-STORE_UNAVAILABLE = "STATE_STORE_UNAVAILABLE"
+STORE_UNAVAILABLE = Reason.STATE_STORE_UNAVAILABLE
 #: ErrorInfo reason of a save refused because the store is out of space (see :meth:`StateStore.failure`).
-STORAGE_FULL = "STORAGE_FULL"
+STORAGE_FULL = Reason.STORAGE_FULL
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,19 +481,19 @@ def open_state_store(
 
 
 @dataclass(frozen=True, slots=True)
-class QuotaCheck:
-    """A store's :class:`~engines.storage.StoreQuota` as its saves check it, counted from its files now.
+class StorageCheck:
+    """A store's :class:`~engines.storage.StorageLimits` as its saves check it, counted from its files now.
 
     Attributes:
         store: the store whose files are counted.
-        quota: its limits.
+        limits: its limits.
         what: its items in words, for the message (``"custom classifiers"``).
         is_item: whether a key is the one file each item has (its manifest, its description).
 
     """
 
     store: StateStore
-    quota: StoreQuota
+    limits: StorageLimits
     what: str
     is_item: Callable[[str], bool]
 
@@ -505,12 +506,12 @@ class QuotaCheck:
             new_bytes: bytes the save will write.
 
         Raises:
-            ResourceExhaustedError: over a limit (see :meth:`StoreQuota.check`).
+            ResourceExhaustedError: over a limit (see :meth:`StorageLimits.check`).
             UnavailableError: the store failed (see :meth:`StateStore.sizes`).
 
         """
         sizes = self.store.sizes()
-        self.quota.check(
+        self.limits.check(
             self.what,
             items=sum(1 for key in sizes if self.is_item(key)),
             used_bytes=sum(sizes.values()) - sum(sizes.get(key, 0) for key in replaced),
@@ -582,7 +583,7 @@ def publish_version(
     raise UnavailableError(
         f"{manifest_key} in the state store {store.url} changed under {attempts} saves in a row "
         "(other replicas are saving it); retry later",
-        reason="STATE_STORE_CONFLICT",
+        reason=Reason.STATE_STORE_CONFLICT,
         state_url=store.url,
         key=manifest_key,
     )

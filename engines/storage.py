@@ -2,7 +2,7 @@
 
 A saved file must survive a crash or power loss whole: :func:`write_durable` writes a temporary
 file in the same folder, flushes it to disk, renames it into place and flushes the folder (the
-rename lives in the folder's entry, which a crash could otherwise lose). A :class:`StoreQuota`
+rename lives in the folder's entry, which a crash could otherwise lose). A :class:`StorageLimits`
 bounds what clients can make the server keep on disk.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.errors import ResourceExhaustedError
+from engines.reasons import Reason
 
 GIB = 1 << 30
 
@@ -59,7 +60,7 @@ def write_durable(path: Path, data: bytes) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class StoreQuota:
+class StorageLimits:
     """Limits of one store.
 
     Attributes:
@@ -98,7 +99,7 @@ class StoreQuota:
         )
         raise ResourceExhaustedError(
             f"storage quota exceeded: {limit}; delete some first",
-            reason="STORAGE_QUOTA_EXCEEDED",
+            reason=Reason.STORAGE_QUOTA_EXCEEDED,
             max_items=self.max_items,
             max_bytes=self.max_bytes,
             items=items,

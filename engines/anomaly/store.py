@@ -23,7 +23,7 @@ Safety:
   the manifest is replaced by compare-and-swap (:func:`engines.state_store.publish_version`), so
   neither a crash nor two replicas saving one name at once leave a manifest naming a missing,
   torn or foreign file (on the local disk, files are flushed and renamed or linked into place);
-* the store is bounded by a :class:`~engines.storage.StoreQuota` (detectors and bytes).
+* the store is bounded by a :class:`~engines.storage.StorageLimits` (detectors and bytes).
 
 Methods are blocking; call them on the anomaly task's CPU lane (one thread), which also serializes them.
 """
@@ -57,8 +57,9 @@ from engines.errors import (
     RuntimeServiceError,
     UnavailableError,
 )
-from engines.state_store import Blob, LocalStateStore, QuotaCheck, StateStore, publish_version
-from engines.storage import StoreQuota
+from engines.reasons import Reason
+from engines.state_store import Blob, LocalStateStore, StateStore, StorageCheck, publish_version
+from engines.storage import StorageLimits
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class DetectorNotFoundError(RuntimeServiceError):
     """No saved detector has this name (NOT_FOUND, DETECTOR_NOT_FOUND)."""
 
     status = "NOT_FOUND"
-    reason = "DETECTOR_NOT_FOUND"
+    reason = Reason.DETECTOR_NOT_FOUND
 
 
 def validate_detector_name(name: str, field: str = "detector") -> str:
@@ -102,7 +103,7 @@ def validate_detector_name(name: str, field: str = "detector") -> str:
         raise InvalidArgumentError(
             f"{field}: invalid detector name {name!r}: use 1-128 characters of [A-Za-z0-9_.-], "
             "starting with a letter or digit, without '..'",
-            reason="INVALID_DETECTOR_NAME",
+            reason=Reason.INVALID_DETECTOR_NAME,
             field=field,
             detector=name,
         )
@@ -195,7 +196,7 @@ class DetectorStore:
     Args:
         root: the store (a folder, created on first save, or a :class:`StateStore`).
         keep_versions: saved versions kept per detector; older files are deleted.
-        quota: most detectors and bytes the store may hold (default 256 and 1 GiB).
+        limits: most detectors and bytes the store may hold (default 256 and 1 GiB).
         cache_ttl_s: seconds a loaded detector is served without looking at the manifest again
             (0: look on every call, one small read).
 
@@ -205,16 +206,16 @@ class DetectorStore:
         self,
         root: Path | StateStore,
         keep_versions: int = 3,
-        quota: StoreQuota | None = None,
+        limits: StorageLimits | None = None,
         cache_ttl_s: float = 0.0,
     ) -> None:
         self.store = root if isinstance(root, StateStore) else LocalStateStore(Path(root))
         self.keep_versions = keep_versions
-        self.quota = quota or StoreQuota()
+        self.limits = limits or StorageLimits()
         # A detector's manifest sits at <name>/manifest.json, one per detector whatever its versions.
-        self._quota_check = QuotaCheck(
+        self._storage_check = StorageCheck(
             self.store,
-            self.quota,
+            self.limits,
             "anomaly detectors",
             lambda key: key.count("/") == 1 and key.endswith(f"/{_MANIFEST}"),
         )
@@ -242,14 +243,14 @@ class DetectorStore:
         except ValueError as exc:
             raise FailedPreconditionError(
                 f"detector {name!r} has an unreadable manifest; delete and refit it",
-                reason="DETECTOR_CORRUPT",
+                reason=Reason.DETECTOR_CORRUPT,
                 detector=name,
             ) from exc
         valid = isinstance(manifest, dict) and manifest.get("format") == _FORMAT
         if not valid or not manifest.get("versions"):
             raise FailedPreconditionError(
                 f"detector {name!r} has an invalid manifest; delete and refit it",
-                reason="DETECTOR_CORRUPT",
+                reason=Reason.DETECTOR_CORRUPT,
                 detector=name,
             )
         return manifest
@@ -273,7 +274,7 @@ class DetectorStore:
     def _check_quota(self, name: str, manifest: dict[str, Any] | None, new_bytes: int) -> None:
         versions = manifest["versions"] if manifest else []
         dropped = versions[: max(0, len(versions) + 1 - self.keep_versions)]
-        self._quota_check.check(
+        self._storage_check.check(
             replaced=[self._version_key(name, old["version"]) for old in dropped],
             new_item=manifest is None,
             new_bytes=new_bytes,
@@ -371,14 +372,14 @@ class DetectorStore:
                 if attempt:
                     raise FailedPreconditionError(
                         f"detector {name!r} version {version} is missing its file; delete and refit it",
-                        reason="DETECTOR_CORRUPT",
+                        reason=Reason.DETECTOR_CORRUPT,
                         detector=name,
                     )
             if _sha256(data) != sha:
                 raise FailedPreconditionError(
                     f"detector {name!r} version {version} does not match the checksum the server "
                     "wrote; refusing to load it",
-                    reason="DETECTOR_UNTRUSTED",
+                    reason=Reason.DETECTOR_UNTRUSTED,
                     detector=name,
                 )
             state = self._safe_load(name, data)
@@ -396,7 +397,7 @@ class DetectorStore:
                 raise FailedPreconditionError(
                     f"detector {name!r} holds types this server never writes "
                     f"({', '.join(sorted(untrusted))}); refusing to load it",
-                    reason="DETECTOR_UNTRUSTED",
+                    reason=Reason.DETECTOR_UNTRUSTED,
                     detector=name,
                 )
             state = sio.loads(data, trusted=list(TRUSTED_TYPES))
@@ -406,13 +407,13 @@ class DetectorStore:
             log.warning("refused detector file", extra={"detector": name, "error": repr(exc)})
             raise FailedPreconditionError(
                 f"detector {name!r} could not be loaded safely; delete and refit it",
-                reason="DETECTOR_UNTRUSTED",
+                reason=Reason.DETECTOR_UNTRUSTED,
                 detector=name,
             ) from None
         if not isinstance(state, dict) or not isinstance(state.get("encoder"), TabularEncoder):
             raise FailedPreconditionError(
                 f"detector {name!r} has an unexpected layout; delete and refit it",
-                reason="DETECTOR_CORRUPT",
+                reason=Reason.DETECTOR_CORRUPT,
                 detector=name,
             )
         return state

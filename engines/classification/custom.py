@@ -14,7 +14,7 @@ A save writes the new head under its own key, then swaps in the description by c
 (:func:`engines.state_store.publish_version`), then deletes the previous head: a description never
 names a missing or foreign head, even with replicas saving the same name at once. Names are
 validated before any key is built, so a client can never make the server read or write outside
-that folder. The store is bounded by a :class:`StoreQuota`.
+that folder. The store is bounded by a :class:`StorageLimits`.
 
 The store's methods are blocking (store I/O and skops); callers run them off the event loop.
 """
@@ -33,8 +33,9 @@ from typing import Any
 from engines.classification.heads import dump_head, load_head_bytes
 from engines.encoder_types import CLASSIFIER_NAME, ClassifierInfo, validate_classifier_name
 from engines.errors import FailedPreconditionError, ModelLoadError, ModelNotFoundError
-from engines.state_store import Blob, LocalStateStore, QuotaCheck, StateStore, publish_version
-from engines.storage import StoreQuota
+from engines.reasons import Reason
+from engines.state_store import Blob, LocalStateStore, StateStore, StorageCheck, publish_version
+from engines.storage import StorageLimits
 
 HEAD_SUFFIX = ".skops"
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def _sha256(data: bytes) -> str:
 def _exists_error(name: str) -> FailedPreconditionError:
     return FailedPreconditionError(
         f"a classifier named {name!r} exists; set overwrite to replace it",
-        reason="CLASSIFIER_EXISTS",
+        reason=Reason.CLASSIFIER_EXISTS,
         field="name",
         name=name,
     )
@@ -124,17 +125,17 @@ class ClassifierStore:
 
     Args:
         root: the folder (created on first save), or a :class:`StateStore`.
-        quota: most classifiers and bytes the folder may hold (default 256 and 1 GiB).
+        limits: most classifiers and bytes the folder may hold (default 256 and 1 GiB).
         cache_ttl_s: seconds a loaded classifier is served without reading its description again.
 
     """
 
     def __init__(
-        self, root: Path | StateStore, quota: StoreQuota | None = None, cache_ttl_s: float = 0.0
+        self, root: Path | StateStore, limits: StorageLimits | None = None, cache_ttl_s: float = 0.0
     ) -> None:
         self.store = root if isinstance(root, StateStore) else LocalStateStore(Path(root))
-        self.quota = quota or StoreQuota()
-        self._quota_check = QuotaCheck(self.store, self.quota, "custom classifiers", _is_description_key)
+        self.limits = limits or StorageLimits()
+        self._storage_check = StorageCheck(self.store, self.limits, "custom classifiers", _is_description_key)
         self.cache_ttl_s = cache_ttl_s
         # name -> (version, head sha256, classifier, monotonic time the description was last read)
         self._cache: dict[str, tuple[int, str, CustomClassifier, float]] = {}
@@ -200,7 +201,7 @@ class ClassifierStore:
                     info, version, sha = self._parse(Blob(raw, ""))
                 except (ValueError, TypeError) as exc:
                     raise ModelLoadError(
-                        f"classifier {name!r} has an unreadable description", reason="MODEL_FILE_INVALID"
+                        f"classifier {name!r} has an unreadable description", reason=Reason.MODEL_FILE_INVALID
                     ) from exc
                 if cached is not None and cached[:2] == (version, str(sha)):
                     self._cache[name] = (version, str(sha), cached[2], time.monotonic())
@@ -211,12 +212,12 @@ class ClassifierStore:
                 if attempt:  # missing twice: not a save through another replica replacing it
                     raise ModelLoadError(
                         f"classifier {name!r} is missing its head file; delete and refit it",
-                        reason="MODEL_FILE_INVALID",
+                        reason=Reason.MODEL_FILE_INVALID,
                     )
             if sha is not None and _sha256(data) != sha:
                 raise ModelLoadError(
                     f"classifier {name!r} head does not match the checksum the server wrote",
-                    reason="UNTRUSTED_MODEL_FILE",
+                    reason=Reason.UNTRUSTED_MODEL_FILE,
                 )
             loaded = CustomClassifier(info=info, head=load_head_bytes(data, _head_key(name, version)))
             self._cache[name] = (version, str(sha), loaded, time.monotonic())
@@ -237,7 +238,7 @@ class ClassifierStore:
 
     def _check_quota(self, name: str, current: Blob | None, new_bytes: int) -> None:
         replaced = [] if current is None else [self._info_key(name), _head_key(name, self._version(current))]
-        self._quota_check.check(replaced=replaced, new_item=current is None, new_bytes=new_bytes)
+        self._storage_check.check(replaced=replaced, new_item=current is None, new_bytes=new_bytes)
 
     def _version(self, blob: Blob) -> int:
         try:
@@ -346,7 +347,7 @@ class ClassifierStore:
             if blob is None:
                 raise ModelNotFoundError(
                     f"no custom classifier named {name!r}",
-                    reason="CLASSIFIER_NOT_FOUND",
+                    reason=Reason.CLASSIFIER_NOT_FOUND,
                     field="name",
                     name=name,
                 )

@@ -20,7 +20,7 @@ from engines.classification.custom import ClassifierStore
 from engines.classification.heads import fit_logistic_head
 from engines.encoder_types import ClassifierInfo
 from engines.errors import ResourceExhaustedError
-from engines.storage import StoreQuota
+from engines.storage import StorageLimits
 from gateway.app import create_app
 from service.server import start_server
 from service.settings import Settings
@@ -53,7 +53,7 @@ def _files(root: Path) -> list[str]:
 
 
 def test_classifier_store_refuses_one_too_many_but_replaces_in_place(tmp_path):
-    store = ClassifierStore(tmp_path, quota=StoreQuota(max_items=2))
+    store = ClassifierStore(tmp_path, limits=StorageLimits(max_items=2))
     head = _head()
     store.save(_info("one"), head)
     store.save(_info("two"), head)
@@ -78,7 +78,7 @@ def test_classifier_store_bytes_quota_counts_replaced_files_as_freed(tmp_path):
     probe.save(_info("x"), _head())
     one = sum(p.stat().st_size for p in (tmp_path / "probe").iterdir())
 
-    store = ClassifierStore(tmp_path / "store", quota=StoreQuota(max_bytes=one + one // 2))
+    store = ClassifierStore(tmp_path / "store", limits=StorageLimits(max_bytes=one + one // 2))
     store.save(_info("x"), _head())
     store.save(_info("x"), _head())  # same size again: the old files are freed
     with pytest.raises(ResourceExhaustedError) as caught:
@@ -90,7 +90,7 @@ def test_classifier_store_bytes_quota_counts_replaced_files_as_freed(tmp_path):
 
 def test_detector_store_counts_detectors_not_versions(tmp_path):
     detector = fit_detector(ROWS, FitConfig(backend=AnomalyBackend.HBOS, contamination=0.1))
-    store = DetectorStore(tmp_path, keep_versions=2, quota=StoreQuota(max_items=1))
+    store = DetectorStore(tmp_path, keep_versions=2, limits=StorageLimits(max_items=1))
     assert [store.save("d", detector) for _ in range(3)] == [1, 2, 3]
     with pytest.raises(ResourceExhaustedError) as caught:
         store.save("e", detector)
@@ -106,7 +106,9 @@ def test_detector_store_bytes_quota_frees_the_versions_a_save_drops(tmp_path):
     one = sum(p.stat().st_size for p in (tmp_path / "probe" / "d").iterdir())
 
     # Room for two versions and a bit: with keep_versions=2 every save frees the oldest version.
-    store = DetectorStore(tmp_path / "store", keep_versions=2, quota=StoreQuota(max_bytes=2 * one + one // 2))
+    store = DetectorStore(
+        tmp_path / "store", keep_versions=2, limits=StorageLimits(max_bytes=2 * one + one // 2)
+    )
     for _ in range(4):
         store.save("d", detector)
     assert store.load("d")[0] == 4
