@@ -6,7 +6,7 @@ One :class:`BatchRunner` per server. It scans the store's ``active/`` markers (a
 replica that died, even by ``kill -9``, frees its batches ``lease_s`` after its last renewal, and
 this replica or another takes them over, resuming from the results saved).
 
-A batch's life (statuses as OpenAI's Batch API):
+A batch's life (statuses as OpenAI's BatchJob API):
 
 1. ``validating``: every line's url must be the batch's endpoint, else ``failed`` with an error per
    line; else ``in_progress``.
@@ -20,7 +20,7 @@ A batch's life (statuses as OpenAI's Batch API):
    flight finish. Then ``finalizing`` writes the output and error files (every input line exactly
    once across the two) and the batch ends ``completed``, ``cancelled`` or ``expired``.
 
-Files expire (:meth:`~engines.batches.store.BatchStore.sweep_expired`): each periodic scan also
+Files expire (:meth:`~service.batches.store.BatchApiStore.sweep_expired`): each periodic scan also
 deletes up to :data:`SWEEP_LIMIT` files due, of any key, on the runner's lane. A batch whose input
 file expires while it runs keeps running: the runner read its lines when it took the batch and
 writes its outputs from them (as when the file is deleted); only a batch that must read the file
@@ -46,8 +46,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from engines.batches.lines import InputLine, LineResult
-from engines.batches.store import (
+from engines.errors import RuntimeServiceError, clip_text
+from engines.executor import DeviceExecutor
+from service import metrics
+from service.batches.ids import new_id
+from service.batches.lines import InputLine, LineResult
+from service.batches.records import (
     CANCELLED,
     CANCELLING,
     COMPLETED,
@@ -56,15 +60,11 @@ from engines.batches.store import (
     FINALIZING,
     IN_PROGRESS,
     VALIDATING,
-    Batch,
-    BatchError,
-    BatchStore,
+    BatchJob,
+    BatchJobError,
     errors_of,
-    new_id,
 )
-from engines.errors import RuntimeServiceError, clip_text
-from engines.executor import DeviceExecutor
-from service import metrics
+from service.batches.store import BatchApiStore
 from service.request_context import new_request_id, request_id_var
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class _LeaseLost(Exception):
 
 
 class BatchRunner:
-    """Runs the batches of a :class:`~engines.batches.store.BatchStore` (see the module).
+    """Runs the batches of a :class:`~service.batches.store.BatchApiStore` (see the module).
 
     Args:
         store: the batches.
@@ -121,7 +121,7 @@ class BatchRunner:
 
     def __init__(
         self,
-        store: BatchStore,
+        store: BatchApiStore,
         lane: DeviceExecutor,
         *,
         line_concurrency: int,
@@ -263,7 +263,7 @@ class BatchRunner:
                 self._running.pop(batch_id, None)
                 self._wake.set()  # a batch waiting for a free place starts now, not at the next scan
 
-    async def _update(self, batch: Batch, change: Callable[[Batch], Batch | None]) -> Batch:
+    async def _update(self, batch: BatchJob, change: Callable[[BatchJob], BatchJob | None]) -> BatchJob:
         return await self.lane.run(self.store.update_batch, batch.owner, batch.id, change)
 
     async def _advance(self, batch_id: str, owner: str, lost: asyncio.Event) -> None:
@@ -281,7 +281,7 @@ class BatchRunner:
         if batch.status == VALIDATING:
             errors = (
                 (
-                    BatchError(
+                    BatchJobError(
                         code, f"the input file {batch.input_file_id!r} was deleted before the batch ran"
                     ),
                 )
@@ -300,7 +300,7 @@ class BatchRunner:
             batch = await self._run_lines(batch, lines, lost)
         await self._finalize(batch, lines)
 
-    async def _run_lines(self, batch: Batch, lines: list[InputLine], lost: asyncio.Event) -> Batch:
+    async def _run_lines(self, batch: BatchJob, lines: list[InputLine], lost: asyncio.Event) -> BatchJob:
         assert self._execute is not None
         done = await self.lane.run(self.store.results, batch.id)
         counts = [sum(r.ok for r in done.values()), sum(not r.ok for r in done.values())]
@@ -334,20 +334,20 @@ class BatchRunner:
             raise _LeaseLost
         return await self._save_counts(batch, counts)
 
-    def _stopping(self, batch: Batch) -> bool:
+    def _stopping(self, batch: BatchJob) -> bool:
         return batch.status != IN_PROGRESS or batch.id in self._cancelled or self.clock() >= batch.expires_at
 
-    async def _save_counts(self, batch: Batch, counts: list[int]) -> Batch:
+    async def _save_counts(self, batch: BatchJob, counts: list[int]) -> BatchJob:
         completed, failed = counts
 
-        def save(b: Batch) -> Batch | None:
+        def save(b: BatchJob) -> BatchJob | None:
             return replace(b, completed=completed, failed=failed)
 
         return await self._update(batch, save)
 
     async def _run_line(
         self,
-        batch: Batch,
+        batch: BatchJob,
         line: InputLine,
         counts: list[int],
         writer: _ResultWriter,
@@ -363,7 +363,7 @@ class BatchRunner:
         counts[0 if result.ok else 1] += 1
         metrics.batch_line("completed" if result.ok else "failed")
 
-    async def _call(self, batch: Batch, line: InputLine) -> LineResult:
+    async def _call(self, batch: BatchJob, line: InputLine) -> LineResult:
         """Run one line through the executor: its answer, or why it got none."""
         assert self._execute is not None
         request_id = new_request_id()
@@ -381,7 +381,7 @@ class BatchRunner:
                 0, None, request_id, "internal_error", "the line failed to run; see the server's log"
             )
 
-    async def _finalize(self, batch: Batch, lines: list[InputLine]) -> None:
+    async def _finalize(self, batch: BatchJob, lines: list[InputLine]) -> None:
         batch = await self._update(batch, lambda b: _finalizing(b, int(self.clock())))
         cancelled = batch.status == CANCELLING
         missing = _MISSING[CANCELLING] if cancelled else _MISSING[EXPIRED]
@@ -390,7 +390,7 @@ class BatchRunner:
         end = CANCELLED if cancelled else EXPIRED if unfinished else COMPLETED
         stamp = {CANCELLED: "cancelled_at", EXPIRED: "expired_at", COMPLETED: "completed_at"}[end]
 
-        def ended(b: Batch) -> Batch:
+        def ended(b: BatchJob) -> BatchJob:
             return replace(
                 b,
                 status=end,
@@ -404,7 +404,7 @@ class BatchRunner:
         batch = await self._update(batch, ended)
         await self._end(batch)
 
-    async def _end(self, batch: Batch) -> None:
+    async def _end(self, batch: BatchJob) -> None:
         metrics.batch_status(batch.status)
         log.info(
             "batch ended",
@@ -423,14 +423,14 @@ class _ResultWriter:
     """Saves a batch's line results by group commit.
 
     Lines that complete while a write runs go together in the next one
-    (:meth:`BatchStore.put_results`), one durable write for them all.
+    (:meth:`BatchApiStore.put_results`), one durable write for them all.
     A durable write is two flushes on the runner's one lane, so one write per line would cap a
     batch of fast lines (single embeddings) at the disk's flush rate, shared with everything else
     on that lane (see docs/architecture/design-notes.md#batch-results-by-group-commit); grouped, a
     write serves up to ``line_concurrency`` lines.
     """
 
-    def __init__(self, store: BatchStore, lane: DeviceExecutor, batch_id: str) -> None:
+    def __init__(self, store: BatchApiStore, lane: DeviceExecutor, batch_id: str) -> None:
         self.store, self.lane, self.batch_id = store, lane, batch_id
         self._pending: dict[int, LineResult] = {}
         self._waiting: list[asyncio.Future[None]] = []
@@ -464,7 +464,7 @@ class _ResultWriter:
             self._writing = None
 
 
-def _validated(batch: Batch, errors: tuple[BatchError, ...], now: int) -> Batch | None:
+def _validated(batch: BatchJob, errors: tuple[BatchJobError, ...], now: int) -> BatchJob | None:
     if batch.status != VALIDATING:
         return None  # cancelled meanwhile: it finalizes as cancelled
     if errors:
@@ -472,14 +472,14 @@ def _validated(batch: Batch, errors: tuple[BatchError, ...], now: int) -> Batch 
     return replace(batch, status=IN_PROGRESS, in_progress_at=now)
 
 
-def _failed(batch: Batch, now: int) -> Batch:
-    error = BatchError(
+def _failed(batch: BatchJob, now: int) -> BatchJob:
+    error = BatchJobError(
         "input_file_deleted", f"the input file {batch.input_file_id!r} was deleted before the batch ended"
     )
     return replace(batch, status=FAILED, errors=(error,), failed_at=now)
 
 
-def _finalizing(batch: Batch, now: int) -> Batch:
+def _finalizing(batch: BatchJob, now: int) -> BatchJob:
     """Plan the output files' ids (once) and turn finalizing (a cancelled batch stays cancelling)."""
     if not batch.planned_output_file_id:
         batch = replace(

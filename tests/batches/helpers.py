@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engines.batches.lines import InputLimits
-from engines.batches.store import BatchStore, StoreLimits
 from engines.state_store import LocalStateStore
+from service.batches.lines import InputLimits
+from service.batches.store import BatchApiStore, StoreLimits
 
 LIMITS = StoreLimits(
     InputLimits(max_bytes=64 * 1024, max_lines=50, line_max_bytes=4096), max_files=8, max_batches=4
@@ -29,9 +29,9 @@ class Clock:
         self.now += seconds
 
 
-def make_store(folder: Path, clock: Clock, limits: StoreLimits = LIMITS) -> BatchStore:
+def make_store(folder: Path, clock: Clock, limits: StoreLimits = LIMITS) -> BatchApiStore:
     """A batch store in ``folder`` on ``clock``."""
-    return BatchStore(LocalStateStore(folder), limits, clock)
+    return BatchApiStore(LocalStateStore(folder), limits, clock)
 
 
 def line(custom_id: str, url: str = "/v1/embeddings", **body: Any) -> dict[str, Any]:

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 from prometheus_client import REGISTRY
 
-from engines.batches.lines import LineResult
-from engines.batches.store import CANCELLED, COMPLETED, EXPIRED, FAILED, IN_PROGRESS, VALIDATING
 from engines.errors import UnavailableError
 from engines.executor import DeviceExecutor
+from service.batches.lines import LineResult
+from service.batches.records import CANCELLED, COMPLETED, EXPIRED, FAILED, IN_PROGRESS, VALIDATING
 from service.batches.runner import BatchRunner
 from tests.batches.helpers import FakeExecutor, jsonl, line, parse_jsonl, settle
 

@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from engines.batches.store import CANCELLING, COMPLETED, BatchStore
 from engines.executor import DeviceExecutor
 from engines.state_store import open_state_store
+from service.batches.records import CANCELLING, COMPLETED
 from service.batches.runner import BatchRunner
+from service.batches.store import BatchApiStore
 from tests.batches.helpers import LIMITS, FakeExecutor, jsonl, line, parse_jsonl, settle
 from tests.moto_s3 import moto_s3
 
@@ -24,7 +25,7 @@ def s3():
 
 @pytest.fixture
 def s3_store(s3, request, clock):
-    return BatchStore(open_state_store(f"s3://state/{request.node.name}", s3), LIMITS, clock)
+    return BatchApiStore(open_state_store(f"s3://state/{request.node.name}", s3), LIMITS, clock)
 
 
 def test_leases_and_record_changes_are_compare_and_swaps_on_s3(s3_store, clock):

@@ -1,6 +1,6 @@
 """BatchService over gRPC on a real server with two keys: uploads in chunks, refusals with their
 reasons, per-key isolation, batches and cancel, and a small embeddings batch through the real runner
-(the gateway's line executor, in-process) on the real model."""
+(the gateway's line executor, calls of the core in process) on the real model."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from universal_runtime.v1 import batch_pb2 as b
 from universal_runtime.v1 import batch_pb2_grpc, inference_service_pb2_grpc
 from universal_runtime.v1 import encoders_pb2 as inf
 
-from engines.batches.lines import SUPPORTED_URLS
-from gateway.app import create_app
-from gateway.batch_lines import BatchLineExecutor
+from service.cli import start_batch_lines
 from service.server import start_server
 from tests.batches.helpers import jsonl, line, parse_jsonl
 from tests.conftest import EMBED_MODEL, error_info
@@ -210,16 +208,14 @@ async def test_create_batch_refusals(stub):
     assert reason == "INVALID_PAGINATION"
 
 
-async def test_a_small_embeddings_batch_runs_through_the_real_runner_on_the_real_model(
-    stub, running, keys_file
-):
+async def test_a_small_embeddings_batch_runs_through_the_real_runner_on_the_real_model(stub, running):
     batches, inference = stub
     texts = ["the cat sat on the mat", "batch inference at night", "a third sentence"]
     data = jsonl(*(line(f"emb-{i}", model=EMBED_MODEL, input=text) for i, text in enumerate(texts)))
     file = await upload(batches, TEAM_B, data)
-    app = create_app(f"127.0.0.1:{running.port}", api_keys_file=keys_file)
-    async with BatchLineExecutor(app, urls=SUPPORTED_URLS, timeout_s=120) as executor:
-        running.batches.start(executor.execute)
+    executor = await start_batch_lines(running.settings, f"127.0.0.1:{running.port}", running)
+    assert executor is not None
+    async with executor:
         created = await batches.CreateBatch(
             b.CreateBatchRequest(input_file_id=file.id, endpoint="/v1/embeddings"), metadata=bearer(TEAM_B)
         )

@@ -6,17 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from engines.batches.lines import InputLimits, parse_input
-from engines.batches.store import (
-    CANCELLING,
-    COMPLETED,
-    VALIDATING,
-    BatchNotFoundError,
-    FileInfo,
-    FileNotFoundInStoreError,
-    StoreLimits,
-)
 from engines.errors import FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError
+from service.batches.files import FileInfo, FileNotFoundInStoreError
+from service.batches.lines import InputLimits, parse_input
+from service.batches.records import CANCELLING, COMPLETED, VALIDATING, BatchJobNotFoundError
+from service.batches.store import StoreLimits
 from tests.batches.helpers import LIMITS, jsonl, line, make_store
 
 
@@ -125,7 +119,7 @@ def test_a_key_sees_only_its_own_files_and_batches(store):
         with pytest.raises(FileNotFoundInStoreError):
             call()
     for call in (lambda: store.get_batch("team-b", batch.id), lambda: store.cancel_batch("team-b", batch.id)):
-        with pytest.raises(BatchNotFoundError):
+        with pytest.raises(BatchJobNotFoundError):
             call()
     assert store.list_files("team-b") == ([], False)
     assert store.list_batches("team-b") == ([], False)
@@ -190,7 +184,7 @@ def test_create_batch_checks_endpoint_window_metadata_and_the_input_files_purpos
         assert caught.value.reason == reason, change
     # An output file is not an input.
     output = FileInfo("file-000000000000outputfile12", 3, 0, "o", "batch_output", 1)
-    store._write_file("k", output, b"{}\n")
+    store.files.write("k", output, b"{}\n")
     with pytest.raises(FailedPreconditionError) as caught:
         store.create_batch("k", output.id, "/v1/embeddings", "", {})
     assert caught.value.reason == "INPUT_FILE_NOT_BATCH"

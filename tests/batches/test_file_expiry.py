@@ -11,9 +11,9 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from engines.batches.lines import LineResult, parse_input
-from engines.batches.store import (
-    COMPLETED,
+from engines.errors import InvalidArgumentError
+from engines.executor import DeviceExecutor
+from service.batches.files import (
     DEFAULT_FILE_EXPIRY_S,
     MAX_FILE_EXPIRY_S,
     MIN_FILE_EXPIRY_S,
@@ -21,11 +21,10 @@ from engines.batches.store import (
     FileNotFoundInStoreError,
     expiry_marker,
     expiry_seconds,
-    new_id,
-    owner_dir,
 )
-from engines.errors import InvalidArgumentError
-from engines.executor import DeviceExecutor
+from service.batches.ids import new_id, owner_dir
+from service.batches.lines import LineResult, parse_input
+from service.batches.records import COMPLETED
 from service.batches.runner import SWEEP_LIMIT, BatchRunner
 from tests.batches.helpers import LIMITS, FakeExecutor, jsonl, line, make_store, settle
 
@@ -41,7 +40,7 @@ async def lane():
 
 def keys(store) -> set[str]:
     """Every key of the batch store's folder."""
-    return set(store.store.sizes())
+    return set(store.state.sizes())
 
 
 def traces(store, file_id: str) -> set[str]:
@@ -144,9 +143,9 @@ def test_an_expiry_out_of_openais_bounds_is_refused_naming_the_field(store, seco
 def test_a_description_stored_before_expiry_existed_never_expires(store, clock):
     file = store.create_file("k", "in.jsonl", jsonl(line("a")))
     old = {key: value for key, value in asdict(file).items() if key != "expires_at"}
-    store.store.delete(f"{owner_dir('k')}/files/{file.id}")
-    store.store.delete(expiry_marker(file.expires_at, file.id))
-    store.store.create(f"{owner_dir('k')}/files/{file.id}", json.dumps(old).encode())
+    store.state.delete(f"{owner_dir('k')}/files/{file.id}")
+    store.state.delete(expiry_marker(file.expires_at, file.id))
+    store.state.create(f"{owner_dir('k')}/files/{file.id}", json.dumps(old).encode())
     clock.tick(365 * DAY)
     assert store.get_file("k", file.id) == replace(file, expires_at=0)
     assert store.sweep_expired(clock(), 100) == 0
@@ -180,16 +179,16 @@ def test_the_sweep_deletes_due_files_of_keys_that_never_return_oldest_first_with
 def test_the_sweep_clears_stray_markers_and_bytes_a_crash_left(store, clock):
     # A crash between the deletes: the description is gone, the bytes and marker stay.
     half = store.create_file("k", "in.jsonl", jsonl(line("a")), expires_after_s=3600)
-    store.store.delete(f"{owner_dir('k')}/files/{half.id}")
+    store.state.delete(f"{owner_dir('k')}/files/{half.id}")
     # A marker with no file at all, one whose content is lost, and a name no marker has.
     lost = new_id("file-", clock())
-    store.store.create(expiry_marker(half.expires_at, lost), json.dumps({"owner": "k"}).encode())
-    store.store.create(expiry_marker(half.expires_at - 1, new_id("file-", clock())), b"")
-    store.store.create("expiry/0-not-a-marker", b"{}")
+    store.state.create(expiry_marker(half.expires_at, lost), json.dumps({"owner": "k"}).encode())
+    store.state.create(expiry_marker(half.expires_at - 1, new_id("file-", clock())), b"")
+    store.state.create("expiry/0-not-a-marker", b"{}")
     # A marker written by a finalize that died and was resumed: its file expires later.
     resumed = store.create_file("k", "in.jsonl", jsonl(line("b")), expires_after_s=7200)
     stale = expiry_marker(resumed.expires_at - 3600, resumed.id)
-    store.store.create(stale, json.dumps({"owner": "k"}).encode())
+    store.state.create(stale, json.dumps({"owner": "k"}).encode())
     clock.tick(3600)
     assert store.sweep_expired(clock(), 100) == 5
     assert {key for key in keys(store) if key.startswith(("expiry/", "file_data/"))} == {
@@ -285,8 +284,8 @@ async def test_the_runners_periodic_scan_sweeps_expired_files_a_bounded_number_a
 
 def test_a_sweep_that_found_nothing_due_lists_again_only_when_a_file_may_be_due(store, clock, tmp_path):
     listings = []
-    listed = store.store.sizes
-    store.store.sizes = lambda prefix="": (prefix == "expiry" and listings.append(prefix)) or listed(prefix)
+    listed = store.state.sizes
+    store.state.sizes = lambda prefix="": (prefix == "expiry" and listings.append(prefix)) or listed(prefix)
     replica = make_store(tmp_path, clock)  # another server on the same state store
     first = store.create_file("k", "in.jsonl", jsonl(line("a")), expires_after_s=7200)
     assert store.sweep_expired(clock(), 100) == 0

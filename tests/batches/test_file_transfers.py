@@ -15,7 +15,11 @@ from universal_runtime.v1 import batch_pb2 as b
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
 from service.batches.api import FileInfo
+from service.core.context import CallContext, MethodInfo
 from service.servicers.batches import BatchServicer
+
+# The servicer reads who calls from its context (a server without keys: no key name).
+CALL = CallContext(method=MethodInfo("/universal_runtime.v1.BatchService/CreateFile"), request_id="transfers")
 
 
 class StandInApi:
@@ -58,19 +62,19 @@ async def test_a_transfer_over_the_bound_is_refused_when_its_wait_is_over():
     started, hold = asyncio.Event(), asyncio.Event()
     holding = asyncio.create_task(
         servicer.CreateFile(
-            messages(first(b"{}"), b.CreateFileRequest(data=b"\n"), hold=hold, started=started), None
+            messages(first(b"{}"), b.CreateFileRequest(data=b"\n"), hold=hold, started=started), CALL
         )
     )
     await started.wait()  # the first upload's handler is reading its stream: it holds the place
     with pytest.raises(ResourceExhaustedError) as caught:
-        await servicer.CreateFile(messages(first(b"{}\n")), None)
+        await servicer.CreateFile(messages(first(b"{}\n")), CALL)
     assert (caught.value.reason, caught.value.metadata["max_file_transfers"]) == ("OVERLOADED", "1")
     with pytest.raises(ResourceExhaustedError):  # a download counts too
-        [m async for m in servicer.GetFileContent(b.GetFileContentRequest(id="file-0"), None)]
+        [m async for m in servicer.GetFileContent(b.GetFileContentRequest(id="file-0"), CALL)]
     hold.set()
     stored = (await holding).file
     assert stored.bytes == 3
-    chunks = [m async for m in servicer.GetFileContent(b.GetFileContentRequest(id=stored.id), None)]
+    chunks = [m async for m in servicer.GetFileContent(b.GetFileContentRequest(id=stored.id), CALL)]
     assert b"".join(m.data for m in chunks) == b"{}\n"
 
 
@@ -79,11 +83,11 @@ async def test_a_transfer_over_the_bound_waits_for_a_place_and_then_runs():
     started, hold = asyncio.Event(), asyncio.Event()
     holding = asyncio.create_task(
         servicer.CreateFile(
-            messages(first(b"{}"), b.CreateFileRequest(data=b"\n"), hold=hold, started=started), None
+            messages(first(b"{}"), b.CreateFileRequest(data=b"\n"), hold=hold, started=started), CALL
         )
     )
     await started.wait()
-    waiting = asyncio.create_task(servicer.CreateFile(messages(first(b"[]\n")), None))
+    waiting = asyncio.create_task(servicer.CreateFile(messages(first(b"[]\n")), CALL))
     for _ in range(10):  # it cannot finish while the place is held, whatever the turns
         await asyncio.sleep(0)
     assert not waiting.done()
@@ -95,5 +99,5 @@ async def test_a_transfer_over_the_bound_waits_for_a_place_and_then_runs():
 async def test_a_failed_upload_frees_its_place():
     servicer = BatchServicer(StandInApi(), max_file_transfers=1, transfer_wait_s=0.0)
     with pytest.raises(InvalidArgumentError):
-        await servicer.CreateFile(messages(first(b"{}", purpose="fine-tune")), None)
-    assert (await servicer.CreateFile(messages(first(b"{}\n")), None)).file.bytes == 3
+        await servicer.CreateFile(messages(first(b"{}", purpose="fine-tune")), CALL)
+    assert (await servicer.CreateFile(messages(first(b"{}\n")), CALL)).file.bytes == 3

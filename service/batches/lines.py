@@ -1,8 +1,8 @@
-"""Batch input files (OpenAI's JSONL request lines): validation up front, and the output lines.
+"""Lines of the Batch API's files: input lines checked up front, the URLs they may name, output lines.
 
 An input line is ``{"custom_id": "...", "method": "POST", "url": "/v1/embeddings", "body": {...}}``
 (OpenAI's Batch API). :func:`parse_input` checks a whole file before anything is stored, so a batch
-never discovers a bad line hours in: each refusal is INVALID_ARGUMENT naming the 1-based line
+job never discovers a bad line hours in: each refusal is INVALID_ARGUMENT naming the 1-based line
 number and the problem (reason INVALID_BATCH_LINE, metadata ``line`` and ``problem``), or naming
 the limit the file is over (BATCH_FILE_TOO_LARGE, BATCH_FILE_TOO_MANY_LINES).
 
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engines.errors import InvalidArgumentError, clip_text
+from engines.reasons import Reason
 
-#: The endpoints a batch line may call: OpenAI's three, and this runtime's own POST routes that
+#: The endpoints a batch job's line may call: OpenAI's three, and this runtime's own POST routes that
 #: answer JSON (gateway/routes: rerank, classify, OCR and the document routes).
 SUPPORTED_URLS = (
     "/v1/chat/completions",
@@ -39,7 +40,7 @@ SUPPORTED_URLS = (
 #: messages small, and ids in practice are short keys).
 CUSTOM_ID_MAX_CHARS = 512
 
-#: Most errors a failed validation lists on the batch (the rest are counted in the last one's message).
+#: Most errors a failed validation lists on the batch job (the rest are counted in the last one's message).
 MAX_LISTED_ERRORS = 1000
 
 
@@ -83,7 +84,7 @@ def bad_line(line: int, problem: str) -> InvalidArgumentError:
     """INVALID_ARGUMENT INVALID_BATCH_LINE: line ``line`` (1-based) of the file has ``problem``."""
     return InvalidArgumentError(
         f"line {line} of the batch file: {problem}",
-        reason="INVALID_BATCH_LINE",
+        reason=Reason.INVALID_BATCH_LINE,
         line=line,
         problem=problem,
     )
@@ -100,7 +101,7 @@ def check_size(size: int, limits: InputLimits) -> None:
         raise InvalidArgumentError(
             f"the batch file is over {limits.max_bytes} bytes, the most a file may hold "
             "(UR_BATCH_FILE_MAX_BYTES); split it into several batches",
-            reason="BATCH_FILE_TOO_LARGE",
+            reason=Reason.BATCH_FILE_TOO_LARGE,
             limit=limits.max_bytes,
         )
 
@@ -135,7 +136,9 @@ def _parse_line(text: str, line: int, index: int) -> InputLine:
             line, f"'url' {clip_text(url, 64)!r} is not supported; one of {', '.join(SUPPORTED_URLS)}"
         )
     body = _field(value, line, "body", dict, "a JSON object")
-    if body.get("stream") is True:  # a batch line's answer is one JSON body (OpenAI refuses it too)
+    if (
+        body.get("stream") is True
+    ):  # a batch job's line is answered with one JSON body (OpenAI refuses it too)
         raise bad_line(line, "'body.stream' must not be true: a batch line is answered whole")
     return InputLine(index, line, custom_id, url, body)
 
@@ -166,7 +169,7 @@ def parse_input(data: bytes, limits: InputLimits) -> list[InputLine]:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InvalidArgumentError(
             f"the batch file is not UTF-8 (line {line}, byte {exc.start})",
-            reason="INVALID_BATCH_FILE",
+            reason=Reason.INVALID_BATCH_FILE,
             line=line,
         ) from None
     lines: list[InputLine] = []
@@ -180,7 +183,7 @@ def parse_input(data: bytes, limits: InputLimits) -> list[InputLine]:
             raise InvalidArgumentError(
                 f"the batch file has more than {limits.max_lines} request lines, the most a file may hold "
                 "(UR_BATCH_FILE_MAX_LINES); split it into several batches",
-                reason="BATCH_FILE_TOO_MANY_LINES",
+                reason=Reason.BATCH_FILE_TOO_MANY_LINES,
                 limit=limits.max_lines,
                 line=number,
             )
@@ -198,13 +201,13 @@ def parse_input(data: bytes, limits: InputLimits) -> list[InputLine]:
         first_line[parsed.custom_id] = number
         lines.append(parsed)
     if not lines:
-        raise InvalidArgumentError("the batch file holds no request lines", reason="INVALID_BATCH_FILE")
+        raise InvalidArgumentError("the batch file holds no request lines", reason=Reason.INVALID_BATCH_FILE)
     return lines
 
 
 @dataclass(frozen=True, slots=True)
 class LineResult:
-    """What became of one line (stored as it completes; see :mod:`engines.batches.store`).
+    """What became of one line (stored as it completes; see :mod:`service.batches.results`).
 
     Attributes:
         status_code: the HTTP status the endpoint answered, or 0 when it gave no answer.
@@ -264,7 +267,7 @@ def _answer_error(result: LineResult) -> dict[str, str]:
 
 
 def request_line_id(batch_id: str, index: int) -> str:
-    """The ``batch_req_...`` id of line ``index`` of a batch: the same on every finalize (a resumed one)."""
+    """The ``batch_req_...`` id of a batch job's line ``index``: the same on every (resumed) finalize."""
     digest = hashlib.sha256(f"{batch_id}/{index}".encode()).hexdigest()
     return f"batch_req_{digest[:32]}"
 
@@ -273,9 +276,9 @@ def output_line(batch_id: str, line: InputLine, result: LineResult | None, missi
     r"""One line of the output file (a 2xx answer) or the error file (anything else), OpenAI's shape.
 
     Args:
-        batch_id: the batch.
+        batch_id: the batch job.
         line: the input line.
-        result: what it became, or None when it never ran (the batch was cancelled or expired).
+        result: what it became, or None when it never ran (the batch job was cancelled or expired).
         missing: ``(code, message)`` of the error of a line that never ran.
 
     Returns:
