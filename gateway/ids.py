@@ -12,6 +12,7 @@ helper                    example                API (source)
                                                  Messages ``message.id`` (both use ``msg_``)
 :func:`function_call_id`  ``fc_<48 hex>``        Responses ``function_call`` item ``id``
 :func:`reasoning_id`      ``rs_<48 hex>``        Responses ``reasoning`` item ``id``
+:func:`output_item_id`    ``msg_``/``fc_``/``rs_``  Responses output items, fixed by response and place
 :func:`tool_call_id`      ``call_<24 hex>``      Chat ``tool_calls[].id``, Responses ``call_id``
 :func:`tool_use_id`       ``toolu_<24 base62>``  Anthropic ``tool_use`` block ``id``
 ========================  =====================  ==============================================
@@ -92,6 +93,23 @@ def function_call_id() -> str:
 def reasoning_id() -> str:
     """Return a fresh Responses ``reasoning`` item id, ``rs_`` and 48 hex characters."""
     return "rs_" + _hex(48)
+
+
+def output_item_id(prefix: str, response: str, index: int) -> str:
+    """Return the id of a Responses output item: ``<prefix>_`` and 48 hex characters, fixed by its place.
+
+    The same response id and output index always give the same id, so a response rendered again
+    from its stored answer (``GET /v1/responses/{id}``, ``input_items``) names its items as the
+    answer did.
+
+    Args:
+        prefix: ``msg``, ``fc`` or ``rs``.
+        response: The response's id (``resp_…``).
+        index: The item's place in the response's ``output`` (0, 1, ...).
+
+    """
+    digest = hashlib.sha256(f"{response}/{prefix}/{index}".encode()).hexdigest()
+    return f"{prefix}_{digest[:48]}"
 
 
 def tool_call_id() -> str:

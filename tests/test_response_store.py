@@ -3,7 +3,7 @@
 Round trips on the session server; two servers sharing one state store (a local folder, and S3 via
 moto) see each other's responses; each bound (count, total bytes, per-response bytes, age) and each
 bad input with its status and ErrorInfo reason. The store's own rules (sweeping, eviction order,
-what a crash leaves) are checked on :class:`engines.response_store.ResponseStore` with a fake clock.
+what a crash leaves) are checked on :class:`service.responses.ResponseStore` with a fake clock.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from universal_runtime.v1 import response_store_pb2 as pb
 from universal_runtime.v1 import response_store_pb2_grpc
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError, RuntimeServiceError
-from engines.response_store import (
+from engines.state_store import LocalStateStore, open_state_store
+from service.responses import (
     MAX_DELETES_PER_PUT,
     ResponseLimits,
     ResponseNotFoundError,
     ResponseStore,
     StoredResponse,
 )
-from engines.state_store import LocalStateStore, open_state_store
 from service.server import start_server
 from tests.conftest import error_info
 from tests.moto_s3 import REFUSED_SECRET, moto_s3, refused_s3_options

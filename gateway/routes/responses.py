@@ -1,7 +1,9 @@
 """OpenAI Responses API: ``POST /v1/responses``, and the stored responses' routes.
 
-Creating a response calls ``Generate``/``GenerateStream``; ``GET``/``DELETE /v1/responses/{id}``
-and ``GET /v1/responses/{id}/input_items`` call ``ResponseStoreService``.
+Creating a response is one ``CreateResponse``/``CreateResponseStream`` call: the server continues
+``previous_response_id``, generates and stores; ``GET``/``DELETE /v1/responses/{id}`` and
+``GET /v1/responses/{id}/input_items`` call ``ResponseStoreService`` too. The gateway translates
+the OpenAI body into the call and the answer back into OpenAI JSON or typed SSE events.
 
 Source: https://platform.openai.com/docs/api-reference/responses. A stored response lives in the
 server's state store, so replicas sharing ``UR_STATE_URL`` see each other's; its bounds (count,
@@ -18,23 +20,22 @@ from typing import Annotated, Any, Literal
 import grpc
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
-from pydantic import ValidationError
 from universal_runtime.v1 import response_store_pb2
 
+from engines.reasons import Reason
 from gateway.calls import Rpc, RpcContext
-from gateway.errors import GatewayError
-from gateway.json_body import JsonBodyRoute, off_loop_if_large
+from gateway.errors import GatewayError, error_info_from_rpc_error
+from gateway.json_body import JsonBodyRoute, off_loop_for_body, off_loop_if_large
 from gateway.responses import JsonResponse
 from gateway.schemas.base import unknown_fields_text
-from gateway.schemas.responses import MAX_ID_CHARS, ResponseRequest
+from gateway.schemas.responses import MAX_ID_CHARS, FunctionCallOutputItem, ResponseRequest
 from gateway.translate import responses as translate
 from gateway.translate.responses_store import (
     MAX_INPUT_ITEMS_PAGE,
-    chain_items,
-    chain_json,
+    create_request,
+    create_stream_request,
     input_items_page,
     response_object,
-    stored_response,
 )
 from gateway.translate.responses_stream import ResponseStreamTranslator
 
@@ -45,6 +46,9 @@ router = APIRouter(tags=["responses"], route_class=JsonBodyRoute)
 _ANY_OBJECT = dict[str, Any]
 ResponseId = Annotated[str, Path(max_length=MAX_ID_CHARS)]
 
+# The server's reasons for a previous_response_id it cannot continue, answered as OpenAI does.
+_PREVIOUS_NOT_FOUND = frozenset({Reason.RESPONSE_NOT_FOUND, Reason.RESPONSE_EXPIRED})
+
 
 async def _get(rpc: RpcContext, response_id: str) -> response_store_pb2.StoredResponse:
     request = response_store_pb2.GetStoredResponseRequest(id=response_id)
@@ -53,100 +57,91 @@ async def _get(rpc: RpcContext, response_id: str) -> response_store_pb2.StoredRe
 
 
 def _stored_bytes(stored: response_store_pb2.StoredResponse) -> int:
-    """The JSON a stored response holds, in bytes (at most the store's ``UR_RESPONSES_MAX_BYTES``)."""
-    return len(stored.response_json) + len(stored.input_items_json)
+    """The bytes a stored response holds (at most the store's ``UR_RESPONSES_MAX_BYTES``)."""
+    return stored.ByteSize()
 
 
-async def _previous(rpc: RpcContext, body: ResponseRequest) -> tuple[list[dict[str, Any]], int]:
-    """The chain's items (JSON) that ``previous_response_id`` continues, and their size in bytes.
+def _create_error(err: grpc.aio.AioRpcError, body: ResponseRequest) -> GatewayError | None:
+    """OpenAI's answer to a create the server refused for its chain, or ``None`` for the usual mapping.
 
-    ``([], 0)`` without one. The record is parsed in a worker thread when large (up to the
-    store's 4 MiB), as a large body is.
-
-    Raises:
-        GatewayError: 404 ``previous_response_not_found`` (or 400 for a malformed id), with
-            ``param`` ``previous_response_id``, as OpenAI answers.
-
+    404 ``previous_response_not_found`` for an unknown, expired or another key's
+    ``previous_response_id``; 400 ``invalid_value`` (``param`` ``previous_response_id``) for a
+    malformed one; 400 ``invalid_value`` (``param`` ``input[i].call_id``) for a function call
+    output that answers no call of the conversation.
     """
-    if body.previous_response_id is None:
-        return [], 0
-    try:
-        stored = await _get(rpc, body.previous_response_id)
-    except grpc.aio.AioRpcError as err:
-        if err.code() == grpc.StatusCode.NOT_FOUND:
-            raise GatewayError(
-                404,
-                f"Previous response with id '{body.previous_response_id}' not found.",
-                code="previous_response_not_found",
-                param="previous_response_id",
-            ) from None
-        if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-            raise GatewayError(
-                400,
-                err.details() or "invalid response id",
-                code="invalid_value",
-                param="previous_response_id",
-            ) from None
-        raise
-    size = _stored_bytes(stored)
-    return await off_loop_if_large(size, chain_json, stored), size
-
-
-def _translate(body: ResponseRequest, chain: list[dict[str, Any]]) -> Any:
-    """The ``GenerateRequest`` (or ``GenerateStreamRequest`` with ``stream``) of a body and its chain.
-
-    Raises:
-        GatewayError: 400 for a function call output without its call; 500 for a corrupt record.
-
-    """
-    try:
-        earlier = chain_items(chain)
-    except ValidationError:
-        raise GatewayError(500, "the stored previous response is unreadable", code="internal_error") from None
-    build = translate.generate_stream_request if body.stream else translate.generate_request
-    return build(body, earlier)
+    info = error_info_from_rpc_error(err)
+    reason = info.reason if info is not None else ""
+    field = info.metadata.get("field", "") if info is not None else ""
+    previous = body.previous_response_id
+    if previous is not None and err.code() == grpc.StatusCode.NOT_FOUND and reason in _PREVIOUS_NOT_FOUND:
+        return GatewayError(
+            404,
+            f"Previous response with id '{previous}' not found.",
+            code="previous_response_not_found",
+            param="previous_response_id",
+        )
+    if previous is not None and reason == Reason.INVALID_RESPONSE_ID and field != "id":
+        return GatewayError(
+            400, err.details() or "invalid response id", code="invalid_value", param="previous_response_id"
+        )
+    if reason == Reason.TOOL_CALL_NOT_FOUND:
+        call_id = info.metadata.get("tool_call_id", "") if info is not None else ""
+        where = next(
+            (
+                f"input[{i}].call_id"
+                for i, item in enumerate(body.input_items)
+                if isinstance(item, FunctionCallOutputItem) and item.call_id == call_id
+            ),
+            "input",
+        )
+        return GatewayError(
+            400,
+            f"No function call found for function_call_output with call_id '{call_id}'",
+            code="invalid_value",
+            param=where,
+        )
+    return None
 
 
 @router.post("/v1/responses", response_model=None)
 async def create_response(body: ResponseRequest, rpc: Rpc) -> Response:
-    """Create a model response (OpenAI ``responses.create``).
+    """Create a model response (OpenAI ``responses.create``): one ``CreateResponse`` call.
 
     Returns the ``response`` object (:class:`gateway.translate.responses.ResponseHeader`), or with
     ``stream: true`` the typed SSE events of
-    :mod:`gateway.translate.responses_stream`. With ``store`` (the default) the response is kept
-    before it is returned (or before ``response.completed`` is streamed), so a request that
-    names it as ``previous_response_id`` finds it at once.
+    :mod:`gateway.translate.responses_stream`. With ``store`` (the default) the server keeps the
+    response before it answers (or before the stream's end, and so before ``response.completed``),
+    so a request that names it as ``previous_response_id`` finds it at once.
 
     Raises:
-        GatewayError: 404 ``previous_response_not_found``; 400 for a ``function_call_output``
-            that answers no call.
+        GatewayError: 404 ``previous_response_not_found``; 400 for a malformed
+            ``previous_response_id`` or a ``function_call_output`` that answers no call.
         grpc.aio.AioRpcError: The server refused or failed the request: unknown model 404
             ``model_not_found``, a conversation over the context 400 ``context_length_exceeded``,
-            a response over the store's byte bound 400 ``response_too_large`` (see :mod:`gateway.errors`).
+            a response over the store's byte bound 400 ``response_too_large`` (before generation
+            when the chain and the request already are; see :mod:`gateway.errors`).
 
     """
     if body.include:
         logger.warning("responses: include not served: %s", unknown_fields_text(body.include))
     rpc = rpc.for_model(body.model)
-    chain, chain_bytes = await _previous(rpc, body)
-    # Work in proportion to the body and the chain it continues: in a thread when they are large.
-    size = len(await rpc.request.body()) + chain_bytes
-    message = await off_loop_if_large(size, _translate, body, chain)
     header = translate.ResponseHeader.new(body)
-
-    async def save(response: dict[str, Any]) -> None:
-        record = await off_loop_if_large(size, stored_response, header, response, chain)
-        put = response_store_pb2.PutStoredResponseRequest(response=record)
-        await rpc.unary(rpc.clients.responses.PutStoredResponse, put)
-
-    if body.stream:
-        translator = ResponseStreamTranslator(header, save if body.store else None)
-        return await rpc.stream_generation(message, translator, translator)
-    answer = await rpc.unary(rpc.clients.inference.Generate, message)
-    response = translate.response_json(header, answer)
-    if body.store:
-        await save(response)
-    return JsonResponse(response)
+    stub = rpc.clients.responses
+    try:
+        if body.stream:
+            message = await off_loop_for_body(rpc.request, create_stream_request, header)
+            translator = ResponseStreamTranslator(header)
+            return await rpc.stream_generation(
+                message, translator, translator, method=stub.CreateResponseStream
+            )
+        message = await off_loop_for_body(rpc.request, create_request, header)
+        answer = await rpc.unary(stub.CreateResponse, message)
+    except grpc.aio.AioRpcError as err:
+        mapped = _create_error(err, body)
+        if mapped is None:
+            raise
+        raise mapped from None
+    return JsonResponse(translate.response_json(header, answer.answer))
 
 
 def _json_response(read: Callable[[Any], Any], stored: response_store_pb2.StoredResponse) -> JsonResponse:

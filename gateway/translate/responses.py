@@ -4,17 +4,17 @@ Shapes follow https://platform.openai.com/docs/api-reference/responses/object an
 Python SDK's ``openai.types.responses`` (``Response``, ``ResponseOutputMessage``,
 ``ResponseFunctionToolCall``, ``ResponseReasoningItem``, ``ResponseUsage``). The conversation is
 ``instructions`` (a system message), then the items of the previous response's chain, then the
-request's ``input``; each becomes a ``ChatMessage`` of the one Generate contract. The model's
+request's ``input``; each becomes a ``ChatMessage`` of the one Generate contract. The gateway
+translates ``instructions`` and ``input``; the server puts the chain between them
+(``CreateResponse``, :mod:`gateway.translate.responses_store`). The model's
 thinking (``reasoning_content``) travels as ``reasoning`` items, never inside the text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import TypeAdapter
 from universal_runtime.v1 import common_pb2, generation_pb2
 
 from gateway import ids
@@ -23,7 +23,6 @@ from gateway.schemas.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionToolChoice,
-    InputItem,
     MessageItem,
     ReasoningItem,
     ResponseRequest,
@@ -34,8 +33,6 @@ from gateway.translate.common import BodyFields
 from gateway.translate.generation import compact_json, set_reasoning
 
 Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
-
-_ITEMS = TypeAdapter(list[InputItem])
 
 # Sampling options copied as they are; the rest the translator maps itself (other names or
 # shapes), or only steer the gateway (stream, store, chain) or are echoed (metadata, user).
@@ -67,16 +64,6 @@ _SAMPLING = BodyFields(
 )
 
 
-def parse_items(data: list[dict[str, Any]]) -> list[Item]:
-    """Parse stored items (JSON of earlier input and output items) back into input items.
-
-    Raises:
-        pydantic.ValidationError: The data is not a list of items (a corrupt store entry).
-
-    """
-    return _ITEMS.validate_python(data)
-
-
 def item_json(item: Item) -> dict[str, Any]:
     """An input item as the Responses API lists it (``GET /v1/responses/{id}/input_items``).
 
@@ -105,6 +92,7 @@ class _Conversation:
     messages: list[generation_pb2.ChatMessage] = field(default_factory=list)
     call_names: dict[str, str] = field(default_factory=dict)
     reasoning: str = ""
+    chained: bool = False
 
     def _assistant(self, *, new: bool) -> generation_pb2.ChatMessage:
         """The assistant message to add to: the last one unless a new turn starts."""
@@ -122,7 +110,8 @@ class _Conversation:
         """Add one item; ``where`` names it in errors (``input[3]``).
 
         Raises:
-            GatewayError: 400 for a ``function_call_output`` that answers no earlier call.
+            GatewayError: 400 for a ``function_call_output`` that answers no earlier call (unless
+                ``chained``: then the server looks for it in the conversation continued).
 
         """
         if isinstance(item, ReasoningItem):
@@ -140,6 +129,8 @@ class _Conversation:
             self.call_names[item.call_id] = item.name
         else:
             name = self.call_names.get(item.call_id)
+            if name is None and self.chained:
+                name = ""  # a call of the conversation continued: the server names it
             if name is None:
                 raise GatewayError(
                     400,
@@ -157,25 +148,21 @@ class _Conversation:
             )
 
 
-def conversation(request: ResponseRequest, earlier: Sequence[Item] = ()) -> list[generation_pb2.ChatMessage]:
-    """The chat messages of a request: ``instructions``, the chain's items, then ``input``.
+def conversation(request: ResponseRequest, *, chained: bool = False) -> list[generation_pb2.ChatMessage]:
+    """The chat messages of a request's own ``input`` (``instructions`` and a chain travel apart).
 
     Args:
         request: The parsed body.
-        earlier: The items of the previous response's chain (its inputs and outputs, in order).
+        chained: The request continues ``previous_response_id``, whose conversation the server
+            prepends: a ``function_call_output`` may then answer a call of that conversation, and
+            the server names it (a tool message with an empty ``name``).
 
     Raises:
         GatewayError: 400 ``invalid_value`` with ``param`` ``input[i].call_id`` for a function
-            call output that answers no function call before it.
+            call output that answers no function call before it (without ``chained``).
 
     """
-    built = _Conversation()
-    if request.instructions:
-        built.messages.append(
-            generation_pb2.ChatMessage(role=generation_pb2.CHAT_ROLE_SYSTEM, content=request.instructions)
-        )
-    for item in earlier:
-        built.add(item, "previous_response_id")
+    built = _Conversation(chained=chained)
     for index, item in enumerate(request.input_items):
         built.add(item, f"input[{index}]")
     return built.messages
@@ -209,27 +196,23 @@ def parameters(request: ResponseRequest) -> generation_pb2.GenerationParameters:
     return set_reasoning(params, effort=request.reasoning.effort if request.reasoning else None)
 
 
-def _request_fields(request: ResponseRequest, earlier: Sequence[Item]) -> dict[str, Any]:
+def _request_fields(request: ResponseRequest) -> dict[str, Any]:
     return {
         "model": request.model,
-        "messages": conversation(request, earlier),
+        "messages": conversation(request, chained=request.previous_response_id is not None),
         "parameters": parameters(request),
         "keep_alive": request.keep_alive_value,
     }
 
 
-def generate_request(
-    request: ResponseRequest, earlier: Sequence[Item] = ()
-) -> generation_pb2.GenerateRequest:
-    """The ``GenerateRequest`` of a non-streamed request (errors as :func:`conversation`)."""
-    return generation_pb2.GenerateRequest(**_request_fields(request, earlier))
+def generate_request(request: ResponseRequest) -> generation_pb2.GenerateRequest:
+    """The new turn of a non-streamed request as a ``GenerateRequest`` (errors as :func:`conversation`)."""
+    return generation_pb2.GenerateRequest(**_request_fields(request))
 
 
-def generate_stream_request(
-    request: ResponseRequest, earlier: Sequence[Item] = ()
-) -> generation_pb2.GenerateStreamRequest:
-    """The ``GenerateStreamRequest`` of a streamed request (errors as :func:`conversation`)."""
-    return generation_pb2.GenerateStreamRequest(**_request_fields(request, earlier))
+def generate_stream_request(request: ResponseRequest) -> generation_pb2.GenerateStreamRequest:
+    """The new turn of a streamed request as a ``GenerateStreamRequest`` (errors as :func:`conversation`)."""
+    return generation_pb2.GenerateStreamRequest(**_request_fields(request))
 
 
 def usage_json(usage: common_pb2.Usage) -> dict[str, Any]:
@@ -295,22 +278,30 @@ def is_cut(finish_reason: int) -> bool:
     return finish_reason == generation_pb2.FINISH_REASON_LENGTH
 
 
-def output_items(choice: generation_pb2.GenerateChoice) -> list[dict[str, Any]]:
+def output_items(choice: generation_pb2.GenerateChoice, response_id: str) -> list[dict[str, Any]]:
     """The ``output`` of an answer: its reasoning item, its message, then its function calls.
 
     A message is always present unless the model only called functions, so ``output_text`` is
-    defined for every answer.
+    defined for every answer. Item ids are fixed by ``response_id`` and place
+    (:func:`gateway.ids.output_item_id`), so rendering a stored answer again gives the same ones.
     """
     status = "incomplete" if is_cut(choice.finish_reason) else "completed"
     output: list[dict[str, Any]] = []
+
+    def item_id(prefix: str) -> str:
+        return ids.output_item_id(prefix, response_id, len(output))
+
     if choice.reasoning_content:
-        output.append(reasoning_item(choice.reasoning_content, status=status))
+        output.append(reasoning_item(choice.reasoning_content, item_id=item_id("rs"), status=status))
     if choice.text or not choice.tool_calls:
-        output.append(message_item(choice.text, status=status))
+        output.append(message_item(choice.text, item_id=item_id("msg"), status=status))
     for call in choice.tool_calls:
         output.append(
             function_call_item(
-                call_id=call.id or ids.tool_call_id(), name=call.name, arguments=call.arguments_json
+                call_id=call.id or ids.tool_call_id(),
+                name=call.name,
+                arguments=call.arguments_json,
+                item_id=item_id("fc"),
             )
         )
     return output
@@ -335,6 +326,10 @@ class ResponseHeader:
     def new(cls, request: ResponseRequest) -> ResponseHeader:
         """A header with a fresh id, created now."""
         return cls(id=ids.response_id(), created_at=ids.unix_now(), request=request)
+
+    def template(self) -> dict[str, Any]:
+        """The response before its answer (``in_progress``, no output): what the server stores for it."""
+        return self.response(status="in_progress", model=self.request.model, output=[])
 
     def response(
         self,
@@ -388,12 +383,26 @@ class ResponseHeader:
         }
 
 
+def render_response(
+    template: dict[str, Any], response_id: str, answer: generation_pb2.GenerateResponse
+) -> dict[str, Any]:
+    """The ``response`` object of an answer, from the response before it (:meth:`ResponseHeader.template`).
+
+    Its first choice only (Responses has no ``n``): status, model, output and usage come from
+    the answer; a stored response renders again the same (:func:`output_items`).
+    """
+    choice = answer.choices[0] if answer.choices else generation_pb2.GenerateChoice()
+    status = "incomplete" if is_cut(choice.finish_reason) else "completed"
+    return {
+        **template,
+        "status": status,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "model": answer.model or template["model"],
+        "output": output_items(choice, response_id),
+        "usage": usage_json(answer.usage),
+    }
+
+
 def response_json(header: ResponseHeader, response: generation_pb2.GenerateResponse) -> dict[str, Any]:
-    """The ``response`` object of a non-streamed answer (its first choice; Responses has no ``n``)."""
-    choice = response.choices[0] if response.choices else generation_pb2.GenerateChoice()
-    return header.response(
-        status="incomplete" if is_cut(choice.finish_reason) else "completed",
-        model=response.model or header.request.model,
-        output=output_items(choice),
-        usage=usage_json(response.usage),
-    )
+    """The ``response`` object of a non-streamed answer (see :func:`render_response`)."""
+    return render_response(header.template(), header.id, response)

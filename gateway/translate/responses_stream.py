@@ -16,19 +16,21 @@ A stream reads::
 
 A failure after the stream started sends an ``error`` event and then ``response.failed``; no
 ``[DONE]`` line ends these streams (OpenAI sends none).
+
+The messages are ``CreateResponseStream``'s: the answer's chunks, then, when the request asked to
+``store`` it, ``stored`` once the server has kept it; ``response.completed`` goes out only after the
+call ended, so a request naming the response right after finds it. A store that fails fails the
+call: an ``error`` event and ``response.failed`` instead.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
-from universal_runtime.v1 import generation_pb2
+from universal_runtime.v1 import generation_pb2, response_store_pb2
 
 from gateway import ids
-from gateway.errors import rpc_error_to_http
 from gateway.translate.responses import (
     ResponseHeader,
     function_call_item,
@@ -41,9 +43,6 @@ from gateway.translate.responses import (
 
 # OpenAI's ``response.error.code`` values the gateway's failures fall under (by HTTP status).
 _FAILED_CODES: dict[int, str] = {429: "rate_limit_exceeded"}
-
-SaveResponse = Callable[[dict[str, Any]], Awaitable[None]]
-"""Stores a finished response object (``PutStoredResponse``); raises ``grpc.aio.AioRpcError``."""
 
 
 class _OpenItem:
@@ -61,7 +60,7 @@ class _OpenItem:
 
 
 class ResponseStreamTranslator:
-    """Turns ``GenerateStreamResponse`` messages into the Responses API's typed events.
+    """Turns ``CreateResponseStreamResponse`` messages into the Responses API's typed events.
 
     It is both the stream's translator and its SSE dialect (see
     :class:`gateway.streaming.SseDialect`): events are named by their ``type``, errors become an
@@ -69,16 +68,13 @@ class ResponseStreamTranslator:
 
     Args:
         header: The response's id, creation time and request.
-        save: Called with the final response object before ``response.completed`` is sent, when
-            the request asked to ``store`` it; ``None`` not to store.
 
     """
 
     done = None
 
-    def __init__(self, header: ResponseHeader, save: SaveResponse | None = None) -> None:
+    def __init__(self, header: ResponseHeader) -> None:
         self._header = header
-        self._save = save
         self._model = header.request.model
         self._sequence = 0
         self._started = False
@@ -185,23 +181,27 @@ class ResponseStreamTranslator:
         """Close the open item and open one of ``kind``: its ``output_item.added`` (and first part)."""
         events = self._close()
         index = len(self._output)
+        # The ids a stored response renders again (gateway.translate.responses.output_items).
+        prefix = {"function_call": "fc", "reasoning": "rs"}.get(kind, "msg")
+        item_id = ids.output_item_id(prefix, self._header.id, index)
         if kind == "function_call":
             assert tool_call is not None
             item = function_call_item(
                 call_id=tool_call.id or ids.tool_call_id(),
                 name=tool_call.name,
                 arguments="",
+                item_id=item_id,
                 status="in_progress",
             )
             self._open = _OpenItem(kind, item, tool_call.index)
             events.append(self._event("response.output_item.added", output_index=index, item=item))
             return events
         if kind == "reasoning":
-            item = reasoning_item("", status="in_progress")
+            item = reasoning_item("", item_id=item_id, status="in_progress")
             item["content"] = []
             part = {"type": "reasoning_text", "text": ""}
         else:
-            item = message_item("", status="in_progress")
+            item = message_item("", item_id=item_id, status="in_progress")
             item["content"] = []
             part = output_text_part("")
         self._open = _OpenItem(kind, item)
@@ -244,8 +244,14 @@ class ResponseStreamTranslator:
             )
         return events
 
-    def on_message(self, message: generation_pb2.GenerateStreamResponse) -> list[dict[str, Any]]:
-        """The events of one stream message (only its first choice: Responses has no ``n``)."""
+    def on_message(self, event: response_store_pb2.CreateResponseStreamResponse) -> list[dict[str, Any]]:
+        """The events of one stream message (only its first choice: Responses has no ``n``).
+
+        ``stored`` adds none: the call's end (:meth:`on_end`) announces the response.
+        """
+        if not event.HasField("chunk"):
+            return self._start()
+        message = event.chunk
         if message.model:
             self._model = message.model
         if message.HasField("usage"):
@@ -263,11 +269,10 @@ class ResponseStreamTranslator:
             self._cut = is_cut(message.finish_reason)
         return events
 
-    async def on_end(self) -> list[dict[str, Any]]:
-        """Close the last item; store the response when asked; then ``response.completed``/``.incomplete``.
+    def on_end(self) -> list[dict[str, Any]]:
+        """Close the last item, then ``response.completed`` (``response.incomplete`` when cut).
 
-        A failed save is reported as an ``error`` event and ``response.failed`` (the answer was
-        streamed, but it cannot be chained or fetched).
+        The call ended, so a response to ``store`` is stored already.
         """
         events = self._start() + self._close()
         if not any(item["type"] in ("message", "function_call") for item in self._output):
@@ -275,12 +280,5 @@ class ResponseStreamTranslator:
             # its message, as the non-streamed answer does.
             events += self._open_item("message") + self._close()
         status = "incomplete" if self._cut else "completed"
-        final = self._response(status)
-        if self._save is not None:
-            try:
-                await self._save(final)
-            except grpc.aio.AioRpcError as err:
-                status_code, body = rpc_error_to_http(err)
-                return events + self.error_payloads(status_code, body)
-        events.append(self._event(f"response.{status}", response=final))
+        events.append(self._event(f"response.{status}", response=self._response(status)))
         return events

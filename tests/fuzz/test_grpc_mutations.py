@@ -211,6 +211,19 @@ SEEDS = {
     "PutStoredResponse": [r.PutStoredResponseRequest(response=_stored("resp_fuzzseedput"))],
     "GetStoredResponse": [r.GetStoredResponseRequest(id="resp_fuzzseedget")],
     "DeleteStoredResponse": [r.DeleteStoredResponseRequest(id="resp_fuzzseeddelete")],
+    # Not stored, so that the seed may run again; a mutation to store=true stores (or finds the id taken).
+    "CreateResponse": [
+        r.CreateResponseRequest(
+            generate=g.GenerateRequest(model=CHAT, messages=_CHAT_MESSAGES, parameters=_PARAMETERS),
+            response=r.NewResponse(id="resp_fuzzseedcreate", header_json=b"{}", input_items_json=b"[]"),
+        )
+    ],
+    "CreateResponseStream": [
+        r.CreateResponseStreamRequest(
+            generate=g.GenerateStreamRequest(model=CHAT, messages=_CHAT_MESSAGES, parameters=_PARAMETERS),
+            response=r.NewResponse(id="resp_fuzzseedstream", header_json=b"{}", input_items_json=b"[]"),
+        )
+    ],
 }
 
 SERVICES = [

@@ -41,6 +41,7 @@ from universal_runtime.v1 import (
     response_store_pb2_grpc,
 )
 from universal_runtime.v1 import encoders_pb2 as e
+from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import response_store_pb2 as r
 
 from gateway.app import create_app
@@ -140,10 +141,29 @@ BATCHES = b.DESCRIPTOR.services_by_name["BatchService"]
 RESPONSES = r.DESCRIPTOR.services_by_name["ResponseStoreService"]
 
 
+def _new_response(previous: str) -> r.NewResponse:
+    return r.NewResponse(
+        id="resp_teamBsOwn1",
+        previous_response_id=previous,
+        store=True,
+        header_json=b"{}",
+        input_items_json=b"[]",
+    )
+
+
 def read_seeds(ids: dict[str, str]) -> dict[str, object]:
     """Valid requests naming ``team-a``'s objects, by RPC: reads, lists, uses, deletes, references."""
+    hello = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="go on")]
     return {
         "GetStoredResponse": r.GetStoredResponseRequest(id=A_RESPONSE),
+        # Continuing team-a's response; the embedder generates nothing, so a mutated one stays fast.
+        "CreateResponse": r.CreateResponseRequest(
+            generate=g.GenerateRequest(model=EMBEDDER, messages=hello), response=_new_response(A_RESPONSE)
+        ),
+        "CreateResponseStream": r.CreateResponseStreamRequest(
+            generate=g.GenerateStreamRequest(model=EMBEDDER, messages=hello),
+            response=_new_response(A_RESPONSE),
+        ),
         "DeleteStoredResponse": r.DeleteStoredResponseRequest(id=A_RESPONSE),
         "Classify": e.ClassifyRequest(model=A_CLASSIFIER, inputs=["Where is my parcel?"]),
         "ListClassifiers": e.ListClassifiersRequest(),

@@ -351,17 +351,31 @@ class FakeModelService(model_service_pb2_grpc.ModelServiceServicer):
 class FakeResponseStore(response_store_pb2_grpc.ResponseStoreServiceServicer):
     """An in-memory ``ResponseStoreService``: stores what it is given; NOT_FOUND for unknown ids.
 
-    ``fail`` makes every call abort with that failure (e.g. RESPONSE_TOO_LARGE on a put).
+    ``CreateResponse``/``CreateResponseStream`` do the server's workflow over ``inference`` (the
+    fake's Generate/GenerateStream, so ``inference.received`` shows the full conversation sent and
+    ``inference.fail`` fails them): the chain of ``previous_response_id`` between the instructions
+    and the new messages, tool messages named after their calls, the record stored after the answer
+    (for a stream, before the ``stored`` message that ends it). ``conversations`` holds each
+    created response's messages, its answer included.
+
+    ``fail`` makes every call abort with that failure (e.g. RESPONSE_TOO_LARGE on a put);
+    ``store_fail`` makes a create abort with it when it would store, after the generation (an
+    answer that took the response over its bound). ``calls`` names every call made, in order.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, inference: FakeInferenceService | None = None) -> None:
+        self.inference = inference
         self.reset()
 
     def reset(self) -> None:
         self.stored: dict[str, response_store_pb2.StoredResponse] = {}
+        self.conversations: dict[str, list[generation_pb2.ChatMessage]] = {}
         self.fail: RpcFailure | None = None
+        self.store_fail: RpcFailure | None = None
+        self.calls: list[str] = []
 
-    async def _check(self, context: grpc.aio.ServicerContext) -> None:
+    async def _check(self, context: grpc.aio.ServicerContext, method: str) -> None:
+        self.calls.append(method)
         if self.fail is not None:
             await context.abort(self.fail.code, self.fail.message, self.fail.trailing_metadata())
 
@@ -372,7 +386,7 @@ class FakeResponseStore(response_store_pb2_grpc.ResponseStoreServiceServicer):
         await context.abort(failure.code, failure.message, failure.trailing_metadata())
 
     async def PutStoredResponse(self, request, context):
-        await self._check(context)
+        await self._check(context, "PutStoredResponse")
         stored = response_store_pb2.StoredResponse()
         stored.CopyFrom(request.response)
         stored.expires_at = stored.created_at + 3600
@@ -382,16 +396,125 @@ class FakeResponseStore(response_store_pb2_grpc.ResponseStoreServiceServicer):
         )
 
     async def GetStoredResponse(self, request, context):
-        await self._check(context)
+        await self._check(context, "GetStoredResponse")
         if request.id not in self.stored:
             await self._missing(context, request.id)
         return response_store_pb2.GetStoredResponseResponse(response=self.stored[request.id])
 
     async def DeleteStoredResponse(self, request, context):
-        await self._check(context)
+        await self._check(context, "DeleteStoredResponse")
         if self.stored.pop(request.id, None) is None:
             await self._missing(context, request.id)
         return response_store_pb2.DeleteStoredResponseResponse(id=request.id, deleted=True)
+
+    async def _conversation(self, request, context) -> list[generation_pb2.ChatMessage]:
+        """The messages the server generates from: instructions, the chain, the new ones (named)."""
+        new = request.response
+        chain: list[generation_pb2.ChatMessage] = []
+        if new.previous_response_id:
+            if new.previous_response_id not in self.conversations:
+                await self._missing(context, new.previous_response_id)
+            chain = list(self.conversations[new.previous_response_id])
+        own = [
+            generation_pb2.ChatMessage.FromString(m.SerializeToString()) for m in request.generate.messages
+        ]
+        names = {call.id: call.name for m in chain for call in m.tool_calls}
+        for index, message in enumerate(own):
+            names.update((call.id, call.name) for call in message.tool_calls)
+            if message.role == generation_pb2.CHAT_ROLE_TOOL and not message.name:
+                if message.tool_call_id not in names:
+                    failure = RpcFailure(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"messages[{index}].tool_call_id answers no tool call",
+                        "TOOL_CALL_NOT_FOUND",
+                        {"field": f"messages[{index}].tool_call_id", "tool_call_id": message.tool_call_id},
+                    )
+                    await context.abort(failure.code, failure.message, failure.trailing_metadata())
+                message.name = names[message.tool_call_id]
+        system = (
+            [generation_pb2.ChatMessage(role=generation_pb2.CHAT_ROLE_SYSTEM, content=new.instructions)]
+            if new.instructions
+            else []
+        )
+        return [*system, *chain, *own]
+
+    async def _keep(self, request, chain_and_own, answer: generation_pb2.GenerateResponse, context):
+        """Store the created response; its ``ResponseStored``."""
+        if self.store_fail is not None:
+            failure = self.store_fail
+            await context.abort(failure.code, failure.message, failure.trailing_metadata())
+        new = request.response
+        choice = answer.choices[0] if answer.choices else generation_pb2.GenerateChoice()
+        reply = generation_pb2.ChatMessage(
+            role=generation_pb2.CHAT_ROLE_ASSISTANT,
+            content=choice.text,
+            reasoning_content=choice.reasoning_content,
+            tool_calls=choice.tool_calls,
+        )
+        without_instructions = chain_and_own[1:] if new.instructions else chain_and_own
+        self.conversations[new.id] = [*without_instructions, reply]
+        earlier = self.stored[new.previous_response_id].turns if new.previous_response_id else []
+        record = response_store_pb2.StoredResponse(
+            id=new.id,
+            created_at=new.created_at,
+            previous_response_id=new.previous_response_id,
+            response_json=new.header_json,
+            input_items_json=b"[]",
+            expires_at=new.created_at + 3600,
+            turns=[
+                *earlier,
+                response_store_pb2.ResponseTurn(
+                    response_id=new.id, input_items_json=new.input_items_json, answer=answer
+                ),
+            ],
+        )
+        self.stored[new.id] = record
+        return response_store_pb2.ResponseStored(
+            id=new.id, created_at=new.created_at, expires_at=record.expires_at
+        )
+
+    async def CreateResponse(self, request, context):
+        await self._check(context, "CreateResponse")
+        assert self.inference is not None
+        messages = await self._conversation(request, context)
+        generate = generation_pb2.GenerateRequest()
+        generate.CopyFrom(request.generate)
+        del generate.messages[:]
+        generate.messages.extend(messages)
+        answer = await self.inference.Generate(generate, context)
+        reply = response_store_pb2.CreateResponseResponse(answer=answer)
+        if request.response.store:
+            reply.stored.CopyFrom(await self._keep(request, messages, answer, context))
+        return reply
+
+    async def CreateResponseStream(self, request, context):
+        await self._check(context, "CreateResponseStream")
+        assert self.inference is not None
+        messages = await self._conversation(request, context)
+        generate = generation_pb2.GenerateStreamRequest()
+        generate.CopyFrom(request.generate)
+        del generate.messages[:]
+        generate.messages.extend(messages)
+        choice = generation_pb2.GenerateChoice()
+        answer = generation_pb2.GenerateResponse(model=generate.model)
+        calls: dict[int, generation_pb2.ToolCall] = {}
+        async for chunk in self.inference.GenerateStream(generate, context):
+            if chunk.index == 0:
+                choice.text += chunk.text
+                choice.reasoning_content += chunk.reasoning_content
+                for piece in chunk.tool_calls:
+                    if piece.index not in calls:
+                        calls[piece.index] = choice.tool_calls.add(id=piece.id, name=piece.name)
+                    call = calls[piece.index]
+                    call.arguments_json += piece.arguments_json_delta
+                choice.finish_reason = chunk.finish_reason or choice.finish_reason
+            if chunk.HasField("usage"):
+                answer.usage.CopyFrom(chunk.usage)
+            yield response_store_pb2.CreateResponseStreamResponse(chunk=chunk)
+        answer.choices.append(choice)
+        if request.response.store:
+            stored = await self._keep(request, messages, answer, context)
+            yield response_store_pb2.CreateResponseStreamResponse(stored=stored)
 
 
 @dataclass
@@ -420,7 +543,7 @@ async def run_fake_server() -> AsyncIterator[FakeServer]:
     inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(inference, server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(models, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    responses = FakeResponseStore()
+    responses = FakeResponseStore(inference)
     response_store_pb2_grpc.add_ResponseStoreServiceServicer_to_server(responses, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -1,4 +1,9 @@
-"""Stored responses against the fake server and its in-memory store: store, chain, fetch, list, delete."""
+"""Stored responses against the fake server and its in-memory store: store, chain, fetch, list, delete.
+
+Creating a response is one ``CreateResponse`` call whatever it continues: the fake does the
+server's part (chain, generation, store) over the fake Generate, so ``fake.inference.received``
+shows the conversation the server sent the model.
+"""
 
 from __future__ import annotations
 
@@ -23,11 +28,29 @@ async def test_store_is_the_default_and_get_returns_the_response(
     client: httpx.AsyncClient, fake: FakeServer
 ) -> None:
     first = await create(client, metadata={"ticket": "7"})
+    assert fake.responses.calls == ["CreateResponse"]
     record = fake.responses.stored[first["id"]]
     assert record.created_at == first["created_at"] and record.previous_response_id == ""
-    assert json.loads(record.response_json) == first
+    # The server keeps the response before its answer and the answer itself, and renders neither.
+    template = json.loads(record.response_json)
+    assert (template["status"], template["output"], template["usage"]) == ("in_progress", [], None)
+    assert {k: v for k, v in template.items() if k not in ("status", "output", "usage")} == {
+        k: v for k, v in first.items() if k not in ("status", "output", "usage")
+    }
+    [turn] = record.turns
+    assert turn.response_id == first["id"] and turn.answer == fake.inference.generate_response
+    assert json.loads(turn.input_items_json)[0]["content"] == [{"type": "input_text", "text": "Hi"}]
     fetched = await client.get(f"{URL}/{first['id']}")
     assert fetched.status_code == 200 and fetched.json() == first
+
+
+async def test_a_chained_create_is_one_call(client: httpx.AsyncClient, fake: FakeServer) -> None:
+    first = await create(client)
+    fake.responses.calls.clear()
+    second = await create(client, input="And then?", previous_response_id=first["id"])
+    assert fake.responses.calls == ["CreateResponse"]
+    sent = fake.responses.stored[second["id"]]
+    assert [turn.response_id for turn in sent.turns] == [first["id"], second["id"]]
 
 
 async def test_store_false_keeps_nothing(client: httpx.AsyncClient, fake: FakeServer) -> None:
@@ -154,27 +177,34 @@ async def test_full_store_is_507(client: httpx.AsyncClient, fake: FakeServer) ->
     assert response.json()["error"]["code"] == "storage_full"
 
 
-async def test_a_small_request_over_a_large_chain_is_translated_off_the_event_loop(
-    client: httpx.AsyncClient, fake: FakeServer, monkeypatch
+async def test_function_call_output_of_no_call_in_the_chain_is_400(
+    client: httpx.AsyncClient, fake: FakeServer
 ) -> None:
-    """The work of continuing a chain grows with the chain (up to the store's 4 MiB), not with the
-    request: a 30-byte input over a large stored conversation is read and translated in a worker
-    thread, as a large body is (gateway.json_body.INLINE_BODY_BYTES)."""
-    import threading
+    first = await create(client)
+    output = {"type": "function_call_output", "call_id": "call_none", "output": "Sunny"}
+    response = await client.post(
+        URL,
+        json={
+            "model": "fake-llm",
+            "input": [{"role": "user", "content": "x"}, output],
+            "previous_response_id": first["id"],
+        },
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "message": "No function call found for function_call_output with call_id 'call_none'",
+        "type": "invalid_request_error",
+        "param": "input[1].call_id",
+        "code": "invalid_value",
+    }
 
-    from gateway.json_body import INLINE_BODY_BYTES
-    from gateway.routes import responses as route
 
-    first = await create(client, input="x" * (2 * INLINE_BODY_BYTES))
-    threads: list[bool] = []
-    translate = route._translate
-
-    def recording(*args):
-        threads.append(threading.current_thread() is threading.main_thread())
-        return translate(*args)
-
-    monkeypatch.setattr(route, "_translate", recording)
-    await create(client, input="And then?", previous_response_id=first["id"])
-    small = await create(client, input="Hi again")
-    assert threads == [False, True], "chain translated on the loop (True) or a small one sent to a thread"
-    assert small["previous_response_id"] is None
+async def test_over_limit_before_generation_is_400_and_generates_nothing(
+    client: httpx.AsyncClient, fake: FakeServer
+) -> None:
+    fake.responses.fail = RpcFailure(
+        grpc.StatusCode.INVALID_ARGUMENT, "the conversation is over the bound", "RESPONSE_TOO_LARGE"
+    )
+    response = await client.post(URL, json={"model": "fake-llm", "input": "Hi"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "response_too_large"
+    assert fake.inference.received == []

@@ -184,8 +184,35 @@ async def test_streamed_response_is_stored_before_completed(
     assert fetched.json() == final
 
 
+async def test_chained_stream_is_one_call_and_continues_the_chain(
+    client: httpx.AsyncClient, fake: FakeServer
+) -> None:
+    first = (await stream(client, instructions="Be brief."))[-1]["response"]
+    fake.responses.calls.clear()
+    second = (await stream(client, input="And then?", previous_response_id=first["id"]))[-1]["response"]
+    assert fake.responses.calls == ["CreateResponseStream"]
+    assert second["previous_response_id"] == first["id"] and second["status"] == "completed"
+    messages = fake.inference.received[1].request.messages
+    assert [(m.role, m.content) for m in messages] == [
+        (generation_pb2.CHAT_ROLE_USER, "Hi"),
+        (generation_pb2.CHAT_ROLE_ASSISTANT, "Hello there!"),
+        (generation_pb2.CHAT_ROLE_USER, "And then?"),
+    ]
+    assert (await client.get(f"{URL}/{second['id']}")).json() == second
+
+
+async def test_chained_stream_of_an_unknown_response_is_404(
+    client: httpx.AsyncClient, fake: FakeServer
+) -> None:
+    response = await client.post(URL, json=body(previous_response_id="resp_missing"))
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "previous_response_not_found"
+    assert response.json()["error"]["param"] == "previous_response_id"
+    assert fake.inference.received == []
+
+
 async def test_failed_store_ends_the_stream_failed(client: httpx.AsyncClient, fake: FakeServer) -> None:
-    fake.responses.fail = RpcFailure(
+    fake.responses.store_fail = RpcFailure(
         grpc.StatusCode.INVALID_ARGUMENT, "response too large", "RESPONSE_TOO_LARGE", {"max_bytes": "10"}
     )
     events = await stream(client)

@@ -12,11 +12,12 @@ import uuid
 
 import grpc
 import pytest
+from universal_runtime.v1 import generation_pb2
 from universal_runtime.v1 import response_store_pb2 as pb
 
 from engines.owners import owner_segment
-from engines.response_store import ResponseLimits, ResponseNotFoundError, ResponseStore, StoredResponse
 from engines.state_store import open_state_store
+from service.responses import ResponseLimits, ResponseNotFoundError, ResponseStore, StoredResponse
 from tests.conftest import CHAT_MODEL
 from tests.ownership.keys import ADMIN, DOTS, TEAM_A, TEAM_B, bearer, headers, refused
 
@@ -84,6 +85,46 @@ async def test_ids_are_per_key_so_a_taken_id_tells_another_key_nothing(stubs):
         pb.DeleteStoredResponseRequest(id=response_id), metadata=bearer(TEAM_B)
     )
     assert await text_of(stubs, TEAM_A, response_id) == "a"  # B deleted its own only
+
+
+async def test_another_keys_id_is_not_found_when_creating_from_it(stubs):
+    response_id = new_id()
+    generate = generation_pb2.GenerateRequest(
+        model=CHAT_MODEL,
+        messages=[generation_pb2.ChatMessage(role=generation_pb2.CHAT_ROLE_USER, content="Hi")],
+        parameters=generation_pb2.GenerationParameters(max_tokens=2),
+    )
+
+    def request(previous: str = "", own: str | None = None) -> pb.CreateResponseRequest:
+        return pb.CreateResponseRequest(
+            generate=generate,
+            response=pb.NewResponse(
+                id=own or new_id(),
+                previous_response_id=previous,
+                store=True,
+                header_json=b"{}",
+                input_items_json=b"[]",
+            ),
+        )
+
+    await stubs.responses.CreateResponse(request(own=response_id), metadata=bearer(TEAM_A))
+    for key in OTHERS:
+        reason, metadata = await refused(
+            stubs.responses.CreateResponse(request(response_id), metadata=bearer(key)),
+            grpc.StatusCode.NOT_FOUND,
+        )
+        assert (reason, metadata["id"]) == ("RESPONSE_NOT_FOUND", response_id)
+        stream = stubs.responses.CreateResponseStream(
+            pb.CreateResponseStreamRequest(
+                generate=generation_pb2.GenerateStreamRequest.FromString(generate.SerializeToString()),
+                response=request(response_id).response,
+            ),
+            metadata=bearer(key),
+        )
+        reason, _ = await refused(stream.read(), grpc.StatusCode.NOT_FOUND)
+        assert reason == "RESPONSE_NOT_FOUND"
+    chained = await stubs.responses.CreateResponse(request(response_id), metadata=bearer(TEAM_A))
+    assert chained.stored.id  # the owner continues it
 
 
 # -- the gateway, standalone and in-process ------------------------------------------------------

@@ -22,29 +22,44 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from universal_runtime.v1 import generation_pb2 as universal__runtime_dot_v1_dot_generation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)universal_runtime/v1/response_store.proto\x12\x14universal_runtime.v1\"\x93\x01\n\x0eStoredResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\x03\x12\x1c\n\x14previous_response_id\x18\x03 \x01(\t\x12\x15\n\rresponse_json\x18\x04 \x01(\x0c\x12\x18\n\x10input_items_json\x18\x05 \x01(\x0c\x12\x12\n\nexpires_at\x18\x06 \x01(\x03\"R\n\x18PutStoredResponseRequest\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.universal_runtime.v1.StoredResponse\"f\n\x19PutStoredResponseResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\x03\x12\x12\n\nexpires_at\x18\x03 \x01(\x03\x12\x15\n\revicted_count\x18\x04 \x01(\x05\"&\n\x18GetStoredResponseRequest\x12\n\n\x02id\x18\x01 \x01(\t\"S\n\x19GetStoredResponseResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.universal_runtime.v1.StoredResponse\")\n\x1b\x44\x65leteStoredResponseRequest\x12\n\n\x02id\x18\x01 \x01(\t\";\n\x1c\x44\x65leteStoredResponseResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x08\x32\x81\x03\n\x14ResponseStoreService\x12t\n\x11PutStoredResponse\x12..universal_runtime.v1.PutStoredResponseRequest\x1a/.universal_runtime.v1.PutStoredResponseResponse\x12t\n\x11GetStoredResponse\x12..universal_runtime.v1.GetStoredResponseRequest\x1a/.universal_runtime.v1.GetStoredResponseResponse\x12}\n\x14\x44\x65leteStoredResponse\x12\x31.universal_runtime.v1.DeleteStoredResponseRequest\x1a\x32.universal_runtime.v1.DeleteStoredResponseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)universal_runtime/v1/response_store.proto\x12\x14universal_runtime.v1\x1a%universal_runtime/v1/generation.proto\"\xc6\x01\n\x0eStoredResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\x03\x12\x1c\n\x14previous_response_id\x18\x03 \x01(\t\x12\x15\n\rresponse_json\x18\x04 \x01(\x0c\x12\x18\n\x10input_items_json\x18\x05 \x01(\x0c\x12\x12\n\nexpires_at\x18\x06 \x01(\x03\x12\x31\n\x05turns\x18\x07 \x03(\x0b\x32\".universal_runtime.v1.ResponseTurn\"u\n\x0cResponseTurn\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x18\n\x10input_items_json\x18\x02 \x01(\x0c\x12\x36\n\x06\x61nswer\x18\x03 \x01(\x0b\x32&.universal_runtime.v1.GenerateResponse\"\x9f\x01\n\x0bNewResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\x03\x12\x1c\n\x14previous_response_id\x18\x03 \x01(\t\x12\r\n\x05store\x18\x04 \x01(\x08\x12\x14\n\x0cinstructions\x18\x05 \x01(\t\x12\x13\n\x0bheader_json\x18\x06 \x01(\x0c\x12\x18\n\x10input_items_json\x18\x07 \x01(\x0c\"[\n\x0eResponseStored\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\x03\x12\x12\n\nexpires_at\x18\x03 \x01(\x03\x12\x15\n\revicted_count\x18\x04 \x01(\x05\"\x85\x01\n\x15\x43reateResponseRequest\x12\x37\n\x08generate\x18\x01 \x01(\x0b\x32%.universal_runtime.v1.GenerateRequest\x12\x33\n\x08response\x18\x02 \x01(\x0b\x32!.universal_runtime.v1.NewResponse\"\x86\x01\n\x16\x43reateResponseResponse\x12\x36\n\x06\x61nswer\x18\x01 \x01(\x0b\x32&.universal_runtime.v1.GenerateResponse\x12\x34\n\x06stored\x18\x02 \x01(\x0b\x32$.universal_runtime.v1.ResponseStored\"\x91\x01\n\x1b\x43reateResponseStreamRequest\x12=\n\x08generate\x18\x01 \x01(\x0b\x32+.universal_runtime.v1.GenerateStreamRequest\x12\x33\n\x08response\x18\x02 \x01(\x0b\x32!.universal_runtime.v1.NewResponse\"\x9e\x01\n\x1c\x43reateResponseStreamResponse\x12=\n\x05\x63hunk\x18\x01 \x01(\x0b\x32,.universal_runtime.v1.GenerateStreamResponseH\x00\x12\x36\n\x06stored\x18\x02 \x01(\x0b\x32$.universal_runtime.v1.ResponseStoredH\x00\x42\x07\n\x05\x65vent\"R\n\x18PutStoredResponseRequest\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.universal_runtime.v1.StoredResponse\"f\n\x19PutStoredResponseResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\x03\x12\x12\n\nexpires_at\x18\x03 \x01(\x03\x12\x15\n\revicted_count\x18\x04 \x01(\x05\"&\n\x18GetStoredResponseRequest\x12\n\n\x02id\x18\x01 \x01(\t\"S\n\x19GetStoredResponseResponse\x12\x36\n\x08response\x18\x01 \x01(\x0b\x32$.universal_runtime.v1.StoredResponse\")\n\x1b\x44\x65leteStoredResponseRequest\x12\n\n\x02id\x18\x01 \x01(\t\";\n\x1c\x44\x65leteStoredResponseResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x08\x32\xef\x04\n\x14ResponseStoreService\x12t\n\x11PutStoredResponse\x12..universal_runtime.v1.PutStoredResponseRequest\x1a/.universal_runtime.v1.PutStoredResponseResponse\x12t\n\x11GetStoredResponse\x12..universal_runtime.v1.GetStoredResponseRequest\x1a/.universal_runtime.v1.GetStoredResponseResponse\x12}\n\x14\x44\x65leteStoredResponse\x12\x31.universal_runtime.v1.DeleteStoredResponseRequest\x1a\x32.universal_runtime.v1.DeleteStoredResponseResponse\x12k\n\x0e\x43reateResponse\x12+.universal_runtime.v1.CreateResponseRequest\x1a,.universal_runtime.v1.CreateResponseResponse\x12\x7f\n\x14\x43reateResponseStream\x12\x31.universal_runtime.v1.CreateResponseStreamRequest\x1a\x32.universal_runtime.v1.CreateResponseStreamResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'universal_runtime.v1.response_store_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STOREDRESPONSE']._serialized_start=68
-  _globals['_STOREDRESPONSE']._serialized_end=215
-  _globals['_PUTSTOREDRESPONSEREQUEST']._serialized_start=217
-  _globals['_PUTSTOREDRESPONSEREQUEST']._serialized_end=299
-  _globals['_PUTSTOREDRESPONSERESPONSE']._serialized_start=301
-  _globals['_PUTSTOREDRESPONSERESPONSE']._serialized_end=403
-  _globals['_GETSTOREDRESPONSEREQUEST']._serialized_start=405
-  _globals['_GETSTOREDRESPONSEREQUEST']._serialized_end=443
-  _globals['_GETSTOREDRESPONSERESPONSE']._serialized_start=445
-  _globals['_GETSTOREDRESPONSERESPONSE']._serialized_end=528
-  _globals['_DELETESTOREDRESPONSEREQUEST']._serialized_start=530
-  _globals['_DELETESTOREDRESPONSEREQUEST']._serialized_end=571
-  _globals['_DELETESTOREDRESPONSERESPONSE']._serialized_start=573
-  _globals['_DELETESTOREDRESPONSERESPONSE']._serialized_end=632
-  _globals['_RESPONSESTORESERVICE']._serialized_start=635
-  _globals['_RESPONSESTORESERVICE']._serialized_end=1020
+  _globals['_STOREDRESPONSE']._serialized_start=107
+  _globals['_STOREDRESPONSE']._serialized_end=305
+  _globals['_RESPONSETURN']._serialized_start=307
+  _globals['_RESPONSETURN']._serialized_end=424
+  _globals['_NEWRESPONSE']._serialized_start=427
+  _globals['_NEWRESPONSE']._serialized_end=586
+  _globals['_RESPONSESTORED']._serialized_start=588
+  _globals['_RESPONSESTORED']._serialized_end=679
+  _globals['_CREATERESPONSEREQUEST']._serialized_start=682
+  _globals['_CREATERESPONSEREQUEST']._serialized_end=815
+  _globals['_CREATERESPONSERESPONSE']._serialized_start=818
+  _globals['_CREATERESPONSERESPONSE']._serialized_end=952
+  _globals['_CREATERESPONSESTREAMREQUEST']._serialized_start=955
+  _globals['_CREATERESPONSESTREAMREQUEST']._serialized_end=1100
+  _globals['_CREATERESPONSESTREAMRESPONSE']._serialized_start=1103
+  _globals['_CREATERESPONSESTREAMRESPONSE']._serialized_end=1261
+  _globals['_PUTSTOREDRESPONSEREQUEST']._serialized_start=1263
+  _globals['_PUTSTOREDRESPONSEREQUEST']._serialized_end=1345
+  _globals['_PUTSTOREDRESPONSERESPONSE']._serialized_start=1347
+  _globals['_PUTSTOREDRESPONSERESPONSE']._serialized_end=1449
+  _globals['_GETSTOREDRESPONSEREQUEST']._serialized_start=1451
+  _globals['_GETSTOREDRESPONSEREQUEST']._serialized_end=1489
+  _globals['_GETSTOREDRESPONSERESPONSE']._serialized_start=1491
+  _globals['_GETSTOREDRESPONSERESPONSE']._serialized_end=1574
+  _globals['_DELETESTOREDRESPONSEREQUEST']._serialized_start=1576
+  _globals['_DELETESTOREDRESPONSEREQUEST']._serialized_end=1617
+  _globals['_DELETESTOREDRESPONSERESPONSE']._serialized_start=1619
+  _globals['_DELETESTOREDRESPONSERESPONSE']._serialized_end=1678
+  _globals['_RESPONSESTORESERVICE']._serialized_start=1681
+  _globals['_RESPONSESTORESERVICE']._serialized_end=2304
 # @@protoc_insertion_point(module_scope)

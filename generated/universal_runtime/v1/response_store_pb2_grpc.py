@@ -35,7 +35,9 @@ class ResponseStoreServiceStub:
     an id never stored; ids are unique per key. A server without keys has one owner.
 
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
-    right kind); the gateway owns the Responses API's shapes.
+    right kind); the gateway owns the Responses API's shapes. A response the server creates
+    (`CreateResponse`, `CreateResponseStream`) also keeps its conversation in this contract's terms
+    (chat messages and the generation's answer), so that continuing it needs no Responses API JSON.
 
     Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses and
     `UR_RESPONSES_MAX_TOTAL_BYTES` bytes are kept (a put over either evicts the responses that expire
@@ -47,7 +49,11 @@ class ResponseStoreServiceStub:
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_RESPONSE_ID (an id not of the
     form `resp_` + 1 to 120 ASCII letters and digits), INVALID_RESPONSE_JSON, RESPONSE_TOO_LARGE;
     ALREADY_EXISTS RESPONSE_ID_EXISTS; NOT_FOUND RESPONSE_NOT_FOUND, RESPONSE_EXPIRED; UNAVAILABLE
-    STATE_STORE_UNAVAILABLE; RESOURCE_EXHAUSTED STORAGE_FULL.
+    STATE_STORE_UNAVAILABLE; RESOURCE_EXHAUSTED STORAGE_FULL. CreateResponse and
+    CreateResponseStream add Generate's errors (model, parameters, context length, overload ...),
+    INVALID_ARGUMENT TOOL_CALL_NOT_FOUND (a tool message answering no call of the conversation) and
+    FAILED_PRECONDITION RESPONSE_NOT_CONTINUABLE (`previous_response_id` names a response stored
+    whole by PutStoredResponse, whose conversation the server cannot read).
     """
 
     def __init__(self, channel):
@@ -71,6 +77,16 @@ class ResponseStoreServiceStub:
                 request_serializer=universal__runtime_dot_v1_dot_response__store__pb2.DeleteStoredResponseRequest.SerializeToString,
                 response_deserializer=universal__runtime_dot_v1_dot_response__store__pb2.DeleteStoredResponseResponse.FromString,
                 _registered_method=True)
+        self.CreateResponse = channel.unary_unary(
+                '/universal_runtime.v1.ResponseStoreService/CreateResponse',
+                request_serializer=universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseResponse.FromString,
+                _registered_method=True)
+        self.CreateResponseStream = channel.unary_stream(
+                '/universal_runtime.v1.ResponseStoreService/CreateResponseStream',
+                request_serializer=universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseStreamRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseStreamResponse.FromString,
+                _registered_method=True)
 
 
 class ResponseStoreServiceServicer:
@@ -83,7 +99,9 @@ class ResponseStoreServiceServicer:
     an id never stored; ids are unique per key. A server without keys has one owner.
 
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
-    right kind); the gateway owns the Responses API's shapes.
+    right kind); the gateway owns the Responses API's shapes. A response the server creates
+    (`CreateResponse`, `CreateResponseStream`) also keeps its conversation in this contract's terms
+    (chat messages and the generation's answer), so that continuing it needs no Responses API JSON.
 
     Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses and
     `UR_RESPONSES_MAX_TOTAL_BYTES` bytes are kept (a put over either evicts the responses that expire
@@ -95,7 +113,11 @@ class ResponseStoreServiceServicer:
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_RESPONSE_ID (an id not of the
     form `resp_` + 1 to 120 ASCII letters and digits), INVALID_RESPONSE_JSON, RESPONSE_TOO_LARGE;
     ALREADY_EXISTS RESPONSE_ID_EXISTS; NOT_FOUND RESPONSE_NOT_FOUND, RESPONSE_EXPIRED; UNAVAILABLE
-    STATE_STORE_UNAVAILABLE; RESOURCE_EXHAUSTED STORAGE_FULL.
+    STATE_STORE_UNAVAILABLE; RESOURCE_EXHAUSTED STORAGE_FULL. CreateResponse and
+    CreateResponseStream add Generate's errors (model, parameters, context length, overload ...),
+    INVALID_ARGUMENT TOOL_CALL_NOT_FOUND (a tool message answering no call of the conversation) and
+    FAILED_PRECONDITION RESPONSE_NOT_CONTINUABLE (`previous_response_id` names a response stored
+    whole by PutStoredResponse, whose conversation the server cannot read).
     """
 
     def PutStoredResponse(self, request, context):
@@ -119,6 +141,24 @@ class ResponseStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateResponse(self, request, context):
+        """Create a response in one call: read the conversation of `previous_response_id` (the caller's
+        own; NOT_FOUND otherwise), generate the new turn after it as Generate does, and with `store`
+        keep the new response before answering (its byte bounds checked before generation starts).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateResponseStream(self, request, context):
+        """CreateResponse, streamed as GenerateStream streams; with `store` the response is kept after
+        the last chunk and before the `stored` message that ends the stream, so a request naming it
+        right after the stream finds it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ResponseStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -136,6 +176,16 @@ def add_ResponseStoreServiceServicer_to_server(servicer, server):
                     servicer.DeleteStoredResponse,
                     request_deserializer=universal__runtime_dot_v1_dot_response__store__pb2.DeleteStoredResponseRequest.FromString,
                     response_serializer=universal__runtime_dot_v1_dot_response__store__pb2.DeleteStoredResponseResponse.SerializeToString,
+            ),
+            'CreateResponse': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateResponse,
+                    request_deserializer=universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseResponse.SerializeToString,
+            ),
+            'CreateResponseStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.CreateResponseStream,
+                    request_deserializer=universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseStreamRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -155,7 +205,9 @@ class ResponseStoreService:
     an id never stored; ids are unique per key. A server without keys has one owner.
 
     The server keeps the JSON it is given as opaque bytes (it checks only that each is JSON of the
-    right kind); the gateway owns the Responses API's shapes.
+    right kind); the gateway owns the Responses API's shapes. A response the server creates
+    (`CreateResponse`, `CreateResponseStream`) also keeps its conversation in this contract's terms
+    (chat messages and the generation's answer), so that continuing it needs no Responses API JSON.
 
     Bounds (server settings): at most `UR_RESPONSES_MAX_COUNT` responses and
     `UR_RESPONSES_MAX_TOTAL_BYTES` bytes are kept (a put over either evicts the responses that expire
@@ -167,7 +219,11 @@ class ResponseStoreService:
     Errors (google.rpc.ErrorInfo reasons): INVALID_ARGUMENT INVALID_RESPONSE_ID (an id not of the
     form `resp_` + 1 to 120 ASCII letters and digits), INVALID_RESPONSE_JSON, RESPONSE_TOO_LARGE;
     ALREADY_EXISTS RESPONSE_ID_EXISTS; NOT_FOUND RESPONSE_NOT_FOUND, RESPONSE_EXPIRED; UNAVAILABLE
-    STATE_STORE_UNAVAILABLE; RESOURCE_EXHAUSTED STORAGE_FULL.
+    STATE_STORE_UNAVAILABLE; RESOURCE_EXHAUSTED STORAGE_FULL. CreateResponse and
+    CreateResponseStream add Generate's errors (model, parameters, context length, overload ...),
+    INVALID_ARGUMENT TOOL_CALL_NOT_FOUND (a tool message answering no call of the conversation) and
+    FAILED_PRECONDITION RESPONSE_NOT_CONTINUABLE (`previous_response_id` names a response stored
+    whole by PutStoredResponse, whose conversation the server cannot read).
     """
 
     @staticmethod
@@ -241,6 +297,60 @@ class ResponseStoreService:
             '/universal_runtime.v1.ResponseStoreService/DeleteStoredResponse',
             universal__runtime_dot_v1_dot_response__store__pb2.DeleteStoredResponseRequest.SerializeToString,
             universal__runtime_dot_v1_dot_response__store__pb2.DeleteStoredResponseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateResponse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.ResponseStoreService/CreateResponse',
+            universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateResponseStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/universal_runtime.v1.ResponseStoreService/CreateResponseStream',
+            universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseStreamRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_response__store__pb2.CreateResponseStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,9 +1,9 @@
-"""Stored responses of the OpenAI Responses API, kept in the state store (:mod:`engines.state_store`).
+"""The store of the OpenAI Responses API's responses, kept in the state store (:mod:`engines.state_store`).
 
 The gateway translates the Responses API; the server keeps what it stores (``store: true``) so that
 ``previous_response_id``, ``GET``/``DELETE /v1/responses/{id}`` and ``GET .../input_items`` work on
-any replica that shares the state store (``UR_STATE_URL``). The JSON is opaque here: this module
-checks that it is a JSON object (the response) and a JSON array (its input items), and bounds it.
+any replica that shares the state store (``UR_STATE_URL``). What one response holds, and its
+checks, are in :mod:`service.responses.records`.
 
 Every response has an owner: the name of the API key that stored it (``""`` on a server without
 keys). Every method takes it, and reads only that owner's responses: another key's id is
@@ -14,9 +14,7 @@ Layout, under the store's ``responses/`` folder (``<owner>``: :func:`engines.own
 of the key's name, a hash, so that any name is a safe key):
 
 * ``data/<id>`` (a server without keys, as before owners existed) or ``data/<owner>/<id>`` (a
-  key's): one response: a header line (JSON: id, created_at, previous_response_id,
-  expires_at_ms, the response JSON's length) followed by the response JSON and the input items'
-  JSON, as given.
+  key's): one response, as :func:`service.responses.records.encode` writes it.
 * ``expiry/<expires_at_ms>-<bytes>-<id>`` (without keys) or ``expiry/<expires_at_ms>-<bytes>-<id>-<owner>``:
   an empty marker per response. Its name sorts by when the response expires (every response
   lives the same TTL, so that is also by age) and carries its size and its data's key, so one
@@ -28,7 +26,7 @@ keys finds none of them (they expire on their TTL).
 
 Bounds (:class:`ResponseLimits`, server settings ``UR_RESPONSES_*``):
 
-* **per response**: its response JSON plus input items' JSON at most ``max_bytes``, else
+* **per response**: all it holds (:attr:`StoredResponse.size`) at most ``max_bytes``, else
   INVALID_ARGUMENT, reason RESPONSE_TOO_LARGE (nothing is stored);
 * **count and total bytes**: a put that would take the store over ``max_count`` responses or
   ``max_total_bytes`` evicts the responses that expire first (the oldest) until it fits, as a
@@ -50,7 +48,6 @@ and each store call within it is bounded by the store's ``timeout_s``.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -58,122 +55,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from engines.errors import InvalidArgumentError, RuntimeServiceError, clip_text
 from engines.owners import owner_segment
+from engines.reasons import Reason
 from engines.state_store import StateStore
+from service.responses.records import (
+    RESPONSE_ID,
+    PutResult,
+    ResponseExistsError,
+    ResponseLimits,
+    ResponseNotFoundError,
+    StoredResponse,
+    check_record,
+    decode,
+    encode,
+    not_found,
+    validate_response_id,
+)
 
 log = logging.getLogger(__name__)
-
-#: The form of a stored response's id: ``resp_`` and 1 to 120 ASCII letters and digits. Only these
-#: characters, so an id is a safe key in every store (no ``/``, ``.``, ``\``: no path traversal).
-RESPONSE_ID = re.compile(r"resp_[A-Za-z0-9]{1,120}")
-RESPONSE_ID_MAX_CHARS = 125
 
 #: Most deletions (expired responses swept, oldest evicted) one put makes.
 MAX_DELETES_PER_PUT = 64
 
 DATA_DIR = "data"
 EXPIRY_DIR = "expiry"
-_FORMAT = 1
-
-
-class ResponseNotFoundError(RuntimeServiceError, status="NOT_FOUND", reason="RESPONSE_NOT_FOUND"):
-    """No stored response has this id (NOT_FOUND; reason RESPONSE_EXPIRED when it outlived its TTL)."""
-
-
-class ResponseExistsError(RuntimeServiceError, status="ALREADY_EXISTS", reason="RESPONSE_ID_EXISTS"):
-    """A stored response already has this id (ALREADY_EXISTS)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseLimits:
-    """What the store keeps.
-
-    Attributes:
-        max_count: most responses kept; a put over it evicts the oldest.
-        max_bytes: most bytes of one response (its response JSON plus its input items' JSON).
-        max_total_bytes: most bytes of all responses together; a put over it evicts the oldest.
-        ttl_s: seconds a response is kept after it was put.
-
-    """
-
-    max_count: int
-    max_bytes: int
-    max_total_bytes: int
-    ttl_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResponse:
-    """One stored response.
-
-    Attributes:
-        id: ``resp_`` and 1 to 120 ASCII letters and digits.
-        created_at: the response's ``created_at``, Unix seconds (0 on a put: now).
-        previous_response_id: the response it continued, or ``""``.
-        response_json: the response object, UTF-8 JSON (an object).
-        input_items_json: its input items, UTF-8 JSON (an array).
-        expires_at: when the store forgets it, Unix seconds (set by :meth:`ResponseStore.put`).
-
-    """
-
-    id: str
-    created_at: int
-    previous_response_id: str
-    response_json: bytes
-    input_items_json: bytes
-    expires_at: int = 0
-
-    @property
-    def size(self) -> int:
-        """Bytes of the JSON it holds (what ``max_bytes`` bounds)."""
-        return len(self.response_json) + len(self.input_items_json)
-
-
-@dataclass(frozen=True, slots=True)
-class PutResult:
-    """A put's outcome.
-
-    Attributes:
-        response: the response as stored (with ``created_at`` and ``expires_at``).
-        evicted: responses evicted to stay within the count and byte bounds (expired ones swept
-            are not counted).
-
-    """
-
-    response: StoredResponse
-    evicted: int
-
-
-def validate_response_id(value: str, field: str = "id") -> str:
-    """Return ``value`` if it is a stored response's id (``resp_`` + 1 to 120 letters and digits).
-
-    Raises:
-        InvalidArgumentError: anything else (reason INVALID_RESPONSE_ID, metadata ``field``).
-
-    """
-    if not RESPONSE_ID.fullmatch(value):
-        raise InvalidArgumentError(
-            f"{field}: {clip_text(value, 64)!r} is not a response id; expected 'resp_' followed by 1 to 120 "
-            "ASCII letters and digits",
-            reason="INVALID_RESPONSE_ID",
-            field=field,
-            value=value,
-        )
-    return value
-
-
-def _check_json(data: bytes, kind: type, field: str) -> None:
-    what = "a JSON object" if kind is dict else "a JSON array"
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError; depth: RecursionError
-        value = None
-    if not isinstance(value, kind):
-        raise InvalidArgumentError(
-            f"{field} must be {what} in UTF-8", reason="INVALID_RESPONSE_JSON", field=field
-        )
-
 
 _SEGMENT = re.compile(r"[0-9a-f]{32}")
 
@@ -260,20 +165,7 @@ class ResponseStore:
                 RESPONSE_ID_EXISTS); another owner's of the same id does not count.
 
         """
-        validate_response_id(response.id, "id")
-        if response.previous_response_id:
-            validate_response_id(response.previous_response_id, "previous_response_id")
-        limit = min(self.limits.max_bytes, self.limits.max_total_bytes)
-        if response.size > limit:
-            raise InvalidArgumentError(
-                f"the response and its input items are {response.size} bytes of JSON; the server stores "
-                f"at most {limit} bytes per response (setting responses_max_bytes)",
-                reason="RESPONSE_TOO_LARGE",
-                bytes=response.size,
-                max_bytes=limit,
-            )
-        _check_json(response.response_json, dict, "response_json")
-        _check_json(response.input_items_json, list, "input_items_json")
+        check_record(response, self.limits)
         now = self._clock()
         expires_at_ms = math.floor((now + self.limits.ttl_s) * 1000)
         stored = replace(
@@ -286,7 +178,7 @@ class ResponseStore:
         # The marker first: a crash before the data leaves a marker that eviction clears, never
         # data that no listing of expiry/ names.
         if not self.store.create(marker.key, b"") or not self.store.create(
-            marker.data_key, _encode(stored, expires_at_ms)
+            marker.data_key, encode(stored, expires_at_ms)
         ):
             self.store.delete(marker.key)
             raise ResponseExistsError(f"a stored response with id {stored.id!r} exists already", id=stored.id)
@@ -307,7 +199,7 @@ class ResponseStore:
             raise ResponseNotFoundError(
                 f"the stored response {response_id!r} expired (responses are kept "
                 f"{self.limits.ttl_s:g} s; setting responses_ttl_s)",
-                reason="RESPONSE_EXPIRED",
+                reason=Reason.RESPONSE_EXPIRED,
                 id=response_id,
             )
         return response
@@ -334,8 +226,8 @@ class ResponseStore:
         segment = _segment(owner)
         data = self.store.read(_data_key(segment, response_id))
         if data is None:
-            raise _not_found(response_id)
-        response, expires_at_ms = _decode(data, response_id)
+            raise not_found(response_id)
+        response, expires_at_ms = decode(data, response_id)
         return response, _Marker(expires_at_ms, response_id, response.size, segment)
 
     def _remove(self, marker: _Marker) -> None:
@@ -377,46 +269,3 @@ class ResponseStore:
                 extra={"evicted": evicted, "kept": len(live) - evicted, "bytes": held},
             )
         return evicted
-
-
-def _not_found(response_id: str) -> ResponseNotFoundError:
-    return ResponseNotFoundError(
-        f"no stored response has id {response_id!r} (never stored, deleted, or evicted)", id=response_id
-    )
-
-
-def _encode(response: StoredResponse, expires_at_ms: int) -> bytes:
-    header = {
-        "format": _FORMAT,
-        "id": response.id,
-        "created_at": response.created_at,
-        "previous_response_id": response.previous_response_id,
-        "expires_at_ms": expires_at_ms,
-        "response_bytes": len(response.response_json),
-    }
-    return b"".join((json.dumps(header).encode(), b"\n", response.response_json, response.input_items_json))
-
-
-def _decode(data: bytes, response_id: str) -> tuple[StoredResponse, int]:
-    """The response in a ``data/`` file and when it expires (ms).
-
-    Raises:
-        RuntimeServiceError: INTERNAL, the file is not one this module wrote (its trace is logged).
-
-    """
-    line, _, body = data.partition(b"\n")
-    try:
-        header = json.loads(line)
-        split = int(header["response_bytes"])
-        response = StoredResponse(
-            id=str(header["id"]),
-            created_at=int(header["created_at"]),
-            previous_response_id=str(header["previous_response_id"]),
-            response_json=body[:split],
-            input_items_json=body[split:],
-            expires_at=math.ceil(int(header["expires_at_ms"]) / 1000),
-        )
-        return response, int(header["expires_at_ms"])
-    except (ValueError, KeyError, TypeError) as exc:
-        log.exception("stored response unreadable", extra={"response_id": response_id})
-        raise RuntimeServiceError(f"the stored response {response_id!r} is unreadable") from exc
