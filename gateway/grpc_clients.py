@@ -97,31 +97,18 @@ class GrpcClients:
                 plaintext. A TLS handshake that fails (unknown CA, client certificate refused)
                 makes calls fail with UNAVAILABLE.
             wrap_channel: Turns the channel into the one the stubs use: the server in the same
-                process answers unary calls without the loopback hop this way
-                (``service.in_process_calls``); ``None`` for the channel itself.
+                process answers its calls (unary and streaming) without the loopback hop this way
+                (``service.faces.in_process``); ``None`` for the channel itself.
 
         """
-        options = [
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
-            ("grpc.enable_retries", 1),
-            # A replica that comes back is tried again within 5 s, not after gRPC's default
-            # backoff (up to 120 s), so a restarted pod takes its share of calls at once.
-            ("grpc.max_reconnect_backoff_ms", 5_000),
-            # While calls are open, ping every 30 s and drop a connection whose replica does not
-            # answer within 10 s (a lost node sends no reset): its calls fail UNAVAILABLE instead
-            # of waiting for their deadlines. The server allows pings this often.
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
-        ]
-        channel = (
-            grpc.aio.insecure_channel(target, options=options)
-            if credentials is None
-            else grpc.aio.secure_channel(target, credentials, options=options)
-        )
+        channel = open_channel(target, max_message_bytes=max_message_bytes, credentials=credentials)
         if wrap_channel is not None:
             channel = wrap_channel(channel)
+        return cls.on(channel)
+
+    @classmethod
+    def on(cls, channel: grpc.aio.Channel) -> GrpcClients:
+        """The stubs of every service, built on ``channel`` (which :meth:`close` closes)."""
         return cls(
             channel=channel,
             inference=inference_service_pb2_grpc.InferenceServiceStub(channel),
@@ -134,3 +121,31 @@ class GrpcClients:
     async def close(self) -> None:
         """Close the channel, cancelling calls still in flight."""
         await self.channel.close(grace=None)
+
+
+def open_channel(
+    target: str, *, max_message_bytes: int, credentials: grpc.ChannelCredentials | None = None
+) -> grpc.aio.Channel:
+    """A ``grpc.aio`` channel to ``target`` with the gateway's options (see :meth:`GrpcClients.open`).
+
+    Message limits of ``max_message_bytes`` both ways, :data:`SERVICE_CONFIG`'s balancing and
+    retries, keepalive pings; TLS with ``credentials``. Must run inside the event loop that will
+    use it; it connects lazily.
+    """
+    options = [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
+        ("grpc.enable_retries", 1),
+        # A replica that comes back is tried again within 5 s, not after gRPC's default
+        # backoff (up to 120 s), so a restarted pod takes its share of calls at once.
+        ("grpc.max_reconnect_backoff_ms", 5_000),
+        # While calls are open, ping every 30 s and drop a connection whose replica does not
+        # answer within 10 s (a lost node sends no reset): its calls fail UNAVAILABLE instead
+        # of waiting for their deadlines. The server allows pings this often.
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+    ]
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=options)

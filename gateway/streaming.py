@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import grpc
 from fastapi import Request
+from google.protobuf.message import Message
 from sse_starlette import EventSourceResponse
 from universal_runtime.v1 import generation_pb2
 
@@ -111,7 +112,7 @@ async def keep_rate_limit_headers(request: Request, call: Any) -> None:
     """Keep the ``x-ratelimit-*`` entries of ``call``'s initial metadata for the HTTP answer.
 
     The server sends them for an admitted call of a key with a request rate or
-    ``tokens_per_minute`` (:class:`service.interceptors.QuotaInterceptor`): a unary answer's with
+    ``tokens_per_minute`` (the server's quota admission step): a unary answer's with
     its message, a stream's before its first one. They are stored in the request's state
     (:data:`gateway.middleware.RATE_LIMIT_HEADERS_STATE`, the latest call's replacing an earlier
     one's) and :class:`gateway.middleware.RequestIdMiddleware` writes them into the response's
@@ -254,7 +255,7 @@ async def _relay(
     try:
         message = first
         while message is not grpc.aio.EOF:
-            assert isinstance(message, generation_pb2.GenerateStreamResponse)
+            assert isinstance(message, Message)  # GenerateStream's, or a stream that wraps its chunks
             for chunk in translator.on_message(message):
                 yield sse.fields(chunk)
             message = await drain.read(call)

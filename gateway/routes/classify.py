@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 from universal_runtime.v1 import encoders_pb2
 
-from gateway.calls import Rpc
+from gateway.calls import CallSite, Rpc
 from gateway.json_body import JsonBodyRoute
 from gateway.schemas.classify import ClassifyRequest, FitClassifierRequest
 from gateway.translate.classify import (
@@ -35,7 +35,18 @@ async def classify(body: ClassifyRequest, rpc: Rpc) -> dict[str, Any]:
             ``candidate_labels``; other failures as mapped by :mod:`gateway.errors`.
 
     """
-    response = await rpc.unary(rpc.clients.inference.Classify, to_classify_request(body))
+    return await answer_classify(rpc, body)
+
+
+async def answer_classify(site: CallSite, body: ClassifyRequest) -> dict[str, Any]:
+    """The answer of :func:`classify` to ``body``, its call made at ``site``.
+
+    Raises:
+        GatewayError: The site's own bound ended the call (499: the HTTP client left).
+        grpc.aio.AioRpcError: As :func:`classify`.
+
+    """
+    response = await site.unary(site.clients.inference.Classify, to_classify_request(body))
     return classify_from_proto(
         response, requested_model=body.model, multi_label=body.multi_label, all_scores=body.all_scores
     )

@@ -20,7 +20,7 @@ from fastapi import APIRouter
 from google.protobuf.message import Message
 from universal_runtime.v1.inference_service_pb2_grpc import InferenceServiceStub
 
-from gateway.calls import Rpc
+from gateway.calls import CallSite, Rpc
 from gateway.json_body import off_loop_if_large
 from gateway.responses import JsonResponse
 from gateway.schemas.documents import (
@@ -54,27 +54,68 @@ Response = TypeVar("Response", bound=Message)
 
 
 async def _unary_document(
-    rpc: Rpc,
-    schema: type[UploadBody],
+    site: CallSite,
+    data: bytes,
+    body: UploadBody,
     method: Callable[[InferenceServiceStub], Callable[..., Any]],
     messages: Callable[[UploadBody, bytes], Iterator[Message]],
     result: Callable[[Response], dict[str, Any]],
 ) -> JsonResponse:
-    """Read an upload as ``schema`` and answer ``result`` of the unary document RPC ``method``.
+    """Answer ``result`` of the unary document RPC ``method`` for the file ``data`` read with ``body``.
 
     The call goes to the stub serving ``body.model`` (model-affinity routing), with ``messages``:
     the options, then the file in chunks.
 
     Raises:
-        GatewayError: 400 for a missing or undecodable file; 413 for an input over the limits.
+        GatewayError: 413 for an input over the limits; the site's own bound (499: the HTTP
+            client left).
         grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
 
     """
-    data, body = await read_upload(rpc.request, schema)
-    rpc = rpc.for_model(body.model)
+    site = site.for_model(body.model)
     with too_large_as_413():
-        response = await rpc.unary(method(rpc.clients.inference), messages(body, data))
+        response = await site.unary(method(site.clients.inference), messages(body, data))
     return JsonResponse(result(response))
+
+
+async def answer_analyze(site: CallSite, data: bytes, body: DocumentAnalyzeRequest) -> JsonResponse:
+    """The answer of :func:`analyze_document` for the file ``data`` read with ``body``, at ``site``.
+
+    Raises:
+        GatewayError: 413 for an input over the limits; the site's own bound (499).
+        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+
+    """
+    site = site.for_model(body.layout_model)
+    with too_large_as_413():
+        pages = await site.collect(site.clients.inference.AnalyzeDocument, analyze_messages(body, data))
+    # Many pages of blocks and lines are a large answer: built off the event loop then.
+    size = sum(page.ByteSize() for page in pages)
+    return await off_loop_if_large(size, lambda: JsonResponse(analysis_result(body.layout_model, pages)))
+
+
+async def answer_ask(site: CallSite, data: bytes, body: DocumentAskRequest) -> JsonResponse:
+    """The answer of :func:`ask_document` (the errors of :func:`_unary_document`)."""
+    return await _unary_document(site, data, body, lambda stub: stub.AskDocument, ask_messages, answer_result)
+
+
+async def answer_extract(site: CallSite, data: bytes, body: DocumentExtractRequest) -> JsonResponse:
+    """The answer of :func:`extract_document`.
+
+    Raises:
+        GatewayError: 502 when the server's JSON does not parse; the errors of :func:`_unary_document`.
+
+    """
+    return await _unary_document(
+        site, data, body, lambda stub: stub.ExtractDocument, extract_messages, extraction_result
+    )
+
+
+async def answer_classify(site: CallSite, data: bytes, body: DocumentClassifyRequest) -> JsonResponse:
+    """The answer of :func:`classify_document` (the errors of :func:`_unary_document`)."""
+    return await _unary_document(
+        site, data, body, lambda stub: stub.ClassifyDocument, classify_messages, classification_result
+    )
 
 
 @router.post(
@@ -95,12 +136,7 @@ async def analyze_document(rpc: Rpc) -> JsonResponse:
 
     """
     data, body = await read_upload(rpc.request, DocumentAnalyzeRequest)
-    rpc = rpc.for_model(body.layout_model)
-    with too_large_as_413():
-        pages = await rpc.collect(rpc.clients.inference.AnalyzeDocument, analyze_messages(body, data))
-    # Many pages of blocks and lines are a large answer: built off the event loop then.
-    size = sum(page.ByteSize() for page in pages)
-    return await off_loop_if_large(size, lambda: JsonResponse(analysis_result(body.layout_model, pages)))
+    return await answer_analyze(rpc, data, body)
 
 
 @router.post(
@@ -115,12 +151,11 @@ async def ask_document(rpc: Rpc) -> JsonResponse:
     ``{"object": "document.answer", "model", "answer", "score", "citations": [...]}``.
 
     Raises:
-        The errors of :func:`_unary_document`.
+        GatewayError: 400 for a missing or undecodable file; the errors of :func:`_unary_document`.
 
     """
-    return await _unary_document(
-        rpc, DocumentAskRequest, lambda stub: stub.AskDocument, ask_messages, answer_result
-    )
+    data, body = await read_upload(rpc.request, DocumentAskRequest)
+    return await answer_ask(rpc, data, body)
 
 
 @router.post(
@@ -135,12 +170,12 @@ async def extract_document(rpc: Rpc) -> JsonResponse:
     ``{"object": "document.extraction", "model", "data", "fields": [...]}``.
 
     Raises:
-        GatewayError: 502 when the server's JSON does not parse; the errors of :func:`_unary_document`.
+        GatewayError: 400 for a missing or undecodable file; 502 when the server's JSON does not
+            parse; the errors of :func:`_unary_document`.
 
     """
-    return await _unary_document(
-        rpc, DocumentExtractRequest, lambda stub: stub.ExtractDocument, extract_messages, extraction_result
-    )
+    data, body = await read_upload(rpc.request, DocumentExtractRequest)
+    return await answer_extract(rpc, data, body)
 
 
 @router.post(
@@ -155,13 +190,8 @@ async def classify_document(rpc: Rpc) -> JsonResponse:
     ``{"object": "document.classification", "model", "labels": [{label, score}]}``, best first.
 
     Raises:
-        The errors of :func:`_unary_document`.
+        GatewayError: 400 for a missing or undecodable file; the errors of :func:`_unary_document`.
 
     """
-    return await _unary_document(
-        rpc,
-        DocumentClassifyRequest,
-        lambda stub: stub.ClassifyDocument,
-        classify_messages,
-        classification_result,
-    )
+    data, body = await read_upload(rpc.request, DocumentClassifyRequest)
+    return await answer_classify(rpc, data, body)

@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter
 from universal_runtime.v1 import encoders_pb2
 
-from gateway.calls import Rpc
+from gateway.calls import CallSite, Rpc
 from gateway.json_body import JsonBodyRoute, off_loop_if_large
 from gateway.responses import JsonResponse
 from gateway.schemas.embeddings import EmbeddingRequest, EmbeddingResponse
@@ -31,12 +31,24 @@ async def create_embeddings(body: EmbeddingRequest, rpc: Rpc) -> JsonResponse:
         grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
 
     """
+    return await answer_embeddings(rpc, body)
+
+
+async def answer_embeddings(site: CallSite, body: EmbeddingRequest) -> JsonResponse:
+    """The answer of :func:`create_embeddings` to ``body``, its calls made at ``site``.
+
+    Raises:
+        GatewayError: 400 for token-id input that cannot be read (see :mod:`gateway.token_ids`);
+            the site's own bound (499: the HTTP client left).
+        grpc.aio.AioRpcError: The server refused or failed the request (see :mod:`gateway.errors`).
+
+    """
     if body.has_token_ids:
         # OpenAI's tokenizer ids back to text, off the event loop (bounded: MAX_TOKEN_IDS ids).
         body = body.model_copy(update={"input": await asyncio.to_thread(texts_from_token_ids, body.input)})
-    rpc = rpc.for_model(body.model)
-    message = to_embed_request(body, truncate_by_default=rpc.request.app.state.config.embeddings_truncate)
-    response = await rpc.unary(rpc.clients.inference.Embed, message)
+    site = site.for_model(body.model)
+    message = to_embed_request(body, truncate_by_default=site.config.embeddings_truncate)
+    response = await site.unary(site.clients.inference.Embed, message)
     # 2,048 vectors of 384 floats are 14 MB of JSON, long to build: off the event loop when large.
     return await off_loop_if_large(response.ByteSize(), _answer, response, body)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from gateway.calls import Rpc
+from gateway.calls import CallSite, Rpc
 from gateway.json_body import off_loop_if_large
 from gateway.responses import JsonResponse
 from gateway.schemas.ocr import OcrJsonRequest
@@ -33,8 +33,20 @@ async def create_ocr(rpc: Rpc) -> JsonResponse:
 
     """
     data, body = await read_upload(rpc.request, OcrJsonRequest)
+    return await answer_ocr(rpc, data, body)
+
+
+async def answer_ocr(site: CallSite, data: bytes, body: OcrJsonRequest) -> JsonResponse:
+    """The answer of :func:`create_ocr` for the file ``data`` read with ``body``, calls made at ``site``.
+
+    Raises:
+        GatewayError: 413 when the server finds the file, a page or the page count over its
+            limits; the site's own bound (499: the HTTP client left).
+        grpc.aio.AioRpcError: other server errors (see :mod:`gateway.errors`).
+
+    """
     with too_large_as_413():
-        pages = await rpc.collect(rpc.clients.inference.Ocr, ocr_messages(data, to_ocr_options(body)))
+        pages = await site.collect(site.clients.inference.Ocr, ocr_messages(data, to_ocr_options(body)))
     # Many pages of lines and word boxes are a large answer: built off the event loop then.
     size = sum(page.ByteSize() for page in pages)
     return await off_loop_if_large(size, lambda: JsonResponse(ocr_result(body.model, pages)))

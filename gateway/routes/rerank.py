@@ -12,8 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 from universal_runtime.v1 import encoders_pb2
 
-from gateway.calls import Rpc
-from gateway.dependencies import get_request_id
+from gateway.calls import CallSite, Rpc
 from gateway.json_body import JsonBodyRoute
 from gateway.schemas.rerank import RerankRequest
 from gateway.translate.rerank import cohere_v2_rerank_from_proto, rerank_from_proto, to_rerank_request
@@ -21,8 +20,25 @@ from gateway.translate.rerank import cohere_v2_rerank_from_proto, rerank_from_pr
 router = APIRouter(tags=["encoders"], route_class=JsonBodyRoute)
 
 
-async def _rerank(body: RerankRequest, rpc: Rpc) -> encoders_pb2.RerankResponse:
-    return await rpc.unary(rpc.clients.inference.Rerank, to_rerank_request(body))
+async def _rerank(site: CallSite, body: RerankRequest) -> encoders_pb2.RerankResponse:
+    return await site.unary(site.clients.inference.Rerank, to_rerank_request(body))
+
+
+async def answer_rerank(site: CallSite, body: RerankRequest) -> dict[str, Any]:
+    """The answer of :func:`rerank` (``/v1/rerank``) to ``body``, its call made at ``site``.
+
+    Raises:
+        GatewayError: The site's own bound ended the call (499: the HTTP client left).
+        grpc.aio.AioRpcError: As :func:`rerank`.
+
+    """
+    response = await _rerank(site, body)
+    return rerank_from_proto(
+        response,
+        request_id=site.request_id,
+        requested_model=body.model,
+        return_documents=body.return_documents,
+    )
 
 
 # vLLM serves the same handler at /rerank (where LiteLLM's hosted_vllm provider posts) and /v1/rerank.
@@ -39,13 +55,7 @@ async def rerank(body: RerankRequest, rpc: Rpc) -> dict[str, Any]:
             without the rerank task; others as mapped by :mod:`gateway.errors`.
 
     """
-    response = await _rerank(body, rpc)
-    return rerank_from_proto(
-        response,
-        request_id=get_request_id(rpc.request),
-        requested_model=body.model,
-        return_documents=body.return_documents,
-    )
+    return await answer_rerank(rpc, body)
 
 
 @router.post("/v2/rerank")
@@ -56,7 +66,7 @@ async def rerank_v2(body: RerankRequest, rpc: Rpc) -> dict[str, Any]:
         grpc.aio.AioRpcError: As ``/v1/rerank``.
 
     """
-    response = await _rerank(body, rpc)
+    response = await _rerank(rpc, body)
     return cohere_v2_rerank_from_proto(
-        response, request_id=get_request_id(rpc.request), return_documents=body.return_documents
+        response, request_id=rpc.request_id, return_documents=body.return_documents
     )

@@ -1,5 +1,6 @@
 """The Batch API end to end: the OpenAI SDK -> gateway -> BatchService -> runner -> the gateway's
-own routes (the line executor) -> real models, on a server with two keys.
+route code (the line executor, calls of the core as the submitting key) -> real models, on a
+server with two keys.
 
 The server is started as ``universal-runtime`` starts it (:func:`service.cli.start_batch_lines`
 wires the runner to the executor), in this process, with its own state folder.
