@@ -84,9 +84,12 @@ def start_ours(
     cpus: str | None = None,
     *,
     metrics: bool = False,
+    tree: Path | None = None,
 ) -> Server:
     """Start ``universal-runtime`` (gRPC + gateway) with the embedded default catalog.
 
+    ``tree`` runs the server of another source tree (a commit extracted with ``git archive``):
+    its packages first on ``PYTHONPATH``, ahead of this project's editable install.
     ``env`` adds ``UR_*`` settings; ``cpus`` (``"0"``, ``"0-1"``) pins it to those cores with
     ``taskset``, as a replica on a machine of its own would be; ``metrics`` serves ``/metrics`` on
     a port of its own (``Server.metrics_port``, picked with the others, so that a port taken
@@ -101,7 +104,8 @@ def start_ours(
         grpc_port, gateway_port = free_port(), free_port()
         metrics_port = free_port() if metrics else None
         data_dir = tempfile.mkdtemp(prefix="ur-bench-")
-        argv = [*our_server_argv(), "--grpc-port", str(grpc_port), "--gateway-port", str(gateway_port)]
+        command = our_server_argv() if tree is None else [sys.executable, "-m", "service.cli"]
+        argv = [*command, "--grpc-port", str(grpc_port), "--gateway-port", str(gateway_port)]
         if cpus is not None:
             argv = ["taskset", "-c", cpus, *argv]
         # No metrics port unless asked for: several of our servers may run at once (metrics
@@ -109,6 +113,9 @@ def start_ours(
         settings = {"UR_DATA_DIR": data_dir, "UR_LOG_LEVEL": "WARNING", "UR_GRPC_HOST": LOOPBACK}
         settings["UR_METRICS_PORT"] = str(metrics_port or 0)
         settings.update({"UR_GATEWAY_HOST": LOOPBACK, **(env or {})})
+        if tree is not None:
+            paths = (str(tree), str(tree / "generated"), os.environ.get("PYTHONPATH", ""))
+            settings["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         process = ManagedProcess(name, argv, log_dir, base_env(**settings))
         target, base = f"{LOOPBACK}:{grpc_port}", f"http://{LOOPBACK}:{gateway_port}"
         server = Server(name, process, target, base, metrics_port=metrics_port)
