@@ -60,7 +60,7 @@ protos: install
 protos-check: install
 	@tmp=$$(mktemp -d) && \
 	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=$$tmp --pyi_out=$$tmp --grpc_python_out=$$tmp $(PROTOS) && \
-	diff -r $$tmp/universal_runtime generated/universal_runtime && echo "generated/ is up to date" || \
+	diff -r -x __pycache__ $$tmp/universal_runtime generated/universal_runtime && echo "generated/ is up to date" || \
 	{ echo "generated/ is stale: run 'make protos' and commit the result"; exit 1; }
 
 lint: install

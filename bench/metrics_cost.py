@@ -3,7 +3,7 @@
 Two servers of ours run side by side with the embedded default catalog: one as shipped (metrics
 on, traces off) and one with ``UR_METRICS_ENABLED=false``. Each scenario runs on both,
 interleaved: a trivial call (``ModelService/ListModels`` over gRPC, one in flight: every
-interceptor runs, no model work) and one generation stream (``GenerateStream``, greedy, where
+admission step runs, no model work) and one generation stream (``GenerateStream``, greedy, where
 every token records its latency). Goal: metrics on within 3% of metrics off.
 
 Usage: ``python -m bench.metrics_cost [--quick|--tiny] [--out DIR]``.

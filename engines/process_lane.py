@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import multiprocessing
 import os
 import sys
@@ -32,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from engines.errors import RuntimeServiceError
 from engines.fair_queue import FairQueue
-from engines.fair_share import Share, current_share
+from engines.fair_share import Share, current_caller, current_share
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -63,11 +62,6 @@ def preload_modules(*modules: str) -> None:
         context.set_forkserver_preload(sorted(_PRELOAD))
 
 
-#: Who a lane job is for (an API key's name, a client's address; set by the transport). Callers
-#: take turns on a lane (:class:`FairTurns`); jobs of one caller run in the order they came.
-caller_var: contextvars.ContextVar[str] = contextvars.ContextVar("lane_caller", default="")
-
-
 class FairTurns:
     """Whose job runs next on a lane: a :class:`~engines.fair_queue.FairQueue` of the waiting callers' turns.
 
@@ -95,7 +89,7 @@ class FairTurns:
         """Wait for ``caller``'s turn (cancellable: a cancelled wait gives its turn on).
 
         Args:
-            caller: who the job is for (:data:`caller_var`): the fair-share identity.
+            caller: who the job is for (:attr:`engines.fair_share.Caller.lane`): the fair-share identity.
             share: its key's class and weight (the current call's when None).
 
         """
@@ -137,8 +131,8 @@ class FairTurns:
 async def take_turn(turns: FairTurns, job: Callable[[], Awaitable[T]]) -> T:
     """Run ``job()`` in the current call's turn on ``turns``, charging the seconds it took.
 
-    The caller is :data:`caller_var` and its share :func:`~engines.fair_share.current_share`,
-    both read here, in the caller's context. For a thread lane (a model's
+    The caller's lane and share come from :func:`~engines.fair_share.current_caller`, read here,
+    in the caller's context. For a thread lane (a model's
     :class:`~engines.executor.DeviceExecutor`, first in first out) this puts fair turns in front
     of it: the OCR and layout engines take a turn for each page job, so one caller's pages do
     not queue another's page behind all of them.
@@ -147,13 +141,13 @@ async def take_turn(turns: FairTurns, job: Callable[[], Awaitable[T]]) -> T:
         Whatever ``job()`` raises; asyncio.CancelledError while waiting for the turn (it passes on).
 
     """
-    caller, share = caller_var.get(), current_share()
-    await turns.acquire(caller, share)
+    caller = current_caller()
+    await turns.acquire(caller.lane, caller.share)
     started = time.monotonic()
     try:
         return await job()
     finally:
-        turns.release(caller, time.monotonic() - started, share)
+        turns.release(caller.lane, time.monotonic() - started, caller.share)
 
 
 def _serve(conn: Connection, niceness: int) -> None:
@@ -180,7 +174,8 @@ def _serve(conn: Connection, niceness: int) -> None:
 class ProcessLane:
     """One child process that runs jobs one at a time, killed when a job overruns or is cancelled.
 
-    Use from one event loop; callers (:data:`caller_var`) take turns (:class:`FairTurns`: by
+    Use from one event loop; callers (their :attr:`~engines.fair_share.Caller.lane`) take turns
+    (:class:`FairTurns`: by
     their shares' priority class, then fair share by lane time), one caller's jobs in the order
     they were awaited.
 
@@ -223,8 +218,8 @@ class ProcessLane:
             ChildProcessError: the child died by itself (killed by the OS, a crash in C code).
 
         """
-        caller, share = caller_var.get(), current_share()
-        await self._turns.acquire(caller, share)
+        caller = current_caller()
+        await self._turns.acquire(caller.lane, caller.share)
         started = time.monotonic()
         try:
             # In a thread: the first start waits for the forkserver to import the lanes' modules
@@ -243,7 +238,7 @@ class ProcessLane:
                 self.stop()
                 raise
         finally:
-            self._turns.release(caller, time.monotonic() - started, share)
+            self._turns.release(caller.lane, time.monotonic() - started, caller.share)
         if answer[0] == "error":
             _, cls, message, reason, metadata = answer
             raise cls(message, reason=reason, **metadata)

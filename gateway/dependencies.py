@@ -59,10 +59,6 @@ async def get_call_metadata(request: Request) -> CallMetadata:
     client's address in ``x-ur-client-address`` when the server knows it, which a server without
     keys shares its PDF renderer by (:mod:`service.shared.client_address`).
 
-    Raises:
-        GatewayError: 400 ``invalid_priority`` for an ``X-UR-Priority`` other than ``batch`` or
-            ``interactive``.
-
     """
     request_id = (REQUEST_ID_HEADER, get_request_id(request))
     extra = (*_priority(request), *_client_address(request))
@@ -85,24 +81,23 @@ PRIORITY_HEADER = "x-ur-priority"
 """The header (and gRPC metadata) with which a call lowers its class to ``batch`` (never raises it)."""
 
 
+MAX_PRIORITY_CHARS = 64
+"""Most characters of ``X-UR-Priority`` forwarded (the valid values are 11 at most)."""
+
+
 def _priority(request: Request) -> CallMetadata:
     """The ``x-ur-priority`` metadata for the request's ``X-UR-Priority`` header; ``()`` without one.
 
-    Checked here, not only by the server: a header value that is not ASCII cannot travel as gRPC
-    metadata.
+    Forwarded as sent, for the server's admission to accept or refuse (INVALID_PRIORITY, HTTP 400
+    ``invalid_priority``): the gateway only makes it fit gRPC metadata (printable ASCII, at most
+    :data:`MAX_PRIORITY_CHARS` characters; any other character becomes ``?``, which no valid value
+    holds).
     """
     value = request.headers.get(PRIORITY_HEADER)
     if value is None:
         return ()
-    normalized = value.strip().lower()
-    if normalized not in ("batch", "interactive"):
-        raise GatewayError(
-            400,
-            "Header X-UR-Priority must be 'batch' (run this call at batch priority) or 'interactive'",
-            code="invalid_priority",
-            param="X-UR-Priority",
-        )
-    return ((PRIORITY_HEADER, normalized),)
+    printable = "".join(c if " " <= c <= "~" else "?" for c in value[:MAX_PRIORITY_CHARS])
+    return ((PRIORITY_HEADER, printable),)
 
 
 API_KEY_HEADER = "x-api-key"

@@ -1,1 +1,1 @@
-"""The grpc.aio server: servicers, interceptors, model manager, settings and CLI."""
+"""The server: its core (admission, data plane), faces (gRPC, in-process), servicers, models, CLI."""

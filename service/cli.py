@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from engines.process_lane import preload_modules
 from service.admin.main import COMMANDS, run
 from service.event_loop import EventLoopError, loop_factory, loop_name
-from service.in_process_calls import InProcessCalls
 from service.logging_setup import configure_logging
 from service.server import start_server
 from service.settings import Settings
@@ -33,13 +32,18 @@ from service.shared.settings import describe_settings_error
 from service.shared.tls import TlsConfigError
 
 if TYPE_CHECKING:
+    import grpc
     from fastapi import FastAPI
 
     from gateway.batch_lines import BatchLineExecutor
     from gateway.https import Https
+    from service.faces.in_process import InProcessFace
     from service.server import RunningServer
 
 log = logging.getLogger(__name__)
+
+BATCH_LANE = "batch"
+"""The fair-share lane of batch lines on a server without keys (all batches share it)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,13 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def gateway_app(settings: Settings, target: str, in_process: InProcessCalls | None = None) -> FastAPI:
+def gateway_app(settings: Settings, target: str, in_process: InProcessFace | None = None) -> FastAPI:
     """The in-process REST gateway for the gRPC server at ``target``, built from the server's settings.
 
     It shares the server's keys (``api_key``, ``api_keys_file``), ``auth_public_health`` and
     message limit; ``gateway_cors_origins`` turns CORS on. With ``in_process`` (the server's
-    :class:`service.in_process_calls.InProcessCalls`), its unary calls skip the loopback hop, unless
-    ``gateway_in_process_calls`` is off or tracing is on (the server's spans come from gRPC).
+    :class:`service.faces.in_process.InProcessFace`), its calls run on the core directly, without
+    the loopback hop, unless ``gateway_in_process_calls`` is off.
 
     Raises:
         ValueError: A CORS origin is malformed, or the keys file (read again) is.
@@ -87,7 +91,9 @@ def gateway_app(settings: Settings, target: str, in_process: InProcessCalls | No
         auth_public_health=settings.auth_public_health,
         cors_origins=parse_cors_origins(settings.gateway_cors_origins),
         embeddings_truncate=settings.gateway_embeddings_truncate,
-        wrap_channel=in_process.channel if in_process is not None and in_process_calls(settings) else None,
+        wrap_channel=in_process.channel
+        if in_process is not None and settings.gateway_in_process_calls
+        else None,
     )
 
 
@@ -116,34 +122,50 @@ async def start_batch_lines(
 ) -> BatchLineExecutor | None:
     """Start the server's batch runner with the gateway's routes as its line executor.
 
-    The executor is a gateway app of its own (:func:`gateway_app`: the server's keys and limits,
-    in-process calls), run by :class:`gateway.batch_lines.BatchLineExecutor` whether or not the
-    HTTP gateway is served, so ``--no-gateway`` servers run batches too. Its lines may name the
-    batch endpoints (:data:`engines.batches.lines.SUPPORTED_URLS`) and take at most
-    ``batch_line_timeout_s`` each. Close it after the server stopped (the runner first).
+    Each line runs through its route's own code (:class:`gateway.batch_lines.BatchLineExecutor`)
+    as calls of the server's core in this process (:meth:`InProcessFace.channel`), made as the
+    key that submitted the batch (its trusted caller: no credential travels; a key removed from
+    the keys file since answers 401), in that key's fair-share lane (``batch`` on a server
+    without keys). This needs no HTTP gateway, so ``--no-gateway`` servers run batches too. The
+    lines may name the batch endpoints (:data:`service.batches.lines.SUPPORTED_URLS`), take at
+    most ``batch_line_timeout_s`` each, and see the gateway's settings
+    (``gateway_embeddings_truncate``, the message limit). ``target`` (the server's address) serves
+    only what runs outside the core (nothing a line calls, while the server runs). Close the
+    executor after the server stopped (the runner first).
 
     Returns:
         The started executor, or ``None`` when the server has no batch runner.
 
+    Raises:
+        RuntimeError: The server has a batch runner but no in-process face to run its lines on.
+
     """
     if running.batches is None:
         return None
-    from engines.batches.lines import SUPPORTED_URLS
+    face = running.in_process
+    if face is None:
+        raise RuntimeError("the batch runner needs the server's in-process face")
+    from engines.fair_share import Caller
     from gateway.batch_lines import BatchLineExecutor
+    from gateway.settings import GatewayConfig
+    from service.batches.lines import SUPPORTED_URLS
 
+    def as_key(channel: grpc.aio.Channel, key_name: str) -> grpc.aio.Channel:
+        return face.channel(channel, trusted_caller=Caller(name=key_name, lane=key_name or BATCH_LANE))
+
+    config = GatewayConfig(
+        grpc_target=target,
+        api_key=None,
+        max_message_bytes=settings.max_receive_message_bytes,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        embeddings_truncate=settings.gateway_embeddings_truncate,
+    )
     executor = BatchLineExecutor(
-        gateway_app(settings, target, running.in_process),
-        urls=SUPPORTED_URLS,
-        timeout_s=settings.batch_line_timeout_s,
+        config, wrap_channel=as_key, urls=SUPPORTED_URLS, timeout_s=settings.batch_line_timeout_s
     )
     await executor.start()
     running.batches.start(executor.execute)
     return executor
-
-
-def in_process_calls(settings: Settings) -> bool:
-    """Whether the gateway beside the server calls it in-process (see :func:`gateway_app`)."""
-    return settings.gateway_in_process_calls and not settings.otlp_endpoint
 
 
 async def serve(settings: Settings, *, with_gateway: bool) -> None:
@@ -158,7 +180,7 @@ async def serve(settings: Settings, *, with_gateway: bool) -> None:
     https = gateway_https(settings) if with_gateway else None
     loop = asyncio.get_running_loop()
     log.info("event loop", extra={"event_loop": loop_name(loop)})
-    # The internal socket (TLS only) also serves the batch executor's gateway, gateway or not.
+    # The internal socket (TLS only) also serves the batch executor's channel, gateway or not.
     running = await start_server(settings, internal_socket=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,7 +1,7 @@
 """Per-key quotas: request rate, tokens and encoder inputs a minute, streams in flight.
 
 A key's quotas come from its policy in the keys file (:class:`service.shared.api_keys.KeyPolicy`);
-:class:`service.interceptors.QuotaInterceptor` asks :meth:`Quotas.admit` before each call and
+:class:`service.core.admission.quota.Quota` asks :meth:`Quotas.admit` before each call and
 tells the returned :class:`Admission` what the call used when it ends. Four limits, each
 optional:
 
@@ -41,19 +41,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-from google.protobuf import any_pb2, duration_pb2
-from google.rpc import error_details_pb2, status_pb2
-
+from engines.errors import ResourceExhaustedError
+from engines.reasons import Reason
 from service import metrics
 from service.shared.api_keys import ApiKeys, KeyPolicy
 from service.shared.rate_limits import rate_limit_headers
-from service.status import rich_status
 
-QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+QUOTA_EXCEEDED = Reason.QUOTA_EXCEEDED
 """ErrorInfo reason of a call refused by its key's quota."""
 
-STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 # The encoder RPCs whose inputs count against inputs_per_minute, and the field that holds them.
 ENCODER_INPUT_FIELDS: dict[str, str] = {
@@ -162,35 +158,26 @@ class QuotaRefusal:
     retry_after_s: float | None
     state: dict[str, str]
 
-    def status(self) -> grpc.Status:
-        """RESOURCE_EXHAUSTED, reason ``QUOTA_EXCEEDED``, with RetryInfo when ``retry_after_s`` is known."""
+    def error(self) -> QuotaExceededError:
+        """RESOURCE_EXHAUSTED, reason ``QUOTA_EXCEEDED``, retry delay ``retry_after_s`` when known."""
         metadata = {"limit": self.limit, "api_key": self.key, **self.state}
-        status = rich_status(grpc.StatusCode.RESOURCE_EXHAUSTED, self.message, QUOTA_EXCEEDED, metadata)
-        return status if self.retry_after_s is None else with_retry_delay(status, self.retry_after_s)
+        return QuotaExceededError(self.message, retry_after_s=self.retry_after_s, **metadata)
 
 
-def with_retry_delay(status: grpc.Status, seconds: float) -> grpc.Status:
-    """``status`` with a ``google.rpc.RetryInfo`` of ``seconds`` added to its ``google.rpc.Status`` details.
+class QuotaExceededError(ResourceExhaustedError, reason=Reason.QUOTA_EXCEEDED):
+    """A call refused by its key's quota (:class:`QuotaRefusal`); HTTP 429 at the gateway.
 
     Args:
-        status: A status from :func:`service.status.rich_status` (its details in the
-            ``grpc-status-details-bin`` trailer).
-        seconds: The retry delay (>= 0), rounded up to whole milliseconds so that a client that
-            waits exactly that long finds the bucket ready.
+        message: The client's explanation.
+        retry_after_s: Seconds until the call would be allowed (a ``google.rpc.RetryInfo``
+            detail, ``Retry-After`` at the gateway); ``None`` when unknown.
+        metadata: ``ErrorInfo.metadata`` (``limit``, ``api_key`` and the rate-limit state).
 
     """
-    millis = max(0, math.ceil(seconds * 1000))
-    delay = duration_pb2.Duration(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
-    detail = any_pb2.Any()
-    detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
-    trailing = []
-    for key, value in status.trailing_metadata:  # a handful of entries
-        if key == STATUS_DETAILS_KEY:
-            proto = status_pb2.Status.FromString(value)
-            proto.details.append(detail)
-            value = proto.SerializeToString()
-        trailing.append((key, value))
-    return status._replace(trailing_metadata=tuple(trailing))
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **metadata: object) -> None:
+        super().__init__(message, **metadata)
+        self.retry_after_s = retry_after_s
 
 
 class Admission:
@@ -257,7 +244,7 @@ class Quotas:
         }
 
     def __bool__(self) -> bool:
-        """Whether any key has a quota (without one the interceptor is not needed)."""
+        """Whether any key has a quota (without one the admission step is not needed)."""
         return bool(self._by_key)
 
     def admit(self, key: str, *, inputs: int = 0, stream: bool = False) -> Admission | QuotaRefusal:

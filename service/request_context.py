@@ -10,10 +10,6 @@ from engines.errors import clip_text
 REQUEST_ID_UNSET = "-"
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default=REQUEST_ID_UNSET)
 model_var: contextvars.ContextVar[str] = contextvars.ContextVar("model", default="")
-#: Name of the API key that authenticated the call ("" when none did); never the key itself.
-api_key_name_var: contextvars.ContextVar[str] = contextvars.ContextVar("api_key_name", default="")
-#: Role of that key's policy (``"user"`` or ``"admin"``; "" when no key authenticated the call).
-api_key_role_var: contextvars.ContextVar[str] = contextvars.ContextVar("api_key_role", default="")
 
 REQUEST_ID_METADATA_KEY = "x-request-id"
 MAX_REQUEST_ID_CHARS = 128

@@ -25,40 +25,42 @@ from universal_runtime.v1 import (
 )
 
 from engines.anomaly.store import DetectorStore
-from engines.batches.lines import InputLimits
-from engines.batches.store import BatchStore, StoreLimits
 from engines.classification.custom import ClassifierStore
 from engines.executor import ExecutorPool
 from engines.metrics import set_enabled as set_metrics_enabled
 from engines.ocr.pdf_worker import PRELOAD as PDF_WORKER_PRELOAD
 from engines.owners import OwnedStores
 from engines.process_lane import preload_modules
-from engines.response_store import ResponseLimits, ResponseStore
 from engines.state_store import StateStore, open_state_store
-from engines.storage import StoreQuota
+from engines.storage import StorageLimits
 from service import metrics
 from service.batches.api import BatchApi
+from service.batches.lines import InputLimits
 from service.batches.runner import BatchRunner
+from service.batches.store import BatchApiStore, StoreLimits
 from service.catalog import load_catalog, user_catalog_path
-from service.concurrency import ConcurrencyLimitInterceptor
-from service.in_process_calls import InProcessCalls
-from service.interceptors import (
-    AuthInterceptor,
-    ErrorMappingInterceptor,
-    PriorityInterceptor,
-    QuotaInterceptor,
-    RequestContextInterceptor,
-    RequestParsingInterceptor,
-)
+from service.core.admission.authentication import Authentication
+from service.core.admission.concurrency import ConcurrencyLimit
+from service.core.admission.error_mapping import ErrorMapping
+from service.core.admission.priority import PriorityClass
+from service.core.admission.quota import Quota
+from service.core.admission.request_log import RequestLog
+from service.core.admission.tracing import Tracing
+from service.core.chain import AdmissionChain, AdmissionStep, build_chain
+from service.core.data_plane import DataPlane
+from service.faces.grpc_server import GrpcFace
+from service.faces.in_process import InProcessFace
+from service.faces.request_limits import RequestLimits
 from service.metrics_server import start_metrics_server
 from service.model_manager import ModelManager
 from service.quotas import Quotas
+from service.responses import ResponseLimits, ResponseStore
 from service.servicers.batches import BatchServicer
 from service.servicers.inference import InferenceServicer
 from service.servicers.models import ModelServicer
 from service.servicers.response_store import ResponseStoreServicer
 from service.settings import Settings
-from service.shared.api_keys import load_api_keys
+from service.shared.api_keys import ApiKeys, load_api_keys
 from service.tasks.anomaly import AnomalyTask
 from service.tasks.classifiers import ClassifierTask
 from service.tasks.document_questions import DocumentQuestionTask
@@ -66,6 +68,7 @@ from service.tasks.documents import DocumentTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
+from service.tasks.response_create import ResponseCreateTask
 from service.tasks.response_store import ResponseStoreTask
 from service.tasks.tokenization import TokenizationTask
 from service.tls import InternalSocket, add_port, server_tls_files
@@ -86,7 +89,7 @@ SERVICE_NAMES = (
     batch_pb2.DESCRIPTOR.services_by_name["BatchService"].full_name,
 )
 INFERENCE_SERVICE = SERVICE_NAMES[0]
-#: RPCs whose requests are texts, held to ``max_text_request_bytes`` (see RequestParsingInterceptor).
+#: RPCs whose requests are texts, held to ``max_text_request_bytes`` (:mod:`service.faces.request_limits`).
 TEXT_METHODS = tuple(
     f"/{SERVICE_NAMES[0]}/{name}"
     for name in (
@@ -100,7 +103,7 @@ TEXT_METHODS = tuple(
         "Tokenize",
         "Detokenize",
     )
-)
+) + tuple(f"/{SERVICE_NAMES[2]}/{name}" for name in ("CreateResponse", "CreateResponseStream"))
 
 
 @dataclass
@@ -116,8 +119,8 @@ class RunningServer:
     metrics_server: WSGIServer | None = None
     #: Plaintext socket of the in-process gateway when TLS is on (``start_server(internal_socket=True)``).
     internal_socket: InternalSocket | None = None
-    #: The server's unary methods for a gateway in this process (:mod:`service.in_process_calls`).
-    in_process: InProcessCalls | None = None
+    #: Core calls for a gateway and the batch runner in this process (:mod:`service.faces.in_process`).
+    in_process: InProcessFace | None = None
     #: The Batch API's runner: it runs batches once ``batches.start(execute)`` gave it an executor.
     batches: BatchRunner | None = None
 
@@ -206,11 +209,14 @@ def state_store(settings: Settings) -> StateStore:
     )
 
 
-def response_store_servicer(settings: Settings, executors: ExecutorPool) -> ResponseStoreServicer:
+def response_store_servicer(
+    settings: Settings, manager: ModelManager, executors: ExecutorPool
+) -> ResponseStoreServicer:
     """The ResponseStoreService over the state store's ``responses/`` folder.
 
     The Responses API's stored responses, within the ``responses_*`` settings, on two CPU lanes of
-    their own (puts, and reads with deletes).
+    their own (puts, and reads with deletes), and their creation (chain, generation, store) through
+    a GenerationTask over ``manager``, as Generate's.
     """
     store = ResponseStore(
         state_store(settings).child(RESPONSES_DIR),
@@ -224,7 +230,9 @@ def response_store_servicer(settings: Settings, executors: ExecutorPool) -> Resp
     task = ResponseStoreTask(
         store, executors.lane("cpu", "task:responses-put"), executors.lane("cpu", "task:responses-read")
     )
-    return ResponseStoreServicer(task)
+    return ResponseStoreServicer(
+        task, create=ResponseCreateTask(task, GenerationTask(manager)), settings=settings
+    )
 
 
 def batch_api(settings: Settings, executors: ExecutorPool) -> BatchApi:
@@ -233,7 +241,7 @@ def batch_api(settings: Settings, executors: ExecutorPool) -> BatchApi:
     The runner is not started: the composition root starts it with the executor of lines
     (:meth:`BatchRunner.start`).
     """
-    store = BatchStore(
+    store = BatchApiStore(
         state_store(settings).child(BATCHES_DIR),
         StoreLimits(
             InputLimits(
@@ -280,7 +288,7 @@ def inference_servicer(
         lambda folder: DetectorStore(
             folder,
             keep_versions=settings.anomaly_keep_versions,
-            quota=StoreQuota(settings.anomaly_store_max_items, settings.anomaly_store_max_bytes),
+            limits=StorageLimits(settings.anomaly_store_max_items, settings.anomaly_store_max_bytes),
             cache_ttl_s=settings.state_cache_ttl_s,
         ),
     )
@@ -289,7 +297,7 @@ def inference_servicer(
         CLASSIFIERS_DIR,
         lambda folder: ClassifierStore(
             folder,
-            quota=StoreQuota(settings.classifier_store_max_items, settings.classifier_store_max_bytes),
+            limits=StorageLimits(settings.classifier_store_max_items, settings.classifier_store_max_bytes),
             cache_ttl_s=settings.state_cache_ttl_s,
         ),
     )
@@ -351,7 +359,7 @@ def _add_reflection_v1_descriptor() -> None:
     pool.AddSerializedFile(proto.SerializeToString())
 
 
-def enable_reflection(service_names: tuple[str, ...], server: grpc.aio.Server) -> None:
+def enable_reflection(service_names: tuple[str, ...], server: grpc.aio.Server | GrpcFace) -> None:
     """Serve gRPC server reflection as ``grpc.reflection.v1`` and ``v1alpha`` (one servicer).
 
     Newer grpcurl and other tools ask v1 first and fall back to v1alpha; older ones ask only
@@ -368,6 +376,29 @@ def enable_reflection(service_names: tuple[str, ...], server: grpc.aio.Server) -
     )
     for name in (reflection.SERVICE_NAME, REFLECTION_V1_SERVICE):
         server.add_registered_method_handlers(name, {"ServerReflectionInfo": handler})
+
+
+def admission_chain(settings: Settings, api_keys: ApiKeys, quotas: Quotas) -> AdmissionChain:
+    """The server's admission chain (:mod:`service.core.chain`), its steps from the settings.
+
+    Request log and tracing always; the concurrency limit with ``max_concurrent_requests``; the
+    key check with keys (``auth_public_health`` leaves health open); the priority class always;
+    quotas when a key has one; the error mapping innermost.
+
+    Raises:
+        service.core.chain.ChainOrderError: never for these steps (their order is checked).
+
+    """
+    steps: list[AdmissionStep] = [RequestLog(), Tracing()]
+    if settings.max_concurrent_requests:
+        steps.append(ConcurrencyLimit(settings.max_concurrent_requests))
+    if api_keys:
+        steps.append(Authentication(api_keys, public_health=settings.auth_public_health))
+    steps.append(PriorityClass())
+    if quotas:
+        steps.append(Quota(quotas))
+    steps.append(ErrorMapping())
+    return build_chain(steps)
 
 
 async def start_server(settings: Settings, *, internal_socket: bool = False) -> RunningServer:
@@ -402,51 +433,39 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     preloads = manager.preload_names()  # an unknown name in UR_PRELOAD stops start-up here
     # Before the server is made: the grpc instrumentation patches grpc.aio.server.
     configure_tracing(settings.otlp_endpoint)
-    interceptors: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
-    if settings.max_concurrent_requests:
-        interceptors.append(ConcurrencyLimitInterceptor(settings.max_concurrent_requests))
-    if api_keys:
-        interceptors.append(AuthInterceptor(api_keys, public_health=settings.auth_public_health))
-    else:
-        interceptors.append(PriorityInterceptor())  # x-ur-priority without keys
     quotas = Quotas(api_keys)  # per process: one state per key with a quota in the keys file
-    if quotas:
-        interceptors.append(QuotaInterceptor(quotas))
-    interceptors.append(ErrorMappingInterceptor())
-    interceptors.append(
-        RequestParsingInterceptor(dict.fromkeys(TEXT_METHODS, settings.max_text_request_bytes))
+    plane = DataPlane(admission_chain(settings, api_keys, quotas))
+    limits = RequestLimits(
+        max_receive_bytes=settings.max_receive_message_bytes,
+        # The gateway beside the server receives at most max_receive_message_bytes over its
+        # channel (service.cli.gateway_app): in-process answers keep that bound too.
+        max_send_bytes=min(settings.max_send_message_bytes, settings.max_receive_message_bytes),
+        by_method=dict.fromkeys(TEXT_METHODS, settings.max_text_request_bytes),
     )
     server = grpc.aio.server(
-        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
             *connection_options(settings.grpc_max_connection_age_s),
         ],
     )
-    # The same handlers and interceptors, callable by a gateway in this process (no loopback hop).
-    in_process = InProcessCalls(
-        interceptors,
-        max_receive_bytes=settings.max_receive_message_bytes,
-        # The gateway beside the server receives at most max_receive_message_bytes over its
-        # channel (service.cli.gateway_app): in-process answers keep that bound too.
-        max_send_bytes=min(settings.max_send_message_bytes, settings.max_receive_message_bytes),
-    )
-    services = in_process.forwarding_to(server)
+    in_process = InProcessFace(plane, limits)
     inference_service_pb2_grpc.add_InferenceServiceServicer_to_server(
-        inference_servicer(settings, manager, executors), services
+        inference_servicer(settings, manager, executors), plane
     )
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(manager), services)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(manager), plane)
     response_store_pb2_grpc.add_ResponseStoreServiceServicer_to_server(
-        response_store_servicer(settings, executors), services
+        response_store_servicer(settings, manager, executors), plane
     )
     batches = batch_api(settings, executors)
     batch_pb2_grpc.add_BatchServiceServicer_to_server(
-        BatchServicer(batches, settings.batch_max_file_transfers), services
+        BatchServicer(batches, settings.batch_max_file_transfers), plane
     )
+    face = GrpcFace(plane, limits)
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, services)
-    enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, face)
+    enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), face)
+    face.attach(server)
     address = f"{settings.grpc_host}:{settings.grpc_port}"
     port = add_port(server, address, tls_files, settings.tls_refresh_interval_s)
     if port == 0:

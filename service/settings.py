@@ -135,8 +135,8 @@ class Settings(SharedSettings):
     )
     gateway_in_process_calls: bool = Field(
         True,
-        description="The gateway beside the server makes its unary calls in-process, not over loopback "
-        "gRPC (off while tracing, so the server's spans exist).",
+        description="The gateway beside the server calls the core in-process (unary and streaming calls, "
+        "tracing on or off), not over loopback gRPC.",
     )
     gateway_embeddings_truncate: bool = Field(
         False,
@@ -229,7 +229,7 @@ class Settings(SharedSettings):
     anomaly_store_max_bytes: int = Field(
         GIB, gt=0, description="Most bytes the saved anomaly detectors' files (every version) may take."
     )
-    # Stored responses of the Responses API (engines.response_store), in the state store beside the fits.
+    # Stored responses of the Responses API (service.responses), in the state store beside the fits.
     responses_max_count: int = Field(
         10_000,
         gt=0,
@@ -239,8 +239,9 @@ class Settings(SharedSettings):
     responses_max_bytes: int = Field(
         4 * 1024 * 1024,
         gt=0,
-        description="Most bytes of one stored response (its JSON plus its input items' JSON); a larger "
-        "one is refused, INVALID_ARGUMENT `RESPONSE_TOO_LARGE` (400 at the gateway).",
+        description="Most bytes of one stored response (its JSON, its input items' JSON and the "
+        "conversation it continues); a larger one is refused, INVALID_ARGUMENT `RESPONSE_TOO_LARGE` "
+        "(400 at the gateway), before generation when the conversation and the request already are.",
     )
     responses_max_total_bytes: int = Field(
         GIB,
@@ -253,7 +254,7 @@ class Settings(SharedSettings):
         description="Seconds a stored response is kept (30 days, as OpenAI); then NOT_FOUND "
         "`RESPONSE_EXPIRED` and it is deleted.",
     )
-    # The Batch API (engines.batches, service.batches): files and batches in the state store.
+    # The Batch API (service.batches): files and batch jobs in the state store.
     batch_file_max_bytes: int = Field(
         100 * 1024 * 1024,
         gt=0,

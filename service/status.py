@@ -12,12 +12,15 @@ together to :data:`MAX_METADATA_BYTES`, which keeps the trailers under about 6.5
 
 from __future__ import annotations
 
+import math
+
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from engines.errors import RuntimeServiceError, clip_text, clip_utf8
+from engines.reasons import Reason
 from service.request_context import REQUEST_ID_METADATA_KEY, REQUEST_ID_UNSET, request_id_var
 
 ERROR_DOMAIN = "universal-runtime"
@@ -68,16 +71,50 @@ def rich_status(
     status = rpc_status.to_status(proto)
     request_id = request_id_var.get()
     if request_id != REQUEST_ID_UNSET:
-        # Unary answers carry the call's request id in their trailers (RequestContextInterceptor).
+        # Every answer carries the call's request id (service.core.admission.request_log).
         status = status._replace(
             trailing_metadata=(*status.trailing_metadata, (REQUEST_ID_METADATA_KEY, request_id))
         )
     return status
 
 
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""The trailer carrying the serialized ``google.rpc.Status`` (https://google.aip.dev/193)."""
+
+
 def status_for_error(error: RuntimeServiceError) -> grpc.Status:
-    """The rich status of a domain error (its class names the code, its reason the ErrorInfo)."""
-    return rich_status(grpc.StatusCode[error.status], error.message, error.reason, error.metadata)
+    """The rich status of a domain error (its class names the code, its reason the ErrorInfo).
+
+    An error with a known ``retry_after_s`` (a quota's refusal) also carries a
+    ``google.rpc.RetryInfo`` (:func:`with_retry_delay`).
+    """
+    status = rich_status(grpc.StatusCode[error.status], error.message, error.reason, error.metadata)
+    retry_after_s = getattr(error, "retry_after_s", None)
+    return status if retry_after_s is None else with_retry_delay(status, retry_after_s)
+
+
+def with_retry_delay(status: grpc.Status, seconds: float) -> grpc.Status:
+    """``status`` with a ``google.rpc.RetryInfo`` of ``seconds`` added to its ``google.rpc.Status`` details.
+
+    Args:
+        status: A status from :func:`rich_status` (its details in the ``grpc-status-details-bin``
+            trailer).
+        seconds: The retry delay (>= 0), rounded up to whole milliseconds so that a client that
+            waits exactly that long finds the bucket ready.
+
+    """
+    millis = max(0, math.ceil(seconds * 1000))
+    delay = duration_pb2.Duration(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    trailing = []
+    for key, value in status.trailing_metadata:  # a handful of entries
+        if key == STATUS_DETAILS_KEY:
+            proto = status_pb2.Status.FromString(value)
+            proto.details.append(detail)
+            value = proto.SerializeToString()
+        trailing.append((key, value))
+    return status._replace(trailing_metadata=tuple(trailing))
 
 
 def internal_status(request_id: str) -> grpc.Status:
@@ -85,7 +122,7 @@ def internal_status(request_id: str) -> grpc.Status:
     return rich_status(
         grpc.StatusCode.INTERNAL,
         GENERIC_INTERNAL_MESSAGE.format(request_id=request_id),
-        "INTERNAL",
+        Reason.INTERNAL,
         {"request_id": request_id},
     )
 
@@ -94,8 +131,8 @@ def set_status(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
     """Make ``status`` (code, details, trailers) the one the call ends with once its handler returns.
 
     Unlike ``context.abort``, which sends the status at once and raises, nothing goes out until
-    every interceptor has returned: the call's log line and metrics exist before the client can
-    see the outcome (a client that reads the log or ``/metrics`` right after an error finds it
+    the handler returns, after the admission chain: the call's log line and metrics exist before
+    the client can see the outcome (a client that reads the log or ``/metrics`` right after an error finds it
     there). A unary handler then returns ``None`` (grpc.aio sends no message with a status that
     is not OK); a response stream ends.
     """

@@ -1,21 +1,20 @@
 """API keys are checked from metadata before the request message is received or parsed.
 
 A wrong key with a 15 MB message must not cost the server a full parse of the 15 MB before the
-refusal; the server here counts its deserializer's calls.
+refusal; the server here (the gRPC face over the core, :mod:`tests.core_server`) counts its
+deserializer's calls.
 """
 
 from __future__ import annotations
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
-from service.interceptors import (
-    AuthInterceptor,
-    ErrorMappingInterceptor,
-    RequestContextInterceptor,
-    RequestParsingInterceptor,
-)
+from service.core.admission.authentication import Authentication
+from service.shared.api_keys import load_api_keys
 from tests.conftest import error_info
+from tests.core_server import default_steps, grpc_server
 
 BIG = 15 * 1024 * 1024
 KEY = "sekrit-key"
@@ -33,32 +32,25 @@ class Counting:
         return raw
 
 
-async def _size(request: bytes, context) -> bytes:
+async def _size(request: bytes, ctx) -> bytes:
     return str(len(request)).encode()
 
 
-async def _total(requests, context) -> bytes:
+async def _total(requests, ctx) -> bytes:
     return str(sum([len(r) async for r in requests])).encode()
 
 
 @pytest.fixture
 async def echo():
     parsed = Counting()
-    server = grpc.aio.server(
-        interceptors=[
-            RequestContextInterceptor(),
-            AuthInterceptor(KEY),
-            ErrorMappingInterceptor(),
-            RequestParsingInterceptor({}),
-        ],
+    handlers = {
+        "Size": grpc.unary_unary_rpc_method_handler(_size, request_deserializer=parsed),
+        "Total": grpc.stream_unary_rpc_method_handler(_total, request_deserializer=parsed),
+    }
+    server, _ = grpc_server(
+        [lambda plane: plane.add_registered_method_handlers(SERVICE, handlers)],
+        default_steps(Authentication(load_api_keys(KEY))),
         options=[("grpc.max_receive_message_length", 2 * BIG)],
-    )
-    server.add_registered_method_handlers(
-        SERVICE,
-        {
-            "Size": grpc.unary_unary_rpc_method_handler(_size, request_deserializer=parsed),
-            "Total": grpc.stream_unary_rpc_method_handler(_total, request_deserializer=parsed),
-        },
     )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -98,3 +90,20 @@ async def test_an_unknown_method_without_a_key_is_unauthenticated(echo):
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await channel.unary_unary(f"/{SERVICE}/Nope")(b"", timeout=10)
     assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_unknown_methods_named_by_callers_without_a_key_add_no_metric_series(echo):
+    """A caller without a key must not grow the metrics: each method name is a series of its own."""
+    channel, _ = echo
+    names = [f"Nope{i}" for i in range(3)]
+    for name in names:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await channel.unary_unary(f"/{SERVICE}/{name}")(b"", timeout=10)
+        assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    methods = {
+        sample.labels.get("method")
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if family.name.startswith("ur_")
+    }
+    assert not methods & set(names), sorted(methods & set(names))

@@ -16,7 +16,7 @@ from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc as msg
 
 from gateway.app import create_app
-from service.concurrency import ConcurrencyLimitInterceptor
+from service.core.admission.concurrency import ConcurrencyLimit
 from service.server import start_server
 from service.settings import Settings
 from tests.conftest import CHAT_MODEL, error_info
@@ -41,6 +41,9 @@ def stream_request(max_tokens: int) -> g.GenerateStreamRequest:
 async def limited(settings):
     running = await start_server(settings.model_copy(update={"max_concurrent_requests": LIMIT}))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        # The first ListModels estimates every model's memory (seconds, in threads): done here,
+        # so that the test's short-deadline probes time admission, not that estimate.
+        await msg.ModelServiceStub(channel).ListModels(m.ListModelsRequest(), timeout=60)
         yield running, channel
     await running.stop(grace=0.5)
 
@@ -115,16 +118,18 @@ async def test_n_plus_k_calls_give_exactly_k_overloaded_then_places_free(limited
             )
             assert health.status == health_pb2.HealthCheckResponse.SERVING
 
-            # Through the gateway: 429 with Retry-After, in OpenAI's error shape.
-            async with asgi_client(create_app(f"127.0.0.1:{running.port}")) as http:
-                answer = await http.post(
-                    "/v1/chat/completions",
-                    json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Hi"}]},
-                )
-            assert answer.status_code == 429
-            assert answer.headers["retry-after"] == "1"
-            assert answer.json()["error"]["code"] == "overloaded"
-            assert answer.json()["error"]["type"] == "rate_limit_error"
+            # Through the gateway, over gRPC and in-process (the same chain): 429 with Retry-After,
+            # in OpenAI's error shape.
+            for wrap in (None, running.in_process.channel):
+                async with asgi_client(create_app(f"127.0.0.1:{running.port}", wrap_channel=wrap)) as http:
+                    answer = await http.post(
+                        "/v1/chat/completions",
+                        json={"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Hi"}]},
+                    )
+                assert answer.status_code == 429, wrap
+                assert answer.headers["retry-after"] == "1"
+                assert answer.json()["error"]["code"] == "overloaded"
+                assert answer.json()["error"]["type"] == "rate_limit_error"
 
             # One held stream cancelled: its place frees once the server sees the cancel.
             held[0].cancel()
@@ -158,7 +163,7 @@ def test_unlimited_by_default(settings):
 @pytest.mark.parametrize("value", [0, -1])
 def test_limit_below_one_is_refused(value):
     with pytest.raises(ValueError, match="at least 1"):
-        ConcurrencyLimitInterceptor(value)
+        ConcurrencyLimit(value)
 
 
 def test_negative_setting_is_refused(monkeypatch):

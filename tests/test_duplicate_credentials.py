@@ -74,7 +74,7 @@ async def test_every_method_refuses_two_authorization_entries(keyed, method):
 async def test_two_credentials_are_unauthenticated_in_any_order_one_right_key_passes(keyed, metadata):
     running, channel = keyed
     remote = msg.ModelServiceStub(channel)
-    # The gateway beside the server calls through the same interceptors, without the network.
+    # The gateway beside the server calls through the same admission chain, without the network.
     local = msg.ModelServiceStub(running.in_process.channel(channel))
     for stub in (remote, local):
         with pytest.raises(grpc.aio.AioRpcError) as refused:

@@ -20,15 +20,20 @@ from engines.batching import BatchingConfig, DynamicBatcher
 from engines.errors import ResourceExhaustedError
 from engines.executor import DeviceExecutor
 from engines.fair_queue import FairQueue
-from engines.fair_share import Priority, Share, share_var
+from engines.fair_share import DEFAULT_CALLER, Caller, Priority, Share, caller_var
 from engines.generation.scheduler import ContinuousBatchScheduler
-from engines.process_lane import FairTurns, caller_var, take_turn
+from engines.process_lane import FairTurns, take_turn
 from tests.encoders.test_length_batches import Recorder, hold_the_lane
 from tests.generation.test_engine_template import FakeEngine, request
 from tests.generation.test_scheduler_admission import device_held
 
 A, B, C = Share("a"), Share("b"), Share("c")
 BULK = Share("bulk", Priority.BATCH)
+
+
+def as_caller(share: Share) -> Caller:
+    """The caller of a call under ``share`` (its key's name, as the admission chain sets it)."""
+    return Caller(name=share.key, share=share, lane=share.key)
 
 
 def pop_all(queue: FairQueue) -> list:
@@ -200,7 +205,7 @@ async def submit_as(
     """Submit one single-input request per name under ``share``; return once all are queued."""
 
     async def one(name: str) -> list[str]:
-        share_var.set(share)
+        caller_var.set(as_caller(share))
         return await batcher.submit([(name, cost)], [cost])
 
     futures = [asyncio.ensure_future(one(name)) for name in names]
@@ -297,12 +302,12 @@ async def test_a_full_encoder_queue_refuses_the_crowding_keys_newest_request_for
     with pytest.raises(ResourceExhaustedError, match="gave their places to another key's") as caught:
         await crowd[3]  # refused while it waited: b0 has its place
     assert caught.value.reason == "OVERLOADED"
-    share_var.set(A)
+    caller_var.set(as_caller(A))
     try:
         with pytest.raises(ResourceExhaustedError, match="is overloaded: 4 inputs are queued"):
             await batcher.submit([("a4", 8)], [8])  # a's own places: refused at once, as before
     finally:
-        share_var.set(Share())
+        caller_var.set(DEFAULT_CALLER)
     recorder.gate.set()
     await asyncio.gather(*crowd[:3], *single, blocker)
     assert sorted(name for batch in batch_names(recorder) for name in batch) == ["a0", "a1", "a2", "b0"]
@@ -322,7 +327,7 @@ def engine():
 
 async def stream_as(engine, request_id: str, share: Share) -> None:
     """Read the whole stream of a request under ``share``."""
-    share_var.set(share)
+    caller_var.set(as_caller(share))
     async with contextlib.aclosing(engine.stream(request(request_id))) as deltas:
         async for _ in deltas:
             pass
@@ -418,8 +423,7 @@ async def test_page_jobs_on_a_thread_lane_take_fair_turns(executor):
         order.append(name)
 
     async def job(caller: str, share: Share, name: str) -> None:
-        caller_var.set(caller)
-        share_var.set(share)
+        caller_var.set(Caller(name=share.key, share=share, lane=caller))
         await take_turn(turns, lambda: executor.run(page, name))
 
     first = asyncio.ensure_future(job("c", C, "first"))

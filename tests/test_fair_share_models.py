@@ -4,7 +4,8 @@ all-minilm-l6-v2's dynamic batcher and SmolLM2-135M's continuous-batching schedu
 in-process. The lane is held while the requests arrive in a fixed order (one key's backlog, then
 another key's single request, or a batch-class backlog, then an interactive request); then the
 order in which the model ran them is the fair queue's, not the arrival order. Each key sets
-``share_var`` directly (the server sets it from the call's API key).
+its :class:`~engines.fair_share.Caller` in ``caller_var`` directly (the server's admission chain
+sets it from the call's API key).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from engines.base import ModelSpec
 from engines.batching.time_slice import CONTENTION_WINDOW_S
 from engines.embedding.sentence_transformers_engine import SentenceTransformersEmbeddingEngine
 from engines.executor import DeviceExecutor
-from engines.fair_share import Priority, Share, share_var
+from engines.fair_share import Caller, Priority, Share, caller_var
 from engines.generation.llama_cpp_engine import LlamaCppGenerationEngine
 from engines.types import EmbeddingRequest, GenerationRequest, SamplingParams, Task
 from tests.conftest import GGUF_SOURCE, MINILM_SOURCE
@@ -87,7 +88,7 @@ async def embed_as(engine, share: Share, texts: list[str]) -> list[asyncio.Futur
     """One single-text request per text under ``share``; returns once all their inputs are queued."""
 
     async def one(text: str) -> np.ndarray:
-        share_var.set(share)
+        caller_var.set(Caller(name=share.key, share=share, lane=share.key))
         return (await engine.embed(EmbeddingRequest(inputs=[text]))).vectors[0]
 
     queued = len(engine.batcher._queue)
@@ -185,7 +186,7 @@ async def start_order(engine, arrivals: list[tuple[str, Share]]) -> tuple[list[s
     texts: dict[str, str] = {}
 
     async def stream(request_id: str, share: Share) -> None:
-        share_var.set(share)
+        caller_var.set(Caller(name=share.key, share=share, lane=share.key))
         params = SamplingParams(max_tokens=3, temperature=0.0)
         request = GenerationRequest(request_id=request_id, prompt="The capital of France is", params=params)
         parts = []

@@ -1,8 +1,9 @@
 """Keys with policy: the keys file's two forms, bad policies at start-up, and each call's share.
 
 The share (engines.fair_share.Share) is what the queues read: the key's name, its priority class
-and weight, lowered to batch by ``x-ur-priority: batch``. It is asserted through the auth
-interceptor with a recording handler, and the refusal of a bad value on the real server.
+and weight, lowered to batch by ``x-ur-priority: batch``. It is asserted through the admission
+steps that decide it (``authentication``, then ``priority``) with a recording operation, and the
+refusal of a bad value on the real server.
 """
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ from pydantic import SecretStr
 from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc as msg
 
-from engines.fair_share import DEFAULT_SHARE, Priority, Share, current_share
-from service.interceptors import AuthInterceptor, PriorityInterceptor
+from engines.errors import RuntimeServiceError
+from engines.fair_share import DEFAULT_SHARE, Caller, Priority, Share, current_caller, current_share
+from service.core.admission.authentication import Authentication
+from service.core.admission.priority import PriorityClass
+from service.core.chain import AdmissionStep, build_chain
+from service.core.context import MethodInfo
+from service.faces.metadata import call_context
 from service.server import start_server
 from service.shared.api_keys import DEFAULT_POLICY, SINGLE_KEY_POLICY, ApiKeyError, KeyPolicy, load_api_keys
 from tests.conftest import error_info
@@ -119,47 +125,37 @@ async def test_bad_policy_stops_server_start_up(settings, tmp_path):
 # --- the call's share ---------------------------------------------------------------------------
 
 
-class _Details:
-    def __init__(self, metadata):
-        self.method = "/universal_runtime.v1.ModelService/ListModels"
-        self.invocation_metadata = metadata
+LIST_MODELS = MethodInfo("/universal_runtime.v1.ModelService/ListModels")
 
 
-class _Context:
-    """What a refusal handler uses of a ServicerContext."""
+async def _caller_seen(steps: list[AdmissionStep], metadata) -> Caller | RuntimeServiceError:
+    """The caller an operation behind ``steps`` sees, or the error that refused the call."""
 
-    def __init__(self):
-        self.code_, self.details_ = None, None
+    async def operation(ctx, request) -> Caller:
+        assert current_caller() == ctx.caller
+        return current_caller()
 
-    def set_code(self, code):
-        self.code_ = code
+    chain = build_chain(steps)
 
-    def set_details(self, details):
-        self.details_ = details
+    async def call() -> Caller | RuntimeServiceError:
+        ctx = call_context(LIST_MODELS, metadata, peer="ipv4:127.0.0.1:5000")
+        try:
+            return await chain.unary(ctx, object(), operation)
+        except RuntimeServiceError as error:
+            return error
 
-    def set_trailing_metadata(self, metadata):
-        self.trailing = metadata
+    return await asyncio.create_task(call())  # its own task (context), as a face runs a call
 
 
-async def _share_seen(interceptor, metadata) -> Share | _Context:
-    """The share a handler behind ``interceptor`` sees, or the refusal's context."""
+async def _share_seen(steps: list[AdmissionStep], metadata) -> Share | RuntimeServiceError:
+    """The share an operation behind ``steps`` sees, or the error that refused the call."""
+    seen = await _caller_seen(steps, metadata)
+    return seen if isinstance(seen, RuntimeServiceError) else seen.share
 
-    async def behaviour(request, context):
-        return current_share()
 
-    async def continuation(details):
-        return grpc.unary_unary_rpc_method_handler(behaviour)
-
-    handler = await interceptor.intercept_service(continuation, _Details(metadata))
-    if handler.unary_unary is None:  # a refusal (request-streaming, reads nothing)
-        context = _Context()
-        await handler.stream_unary(iter(()), context)
-        return context
-
-    async def call() -> Share:
-        return await handler.unary_unary(object(), None)
-
-    return await asyncio.create_task(call())  # its own task (context), as grpc.aio runs a call
+def keyed(tmp_path, single: str | None = SINGLE) -> list[AdmissionStep]:
+    """The steps of a server with the keys above: authentication, then the priority class."""
+    return [Authentication(load_api_keys(single, write(tmp_path, MIXED))), PriorityClass()]
 
 
 def auth(key: str, *extra: tuple[str, str]) -> tuple[tuple[str, str], ...]:
@@ -179,28 +175,39 @@ def auth(key: str, *extra: tuple[str, str]) -> tuple[tuple[str, str], ...]:
     ],
 )
 async def test_share_from_policy_and_priority_metadata(tmp_path, key, priority, expected):
-    interceptor = AuthInterceptor(load_api_keys(SINGLE, write(tmp_path, MIXED)))
     extra = () if priority is None else (("x-ur-priority", priority),)
-    assert await _share_seen(interceptor, auth(key, *extra)) == expected
+    assert await _share_seen(keyed(tmp_path), auth(key, *extra)) == expected
     assert current_share() == DEFAULT_SHARE  # set in the call's context only
 
 
+async def test_the_caller_names_the_key_its_role_and_its_lane(tmp_path):
+    single = await _caller_seen(keyed(tmp_path), auth(SINGLE, ("x-ur-client-address", "10.0.0.1")))
+    assert single == Caller("default", "admin", Share("default", Priority.INTERACTIVE, 1.0), "default")
+    bulk = await _caller_seen(keyed(tmp_path), auth(BULK))
+    assert bulk == Caller("bulk", "user", Share("bulk", Priority.BATCH, 3.0), "bulk")
+    assert current_caller() == Caller()  # set in the call's context only
+
+
 async def test_bad_priority_is_invalid_argument_naming_the_header(tmp_path):
-    interceptor = AuthInterceptor(load_api_keys(None, write(tmp_path, MIXED)))
-    refused = await _share_seen(interceptor, auth(PLAIN, ("x-ur-priority", "urgent")))
-    assert refused.code_ == grpc.StatusCode.INVALID_ARGUMENT
-    assert "x-ur-priority" in refused.details_ and "'urgent'" in refused.details_
+    steps = keyed(tmp_path, single=None)
+    refused = await _share_seen(steps, auth(PLAIN, ("x-ur-priority", "urgent")))
+    assert isinstance(refused, RuntimeServiceError)
+    assert (refused.status, refused.reason) == ("INVALID_ARGUMENT", "INVALID_PRIORITY")
+    assert refused.metadata == {"field": "x-ur-priority"}
+    assert "x-ur-priority" in refused.message and "'urgent'" in refused.message
     # A wrong key is still UNAUTHENTICATED first, whatever the header.
-    refused = await _share_seen(interceptor, auth("wrong", ("x-ur-priority", "urgent")))
-    assert refused.code_ == grpc.StatusCode.UNAUTHENTICATED
+    refused = await _share_seen(steps, auth("wrong", ("x-ur-priority", "urgent")))
+    assert isinstance(refused, RuntimeServiceError)
+    assert refused.status == "UNAUTHENTICATED"
 
 
 async def test_priority_without_keys():
-    interceptor = PriorityInterceptor()
-    assert await _share_seen(interceptor, ()) == DEFAULT_SHARE
-    assert await _share_seen(interceptor, (("x-ur-priority", "batch"),)) == Share("", Priority.BATCH, 1.0)
-    refused = await _share_seen(interceptor, (("x-ur-priority", "high"),))
-    assert refused.code_ == grpc.StatusCode.INVALID_ARGUMENT
+    steps: list[AdmissionStep] = [PriorityClass()]
+    assert await _share_seen(steps, ()) == DEFAULT_SHARE
+    assert await _share_seen(steps, (("x-ur-priority", "batch"),)) == Share("", Priority.BATCH, 1.0)
+    refused = await _share_seen(steps, (("x-ur-priority", "high"),))
+    assert isinstance(refused, RuntimeServiceError)
+    assert refused.status == "INVALID_ARGUMENT"
 
 
 async def test_real_servers_refuse_a_bad_priority(settings, server, tmp_path):

@@ -3,7 +3,9 @@
 gRPC parses each request with the method's deserializer before any handler runs; grpc.aio alone
 answers a failure there UNKNOWN with the parser's exception text. Every method of the contract
 and of standard health (unary, server-, client- and bidi-streaming) answers the same stable
-status and a generic message naming the message type, never the parser's text.
+status and a generic message naming the message type, never the parser's text (the gRPC face's
+parser, :mod:`service.faces.grpc_server`). The in-process face gets messages, not bytes; a call
+of raw bytes through it must still answer as gRPC does.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 from universal_runtime.v1 import anomaly_pb2, inference_service_pb2, model_service_pb2, response_store_pb2
 
-from service.in_process_calls import UnaryMethod
-from tests.conftest import error_info
+from tests.conftest import error_info, free_port
 
 METHODS = [
     (service.full_name, method)
@@ -86,13 +87,18 @@ async def test_a_bad_message_after_good_ones_ends_the_stream_with_the_same_statu
 
 
 async def test_the_in_process_path_gives_the_same_answer(server, channel):
+    """A multi-callable without codecs (bytes in, bytes out) on the in-process channel.
+
+    Its remote is a channel to a port nobody listens on: the answer is the in-process face's.
+    """
     path = "/universal_runtime.v1.InferenceService/Embed"
     raw = BAD_BYTES["invalid-varint"]
     with pytest.raises(grpc.aio.AioRpcError) as remote:
         await channel.unary_unary(path)(raw, timeout=10)
-    as_is = UnaryMethod(path, serialize=bytes, deserialize=bytes)
-    with pytest.raises(grpc.aio.AioRpcError) as in_process:
-        await server.in_process.start(as_is, raw, timeout=10, metadata=())
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}") as dead:
+        as_is = server.in_process.channel(dead).unary_unary(path)
+        with pytest.raises(grpc.aio.AioRpcError) as in_process:
+            await as_is(raw, timeout=10)
     assert in_process.value.code() == remote.value.code()
     assert in_process.value.details() == remote.value.details()
     assert error_info(in_process.value) == error_info(remote.value)

@@ -22,9 +22,10 @@ from universal_runtime.v1 import model_service_pb2_grpc
 from engines.base import ModelSpec
 from engines.executor import ExecutorPool
 from engines.types import MemoryUsage, Task
-from service.model_manager import ModelManager
+from service.model_manager import ModelManager, WatchTooLongError
 from service.servicers.models import ModelServicer
 from service.settings import Settings
+from service.status import status_for_error
 from tests.admin_cli.conftest import started, write_catalog
 from tests.conftest import GGUF_SOURCE, MINILM_SOURCE, error_info
 from tests.stand_in_engine import StandInEngine
@@ -226,33 +227,17 @@ async def test_an_engines_progress_reaches_the_stream(stepped):
     assert details.index(installing[0]) > 0  # after the first message (not loaded, or loading)
 
 
-class _Context:
-    """What a servicer sets on a call's context (service.status.set_status)."""
-
-    code = details = trailers = None
-
-    def set_code(self, code):
-        self.code = code
-
-    def set_details(self, details):
-        self.details = details
-
-    def set_trailing_metadata(self, trailers):
-        self.trailers = trailers
-
-
 async def test_a_stream_ends_deadline_exceeded_at_the_servers_limit(stepped, monkeypatch):
-    monkeypatch.setattr("service.model_manager.WATCH_MAX_S", 0.5)
+    monkeypatch.setattr("service.model_manager.watching.WATCH_MAX_S", 0.5)
     monkeypatch.setattr("service.servicers.models.WATCH_MAX_S", 0.5)
-    context = _Context()
-    async with asyncio.timeout(DEADLINE_S):
-        details = [
-            r.model.status_detail
-            async for r in stepped.WatchModel(m.WatchModelRequest(name="stepped", load=True), context)
-        ]
+    details = []
+    with pytest.raises(WatchTooLongError) as raised:
+        async with asyncio.timeout(DEADLINE_S):
+            async for r in stepped.WatchModel(m.WatchModelRequest(name="stepped", load=True), None):
+                details.append(r.model.status_detail)
     assert details[-1] == "Installing: downloading 40%"  # the load waits for the test
-    assert context.code == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert "the longest one stream may last" in context.details
-    assert ("grpc-status-details-bin" in dict(context.trailers)) and b"WATCH_TOO_LONG" in dict(
-        context.trailers
-    )["grpc-status-details-bin"]
+    # The face sends it as DEADLINE_EXCEEDED with ErrorInfo WATCH_TOO_LONG (service.status).
+    status = status_for_error(raised.value)
+    assert status.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "the longest one stream may last" in status.details
+    assert b"WATCH_TOO_LONG" in dict(status.trailing_metadata)["grpc-status-details-bin"]

@@ -23,6 +23,7 @@ from service import server as server_module
 from service.quotas import NO_QUOTA, QuotaRefusal, Quotas, TokenBucket, encoder_inputs, usage_tokens
 from service.server import start_server
 from service.shared.api_keys import load_api_keys
+from service.status import status_for_error
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, RERANK_MODEL, error_info
 
 
@@ -146,7 +147,9 @@ def test_refusal_status_carries_error_info_and_retry_info(tmp_path):
     state = quotas(tmp_path, Clock())
     state.admit("rate").finish()
     state.admit("rate").finish()
-    status = state.admit("rate").status()
+    error = state.admit("rate").error()
+    assert (error.status, error.reason, error.retry_after_s) == ("RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", 1.0)
+    status = status_for_error(error)
     assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     [details] = [value for key, value in status.trailing_metadata if key == "grpc-status-details-bin"]
     info, retry = details_of(status_pb2.Status.FromString(details))

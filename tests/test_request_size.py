@@ -1,4 +1,4 @@
-"""Per-method request limits (``RequestParsingInterceptor``): a text RPC's request over
+"""Per-method request limits (``service.faces.request_limits``): a text RPC's request over
 ``max_text_request_bytes`` is refused by its length before it is parsed on the event loop,
 with RESOURCE_EXHAUSTED / MESSAGE_TOO_LARGE; other methods keep gRPC's own, larger limit."""
 

@@ -1,6 +1,6 @@
 """BatchService: the OpenAI Batch API's files and batches, for the gateway and internal callers.
 
-Every call acts for the caller's API key (``api_key_name_var``; "" without keys): it sees and
+Every call acts for the caller's API key (``context.caller.name``; "" without keys): it sees and
 changes only its own files and batches. Errors (statuses with ``google.rpc.ErrorInfo`` reasons)
 are listed in ``protos/universal_runtime/v1/batch.proto``.
 """
@@ -12,14 +12,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
 from universal_runtime.v1 import batch_pb2 as pb
 from universal_runtime.v1 import batch_pb2_grpc
 
+from engines.reasons import Reason
 from service.batches.api import (
-    Batch,
     BatchApi,
-    BatchError,
+    BatchJob,
+    BatchJobError,
     BatchSpec,
     FileInfo,
     expiry_seconds,
@@ -27,7 +27,7 @@ from service.batches.api import (
     too_many_transfers,
 )
 from service.convert.messages import MessageCopy
-from service.request_context import api_key_name_var
+from service.core.context import CallContext
 
 #: Bytes of each GetFileContent message.
 CONTENT_CHUNK_BYTES = 1024 * 1024
@@ -52,11 +52,11 @@ _STATUS = {
 
 file_pb = MessageCopy(pb.File, FileInfo)
 """A stored file as its message."""
-_ERROR = MessageCopy(pb.BatchError, BatchError)
+_ERROR = MessageCopy(pb.BatchError, BatchJobError)
 # The record's owner and planned file ids stay in the server; the counts become request_counts.
 _BATCH = MessageCopy(
     pb.Batch,
-    Batch,
+    BatchJob,
     given=("errors", "status", "request_counts", "metadata"),
     dropped=(
         "owner",
@@ -70,8 +70,8 @@ _BATCH = MessageCopy(
 )
 
 
-def batch_pb(batch: Batch) -> pb.Batch:
-    """A batch as its message."""
+def batch_pb(batch: BatchJob) -> pb.Batch:
+    """A batch job as its message."""
     return _BATCH(
         batch,
         errors=[_ERROR(error) for error in batch.errors],
@@ -89,7 +89,7 @@ def _ends(items: list[Any]) -> dict[str, str]:
 
 
 def _bad_chunks(problem: str) -> Exception:
-    return invalid_argument(problem, "FILE_CHUNKS_INCONSISTENT")
+    return invalid_argument(problem, Reason.FILE_CHUNKS_INCONSISTENT)
 
 
 class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
@@ -130,9 +130,9 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
         finally:
             self._transfers.release()
 
-    async def CreateFile(self, request_iterator: AsyncIterator[pb.CreateFileRequest], context: Any):
+    async def CreateFile(self, request_iterator: AsyncIterator[pb.CreateFileRequest], context: CallContext):
         """Upload an input file in chunks; checked whole, then stored (kept ``expires_after_seconds``)."""
-        owner = api_key_name_var.get()
+        owner = context.caller.name
         filename = purpose = None
         expires_after_s = 0
         data = bytearray()
@@ -159,35 +159,35 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
             info = await self._api.create_file(owner, filename, bytes(data), expires_after_s)
         return pb.CreateFileResponse(file=file_pb(info))
 
-    async def ListFiles(self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext):
+    async def ListFiles(self, request: pb.ListFilesRequest, context: CallContext):
         """The caller's files, a page at a time."""
         if request.order not in ("", "asc", "desc"):
             raise invalid_argument(
-                f"order must be 'asc' or 'desc', not {request.order[:32]!r}", "INVALID_PAGINATION"
+                f"order must be 'asc' or 'desc', not {request.order[:32]!r}", Reason.INVALID_PAGINATION
             )
         files, more = await self._api.list_files(
-            api_key_name_var.get(), request.purpose, request.after, request.limit, request.order != "asc"
+            context.caller.name, request.purpose, request.after, request.limit, request.order != "asc"
         )
         return pb.ListFilesResponse(data=[file_pb(f) for f in files], has_more=more, **_ends(files))
 
-    async def GetFile(self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext):
+    async def GetFile(self, request: pb.GetFileRequest, context: CallContext):
         """One of the caller's files."""
-        return pb.GetFileResponse(file=file_pb(await self._api.get_file(api_key_name_var.get(), request.id)))
+        return pb.GetFileResponse(file=file_pb(await self._api.get_file(context.caller.name, request.id)))
 
-    async def GetFileContent(self, request: pb.GetFileContentRequest, context: grpc.aio.ServicerContext):
+    async def GetFileContent(self, request: pb.GetFileContentRequest, context: CallContext):
         """One of the caller's files' bytes, 1 MiB a message, its description in the first."""
         async with self._transfer():
-            info, data = await self._api.file_content(api_key_name_var.get(), request.id)
+            info, data = await self._api.file_content(context.caller.name, request.id)
             yield pb.GetFileContentResponse(file=file_pb(info), data=data[:CONTENT_CHUNK_BYTES])
             for start in range(CONTENT_CHUNK_BYTES, len(data), CONTENT_CHUNK_BYTES):  # bounded by its size
                 yield pb.GetFileContentResponse(data=data[start : start + CONTENT_CHUNK_BYTES])
 
-    async def DeleteFile(self, request: pb.DeleteFileRequest, context: grpc.aio.ServicerContext):
+    async def DeleteFile(self, request: pb.DeleteFileRequest, context: CallContext):
         """Delete one of the caller's files."""
-        await self._api.delete_file(api_key_name_var.get(), request.id)
+        await self._api.delete_file(context.caller.name, request.id)
         return pb.DeleteFileResponse(id=request.id, deleted=True)
 
-    async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext):
+    async def CreateBatch(self, request: pb.CreateBatchRequest, context: CallContext):
         """Create a batch over one of the caller's input files."""
         spec = BatchSpec(
             input_file_id=request.input_file_id,
@@ -196,21 +196,19 @@ class BatchServicer(batch_pb2_grpc.BatchServiceServicer):
             metadata=dict(request.metadata),
             output_expires_after_s=request.output_expires_after_seconds,
         )
-        batch = await self._api.create_batch(api_key_name_var.get(), spec)
+        batch = await self._api.create_batch(context.caller.name, spec)
         return pb.CreateBatchResponse(batch=batch_pb(batch))
 
-    async def GetBatch(self, request: pb.GetBatchRequest, context: grpc.aio.ServicerContext):
+    async def GetBatch(self, request: pb.GetBatchRequest, context: CallContext):
         """One of the caller's batches."""
-        return pb.GetBatchResponse(
-            batch=batch_pb(await self._api.get_batch(api_key_name_var.get(), request.id))
-        )
+        return pb.GetBatchResponse(batch=batch_pb(await self._api.get_batch(context.caller.name, request.id)))
 
-    async def ListBatches(self, request: pb.ListBatchesRequest, context: grpc.aio.ServicerContext):
+    async def ListBatches(self, request: pb.ListBatchesRequest, context: CallContext):
         """The caller's batches, newest first, a page at a time."""
-        batches, more = await self._api.list_batches(api_key_name_var.get(), request.after, request.limit)
+        batches, more = await self._api.list_batches(context.caller.name, request.after, request.limit)
         return pb.ListBatchesResponse(data=[batch_pb(b) for b in batches], has_more=more, **_ends(batches))
 
-    async def CancelBatch(self, request: pb.CancelBatchRequest, context: grpc.aio.ServicerContext):
+    async def CancelBatch(self, request: pb.CancelBatchRequest, context: CallContext):
         """Cancel one of the caller's batches."""
-        batch = await self._api.cancel_batch(api_key_name_var.get(), request.id)
+        batch = await self._api.cancel_batch(context.caller.name, request.id)
         return pb.CancelBatchResponse(batch=batch_pb(batch))

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import TypeVar
 
-import grpc
 from google.protobuf.message import Message
 from universal_runtime.v1 import (
     anomaly_pb2,
@@ -21,11 +20,10 @@ from universal_runtime.v1 import (
 
 from service.convert import anomaly, documents, encoders, generation, ocr, tokenization
 from service.convert.embedding import embed_response, embedding_request
+from service.core.context import CallContext
 from service.request_context import note_model, request_id_var
 from service.settings import Settings
-from service.shared.client_address import client_address
 from service.tasks.anomaly import AnomalyStream, AnomalyTask
-from service.tasks.callers import note_caller
 from service.tasks.classifiers import ClassifierTask
 from service.tasks.document_questions import DocumentQuestionTask
 from service.tasks.documents import DocumentTask
@@ -34,7 +32,7 @@ from service.tasks.generation import GenerationTask
 from service.tasks.ocr import OcrTask
 from service.tasks.tokenization import TokenizationTask
 
-Context = grpc.aio.ServicerContext
+Context = CallContext
 EncoderRequest = (
     encoders_pb2.EmbedRequest
     | encoders_pb2.RerankRequest
@@ -71,14 +69,6 @@ async def convert_request(request: Message, convert: Callable[..., Result], *arg
     """
     run = asyncio.to_thread if request.ByteSize() > INLINE_REQUEST_BYTES else _call_inline
     return await run(convert, request, *args, **kwargs)
-
-
-def _note_caller(context: Context) -> None:
-    """Name the call's caller for the process lanes' fair turns (:func:`note_caller`).
-
-    From its peer and the client address a gateway passed in metadata.
-    """
-    note_caller(context.peer(), client_address(context.invocation_metadata() or ()))
 
 
 @dataclass(eq=False)
@@ -242,7 +232,6 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[ocr_pb2.OcrRequest], context: Context
     ) -> AsyncIterator[ocr_pb2.OcrResponse]:
         """Read text from an image or PDF; one response per page, in page order, as each is done."""
-        _note_caller(context)
         job, data = await ocr.read_upload(request_iterator, self.settings)
         note_model(job.model)
         async for page in self.ocr.read(job, data):
@@ -259,7 +248,6 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         respond: Callable[[str, Result], Message],
     ) -> Message:
         """The shape of the unary document RPCs: read the upload into a job, call, convert back."""
-        _note_caller(context)
         job, data = await ocr.read_upload(request_iterator, self.settings, convert)
         note_model(job.model)
         return respond(job.model, await call(job, data))
@@ -268,7 +256,6 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[documents_pb2.AnalyzeDocumentRequest], context: Context
     ) -> AsyncIterator[documents_pb2.AnalyzeDocumentResponse]:
         """Structure each page (blocks in reading order, tables, Markdown); one response per page."""
-        _note_caller(context)
         (job, return_lines), data = await ocr.read_upload(
             request_iterator, self.settings, documents.analyze_job
         )
@@ -314,7 +301,6 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: anomaly_pb2.FitAnomalyDetectorRequest, context: Context
     ) -> anomaly_pb2.FitAnomalyDetectorResponse:
         """Fit a detector on the rows and save it as the next version of its name."""
-        _note_caller(context)
         config = anomaly.fit_config_from_pb(request, max_features=self.settings.anomaly_max_features)
         fitted = await self.anomaly.fit(
             request.detector, config, anomaly.rows_decoder(request, self.settings), shared=request.shared
@@ -325,7 +311,6 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request: anomaly_pb2.DetectAnomalyRequest, context: Context
     ) -> anomaly_pb2.DetectAnomalyResponse:
         """Score rows against a saved detector, or fit-and-score them when no detector is named."""
-        _note_caller(context)
         threshold, explain = anomaly.detect_options(request)
         decode = anomaly.rows_decoder(request, self.settings)
         if request.detector:

@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import grpc
 from universal_runtime.v1 import model_service_pb2 as pb
 from universal_runtime.v1 import model_service_pb2_grpc
 
 from service.convert.models import TASKS_BY_PB, estimate_memory, load_options, model_message
 from service.convert.validation import require
+from service.core.context import CallContext
 from service.keep_alive import parse_keep_alive
-from service.model_manager import WATCH_MAX_S, ManagedModel, ModelManager, ModelState
+from service.model_manager import WATCH_MAX_S, ManagedModel, ModelManager, ModelState, WatchTooLongError
 from service.request_context import note_model
-from service.status import rich_status, set_status
 from service.tasks.callers import require_admin
 
 
@@ -30,7 +29,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
     def __init__(self, manager: ModelManager) -> None:
         self._manager = manager
 
-    async def ListModels(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext):
+    async def ListModels(self, request: pb.ListModelsRequest, context: CallContext):
         """All catalog models, optionally filtered by task and by being loaded."""
         task = TASKS_BY_PB.get(request.task)
         require(request.task == pb.TASK_UNSPECIFIED or task is not None, "task", "unknown task")
@@ -44,7 +43,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         await asyncio.gather(*(estimate_memory(self._manager, m) for m in chosen if m.required is None))
         return pb.ListModelsResponse(models=[model_message(self._manager, m) for m in chosen])
 
-    async def GetModel(self, request: pb.GetModelRequest, context: grpc.aio.ServicerContext):
+    async def GetModel(self, request: pb.GetModelRequest, context: CallContext):
         """One model's state; NOT_FOUND for names outside the catalog."""
         require(bool(request.name), "name", "must be set")
         note_model(request.name)
@@ -53,7 +52,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
             await estimate_memory(self._manager, managed)
         return pb.GetModelResponse(model=model_message(self._manager, managed))
 
-    async def LoadModel(self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext):
+    async def LoadModel(self, request: pb.LoadModelRequest, context: CallContext):
         """Load (idempotent) and optionally set keep-alive, pinning and option overrides for this load.
 
         Raises:
@@ -68,7 +67,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         managed = await self._manager.load(request.name, request.keep_alive or None, pinned, options)
         return pb.LoadModelResponse(model=model_message(self._manager, managed))
 
-    async def UnloadModel(self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext):
+    async def UnloadModel(self, request: pb.UnloadModelRequest, context: CallContext):
         """Unload once in-flight requests finish.
 
         Raises:
@@ -82,7 +81,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         return pb.UnloadModelResponse(model=model_message(self._manager, managed))
 
     async def WatchModel(
-        self, request: pb.WatchModelRequest, context: grpc.aio.ServicerContext
+        self, request: pb.WatchModelRequest, context: CallContext
     ) -> AsyncIterator[pb.WatchModelResponse]:
         """Stream the model at once and on each change of its status, until it settles.
 
@@ -128,10 +127,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
                 f"watched model {request.name!r} for {WATCH_MAX_S:.0f} s, the longest one stream may last; "
                 "watch again"
             )
-            metadata = {"model": request.name, "limit_s": f"{WATCH_MAX_S:.0f}"}
-            set_status(
-                context, rich_status(grpc.StatusCode.DEADLINE_EXCEEDED, message, "WATCH_TOO_LONG", metadata)
-            )
+            raise WatchTooLongError(message, model=request.name, limit_s=f"{WATCH_MAX_S:.0f}")
 
     def _start_load(self, request: pb.WatchModelRequest) -> asyncio.Future[ManagedModel]:
         """Start WatchModel's load in the background; the returned future has its outcome.

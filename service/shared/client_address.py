@@ -7,7 +7,7 @@ first come, first served, and one client's content-bomb PDFs would hold another'
 behind all of them (see docs/architecture/design-notes.md#fair-turns-on-the-pdf-renderer).
 The gateway names the client in :data:`CLIENT_ADDRESS_METADATA_KEY` (its address as uvicorn saw
 it, the ``X-Forwarded-For`` one behind a trusted proxy); the server uses it, within the gateway's
-peer, as the fair-share caller when it has no keys (``service.tasks.callers.note_caller``).
+peer, as the fair-share caller when it has no keys (:func:`service.core.admission.priority.lane_of`).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ BAD_CODES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 # docs/architecture/design-notes.md#refusing-a-stream-after-its-upload). Ocr reads the whole upload
 # before refusing bad options, which ends it there; a refusal mid-stream (FILE_TOO_LARGE, a bad
 # StreamDetectAnomaly window) can still meet it. The server's INTERNAL always carries its own
-# message (service/interceptors.py), so only this exact text is let through, and only on
-# client-streaming RPCs.
+# message (the admission chain's error mapping, service/core/admission/error_mapping.py), so only
+# this exact text is let through, and only on client-streaming RPCs.
 CLIENT_WRITE_RACE = "Internal error from Core"
 #: Cases run, by "<RPC>:<status>", over every fuzz module of the run.
 STATS: Counter[str] = Counter()

@@ -65,7 +65,7 @@ async def stubs(keyed) -> AsyncIterator[Stubs]:
 @pytest.fixture(scope="module", params=["grpc", "in-process"])
 async def gateway(keyed, keys_file, request) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the gateway in front of the keyed server, with the same keys: standalone (over
-    gRPC), and with the combined process's in-process calls (the same interceptors, no network)."""
+    gRPC), and with the combined process's in-process calls (the same admission chain, no network)."""
     wrap = keyed.in_process.channel if request.param == "in-process" else None
     app = create_app(
         f"127.0.0.1:{keyed.port}",

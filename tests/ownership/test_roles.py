@@ -17,7 +17,7 @@ from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc
 
 from engines.errors import PermissionDeniedError
-from service.request_context import api_key_name_var, api_key_role_var
+from engines.fair_share import Caller, caller_var
 from service.server import start_server
 from service.shared.api_keys import ApiKeyError, load_api_keys
 from service.tasks.callers import is_admin, require_admin
@@ -44,8 +44,7 @@ def test_a_role_other_than_user_or_admin_is_refused_naming_the_key(tmp_path, val
 
 def test_require_admin_reads_the_calls_key_and_role():
     def run(name: str, role: str) -> bool:
-        api_key_name_var.set(name)
-        api_key_role_var.set(role)
+        caller_var.set(Caller(name=name, role=role, lane=name))
         return is_admin()
 
     assert contextvars.copy_context().run(run, "", "")  # a server without keys: everything
@@ -54,8 +53,7 @@ def test_require_admin_reads_the_calls_key_and_role():
     assert not contextvars.copy_context().run(run, "team-a", "")  # no role set: not an admin
 
     def denied() -> None:
-        api_key_name_var.set("team-a")
-        api_key_role_var.set("user")
+        caller_var.set(Caller(name="team-a", role="user", lane="team-a"))
         require_admin("LoadModel")
 
     with pytest.raises(PermissionDeniedError) as caught:

@@ -1,4 +1,8 @@
-"""Interceptors in isolation: a fake servicer raises; the client sees the mapped status only."""
+"""The admission chain in isolation: a fake servicer raises; the client sees the mapped status only.
+
+The fake is served by the gRPC face over the real core and steps (:mod:`tests.core_server`):
+request log, (concurrency), authentication, priority, error mapping.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +13,29 @@ import time
 
 import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc as isg
 
 from engines.errors import InputTooLongError
-from service.concurrency import ConcurrencyLimitInterceptor
-from service.interceptors import AuthInterceptor, ErrorMappingInterceptor, RequestContextInterceptor
+from service.core.admission.authentication import Authentication
+from service.core.admission.concurrency import ConcurrencyLimit
+from service.shared.api_keys import load_api_keys
 from tests.conftest import error_info
+from tests.core_server import default_steps, grpc_server
 
 
 class FakeInference(isg.InferenceServiceServicer):
     """Raises chosen errors; streams two messages before failing when asked."""
 
-    async def Generate(self, request, context):
+    async def Generate(self, request, ctx):
         if request.model == "secret-crash":
             raise RuntimeError("database password is hunter2")
         raise InputTooLongError(
             "prompt is 10 tokens but the context holds 5", prompt_tokens=10, context_length=5
         )
 
-    async def GenerateStream(self, request, context):
+    async def GenerateStream(self, request, ctx):
         yield g.GenerateStreamResponse(text="a")
         yield g.GenerateStreamResponse(text="b")
         raise RuntimeError("boom after two tokens")
@@ -36,10 +43,10 @@ class FakeInference(isg.InferenceServiceServicer):
 
 @pytest.fixture(scope="module")
 async def fake_channel():
-    server = grpc.aio.server(
-        interceptors=[RequestContextInterceptor(), AuthInterceptor("k"), ErrorMappingInterceptor()]
+    server, _ = grpc_server(
+        [lambda plane: isg.add_InferenceServiceServicer_to_server(FakeInference(), plane)],
+        default_steps(Authentication(load_api_keys("k"))),
     )
-    isg.add_InferenceServiceServicer_to_server(FakeInference(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -158,7 +165,7 @@ class _SlowRecords(logging.Handler):
 
 @pytest.fixture
 def threaded_server():
-    """The fake servicer behind the interceptors, on an event loop of its own thread (yields its port).
+    """The fake servicer behind the admission chain, on an event loop of its own thread (yields its port).
 
     The client's loop is not the server's, so a status sent before the log line is written
     reaches the client while the server is still writing it.
@@ -168,15 +175,10 @@ def threaded_server():
     holder: dict = {}
 
     async def serve():
-        server = grpc.aio.server(
-            interceptors=[
-                RequestContextInterceptor(),
-                ConcurrencyLimitInterceptor(1),
-                AuthInterceptor("k"),
-                ErrorMappingInterceptor(),
-            ]
+        server, _ = grpc_server(
+            [lambda plane: isg.add_InferenceServiceServicer_to_server(FakeInference(), plane)],
+            default_steps(ConcurrencyLimit(1), Authentication(load_api_keys("k"))),
         )
-        isg.add_InferenceServiceServicer_to_server(FakeInference(), server)
         holder["port"] = server.add_insecure_port("127.0.0.1:0")
         holder["server"] = server
         await server.start()
@@ -215,7 +217,7 @@ async def _refused_key(stub):
     ],
 )
 async def test_the_log_line_is_written_before_the_client_sees_the_error(threaded_server, call, code):
-    """A failed call's status goes out after its log line (and metrics): none is sent by ``abort`` first."""
+    """A failed call's status goes out after its log line (and metrics): the face sets it once the chain returned."""
     sink = _SlowRecords(delay_s=0.5)
     rpc_log = logging.getLogger("universal_runtime.rpc")
     rpc_log.addHandler(sink)
@@ -230,3 +232,63 @@ async def test_the_log_line_is_written_before_the_client_sees_the_error(threaded
     finally:
         rpc_log.removeHandler(sink)
         rpc_log.setLevel(level)
+
+
+# -- gRPC's own services (health) through the same chain ------------------------------------------
+
+
+@pytest.fixture(params=[True, False], ids=["public-health", "guarded-health"])
+async def health_server(request):
+    """A gRPC server with health (SERVING) behind the key check; ``auth_public_health`` as the param."""
+    servicer = health.aio.HealthServicer()
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    limit = ConcurrencyLimit(1)
+    server, _ = grpc_server(
+        [lambda plane: isg.add_InferenceServiceServicer_to_server(FakeInference(), plane)],
+        default_steps(limit, Authentication(load_api_keys("k"), public_health=request.param)),
+        native=[lambda face: health_pb2_grpc.add_HealthServicer_to_server(servicer, face)],
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield channel, request.param, limit
+    await server.stop(0)
+
+
+async def test_health_needs_a_key_only_when_auth_public_health_is_off(health_server, caplog):
+    channel, public, limit = health_server
+    caplog.set_level(logging.INFO, logger="universal_runtime.rpc")
+    stub = health_pb2_grpc.HealthStub(channel)
+    if public:
+        answer = await stub.Check(health_pb2.HealthCheckRequest())
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    else:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Check(health_pb2.HealthCheckRequest())
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert error_info(caught.value).reason == "UNAUTHENTICATED"
+    answer = await stub.Check(health_pb2.HealthCheckRequest(), metadata=AUTH)
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    # Its own abort (an unknown service) keeps its status, and its log line says so.
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Check(health_pb2.HealthCheckRequest(service="nope"), metadata=AUTH)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    codes = [getattr(r, "code", None) for r in caplog.records if r.getMessage() == "rpc"]
+    assert codes[-1] == "NOT_FOUND"
+    assert limit.in_flight == 0  # health is neither counted nor limited
+
+
+async def test_a_full_server_still_answers_health(health_server):
+    channel, _, limit = health_server
+    limit.in_flight = limit.max_in_flight  # full, as while a call runs
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await isg.InferenceServiceStub(channel).Generate(g.GenerateRequest(model="x"), metadata=AUTH)
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error_info(caught.value).reason == "OVERLOADED"
+        answer = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), metadata=AUTH
+        )
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        limit.in_flight = 0

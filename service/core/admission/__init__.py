@@ -1,0 +1,1 @@
+"""The admission steps, one module each; :mod:`service.core.chain` runs them in order."""
