@@ -169,7 +169,7 @@ TEST_CATALOG = {
             "source": GGUF_SOURCE,
             "options": {"n_ctx": 64},
         },
-        # Admission bursts (tests/test_burst_admission.py): 2 running + 8 waiting, 8 queued inputs.
+        # Admission bursts (tests/service/core/test_burst_admission.py): 2 running + 8 waiting, 8 queued inputs.
         "burst-chat": {
             "tasks": ["generate"],
             "backend": "llama_cpp",
@@ -182,7 +182,7 @@ TEST_CATALOG = {
             "source": MINILM_SOURCE,
             "options": {"max_queue": 8},
         },
-        # A shared KV pool (tests/generation/test_kv_pool.py): 512 cells for up to 4 sequences,
+        # A shared KV pool (tests/engines/generation/test_kv_pool.py): 512 cells for up to 4 sequences,
         # and the same without a prompt cache, whose buffer is empty between requests.
         POOL_MODEL: {
             "tasks": ["generate"],
@@ -196,7 +196,7 @@ TEST_CATALOG = {
             "source": GGUF_SOURCE,
             "options": {"kv_pool_tokens": POOL_CELLS, "max_sequences": 4, "prompt_cache": False},
         },
-        # A reasoning model made from the default GGUF (tests/generation/test_reasoning.py).
+        # A reasoning model made from the default GGUF (tests/engines/generation/test_reasoning.py).
         THINK_MODEL: {
             "tasks": ["generate"],
             "backend": "llama_cpp",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_node_client import CLIENT_TIMEOUT_S, NODE_DIR, node, run  # noqa: F401 (node: fixture)
+from tests.clients.test_node_client import CLIENT_TIMEOUT_S, NODE_DIR, node, run  # noqa: F401 (node: fixture)
 
 
 async def test_node_openai_sdk_streams_responses(node, gateway_url):  # noqa: F811

@@ -10,7 +10,7 @@ them; the id is ``<file>:<line>`` of the opening fence). How a block runs:
   environment says the same (``UR_GRPC_PORT``, ``UR_GATEWAY_PORT``, ``UR_METRICS_PORT``), so the
   admin CLI (``universal-runtime load ...``) reaches it without flags. Its user catalog adds the
   names the reasoning examples use (``qwen3-8b``, ``my-reasoning-model``): the stand-in reasoning
-  model of tests/generation (SmolLM2-135M with a template that opens a think block), as no real
+  model of tests/engines/generation (SmolLM2-135M with a template that opens a think block), as no real
   reasoning model is small enough to run here.
 - **Shell** blocks run with ``bash -euo pipefail`` in an empty directory (the repository's root
   with the ``repo-root`` tag), ``.venv/bin`` first on ``PATH`` and ``generated/`` plus the
@@ -109,7 +109,7 @@ def input_files(tmp_path_factory) -> Path:
     """The files examples read (see the docstring), made once."""
     from PIL import Image
 
-    from tests.documents.pages import render_invoice_page, render_report_page
+    from tests.service.documents.pages import render_invoice_page, render_report_page
 
     folder = tmp_path_factory.mktemp("inputs")
     lines = [

@@ -70,7 +70,7 @@ def _hostile_options() -> st.SearchStrategy[struct_pb2.Struct]:
     these name every backend's options, with a planted pickle's path (absolute, ``../``), a
     folder, non-finite and huge numbers. Every such case must be refused; none may load anything.
     (Each option of each catalog backend is tried with the pickle's path, one by one, in
-    ``tests/test_load_override_policy.py``: a few drawn cases rarely name the one option that reads a file.)
+    ``tests/service/model_manager/test_load_override_policy.py``: a few drawn cases rarely name the one option that reads a file.)
     """
     values = st.sampled_from(
         [

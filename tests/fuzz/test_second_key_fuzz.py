@@ -47,12 +47,12 @@ from universal_runtime.v1 import response_store_pb2 as r
 from gateway.app import create_app
 from service.server import start_server
 from service.shared.api_keys import load_api_keys
-from tests.batches.helpers import jsonl, line
 from tests.conftest import MAX_MESSAGE_BYTES, RERANK_MODEL
 from tests.fuzz.calls import BAD_CODES, STATS, invoke
 from tests.fuzz.strategies import FUZZ_SETTINGS, mutations
 from tests.gateway.gateway_fakes import asgi_client
-from tests.ownership.keys import DOTS, KEYS_FILE, TEAM_A, TEAM_B, bearer, headers
+from tests.service.batches.helpers import jsonl, line
+from tests.service.ownership.keys import DOTS, KEYS_FILE, TEAM_A, TEAM_B, bearer, headers
 
 A_RESPONSE = "resp_ownedByTeamA1"
 A_CLASSIFIER = "owned-by-team-a"

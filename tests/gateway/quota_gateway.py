@@ -18,7 +18,7 @@ from service.quotas import Quotas
 from service.server import start_server
 from tests.conftest import MAX_MESSAGE_BYTES
 from tests.gateway.gateway_fakes import asgi_client
-from tests.test_quotas import Clock
+from tests.service.core.test_quotas import Clock
 
 
 @contextlib.asynccontextmanager

@@ -34,9 +34,9 @@ from service.batches.lines import SUPPORTED_URLS
 from service.cli import start_batch_lines
 from service.server import start_server
 from service.shared.api_keys import load_api_keys
-from tests.batches.helpers import jsonl, parse_jsonl
 from tests.conftest import CHAT_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, REPO_ROOT, child_server_env, free_port
 from tests.gateway.gateway_fakes import asgi_client
+from tests.service.batches.helpers import jsonl, parse_jsonl
 
 KEYS = {
     "team-a": "team-a-batch-lines-0123456789",

@@ -25,7 +25,7 @@ from service.server import start_server
 from service.shared.api_keys import load_api_keys
 from tests.conftest import CHAT_MODEL, DOCUMENT_EMBED_MODEL, EMBED_MODEL, MAX_MESSAGE_BYTES, RERANK_MODEL
 from tests.gateway.gateway_fakes import serve_with_uvicorn
-from tests.ocr.helpers import render_lines
+from tests.service.ocr.helpers import render_lines
 
 KEYS = {"team-a": "team-a-secret-0123456789abcdef", "team-b": "team-b-secret-0123456789abcdef"}
 FILE_MAX_BYTES = 256 * 1024

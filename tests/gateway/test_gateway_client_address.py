@@ -1,6 +1,6 @@
 """The gateway passes each HTTP client's address to the server (``x-ur-client-address``), bounded.
 
-Without API keys the server shares its PDF renderer by that address (tests/ocr/test_pdf_fairness_by_address.py).
+Without API keys the server shares its PDF renderer by that address (tests/service/ocr/test_pdf_fairness_by_address.py).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import model_service_pb2_grpc
 
 from gateway.app import create_app
-from tests.admin_cli.conftest import started, write_catalog
 from tests.conftest import MINILM_SOURCE
 from tests.gateway.gateway_fakes import asgi_client
+from tests.service.admin.conftest import started, write_catalog
 
 EMBED = "status-minilm"
 MISSING = "status-missing"

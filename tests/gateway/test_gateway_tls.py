@@ -1,5 +1,5 @@
 """HTTPS and mutual TLS of the gateway through a real uvicorn, certificate reload in place, and the
-gateway's TLS settings. The gateway's TLS channel to a real server: tests/test_tls.py."""
+gateway's TLS settings. The gateway's TLS channel to a real server: tests/service/server/test_tls.py."""
 
 from __future__ import annotations
 
