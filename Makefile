@@ -9,10 +9,10 @@ BUF := npx --yes @bufbuild/buf@1.75.0
 # apt-get needs root: run it through sudo unless we already are root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Extras `make install` installs; the container image leaves out dev (deploy/Dockerfile). models brings
-# openvino (with onnx), which the default catalog serves all-minilm-l6-v2 with and tests/encoders runs the
+# openvino (with onnx), which the default catalog serves all-minilm-l6-v2 with and tests/engines/encoders runs the
 # ONNX Runtime and OpenVINO encoder runtimes with: ~230 MB, ~15 s from pip's cache.
 # clients: LangChain, LiteLLM, Cohere's, Anthropic's and OpenAI Agents SDKs for tests/clients (each skips when its package is missing).
-# docs: MkDocs with Material, which `make docs` and tests/test_docs_site.py build the site with.
+# docs: MkDocs with Material, which `make docs` and tests/docs/test_docs_site.py build the site with.
 EXTRAS ?= models,dev,otel,s3,clients,docs
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
@@ -30,7 +30,7 @@ install: system-deps $(STAMP)
 # Debian packages: Tesseract (second OCR engine) with its German data (the OCR language tests read
 # umlauts and ß), DejaVu fonts (OCR tests render text with them), and the libraries opencv-python
 # (rapidocr's) loads, libGL and GLib, which slim systems and container images lack.
-# deploy/Dockerfile installs this same list (tests/test_deploy.py keeps them equal).
+# deploy/Dockerfile installs this same list (tests/deploy/test_deploy.py keeps them equal).
 DEBIAN_PACKAGES := tesseract-ocr tesseract-ocr-deu fonts-dejavu-core libgl1 libglib2.0-0
 # Checked first, so this is instant when they are there (`--list-langs` reads the tessdata folder,
 # /usr/share/tesseract-ocr/5/tessdata on Debian, whatever the Tesseract version).
@@ -94,7 +94,7 @@ serve: install
 gateway: install
 	$(BIN)/universal-runtime-gateway
 
-# Packages of the Node example that tests/test_node_client.py runs; reinstalled only when the lock changes.
+# Packages of the Node example that tests/clients/test_node_client.py runs; reinstalled only when the lock changes.
 NODE_EXAMPLE := examples/node
 node-deps: $(NODE_EXAMPLE)/node_modules
 

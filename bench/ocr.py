@@ -13,12 +13,12 @@ Target: our overhead at most 5% (pages/s ratio >= 0.95).
 
 Word error rate (a table under the speed table): each engine as the default catalog serves it,
 called in this process, on English pages of :data:`WORD_SENTENCES` rendered in every face of
-:data:`WORD_FACES` at every size of :data:`WORD_SIZES` (``tests.ocr.helpers.render_lines``,
+:data:`WORD_FACES` at every size of :data:`WORD_SIZES` (``tests.service.ocr.helpers.render_lines``,
 black on white); also ``rapidocr`` with its space restoring off (``space_probability`` 1: the
 recognizer's greedy output as it was before). WER: word-level Levenshtein distance (words split
 at whitespace, exact match) over the reference's word count, summed over all pages; CER as the
 OCR tests count it (whitespace left out). Deterministic, so measured once. Target: WER <= 2%
-for the default engine (``tests/ocr/test_ocr_word_boundaries.py`` asserts it on the same pages).
+for the default engine (``tests/service/ocr/test_ocr_word_boundaries.py`` asserts it on the same pages).
 
 Usage: ``python -m bench.ocr [--quick|--tiny] [--no-peers] [--out DIR]``.
 """
@@ -63,19 +63,19 @@ def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
     WER is the sum of the first over the sum of the second (words compare exactly, case and
     punctuation included).
     """
-    from tests.ocr.helpers import edit_distance
+    from tests.service.ocr.helpers import edit_distance
 
     words = reference.split()
     return edit_distance(words, hypothesis.split()), len(words)
 
 
 def word_pages(faces: tuple[str, ...] = WORD_FACES, sizes: tuple[int, ...] = WORD_SIZES) -> Iterator[Any]:
-    """The word-error-rate pages: ``(face, size, tests.ocr.helpers.Rendered)`` for each face and size.
+    """The word-error-rate pages: ``(face, size, tests.service.ocr.helpers.Rendered)`` for each face and size.
 
     Lines start 40 pixels from the left edge; pages are 40 pixels wider than their longest line
     on the right.
     """
-    from tests.ocr.helpers import font, render_lines
+    from tests.service.ocr.helpers import font, render_lines
 
     for face in faces:
         for size in sizes:
@@ -91,7 +91,7 @@ def word_error_rates(engine: Any, languages: tuple[str, ...]) -> dict[str, Any]:
         pages, this machine), and ``per_page``: ``{"face", "size", "wer", "text"}`` per page.
 
     """
-    from tests.ocr.helpers import cer
+    from tests.service.ocr.helpers import cer
 
     total_errors = total_words = 0
     char_errors = 0.0

@@ -5,7 +5,7 @@ The gRPC server and the gateway share one loop in one process (:func:`service.cl
 the loop itself. uvloop runs asyncio's callbacks, sockets and timers in C (libuv): each gateway
 call goes through the loop several times (HTTP read and write, the gRPC call's completion, the
 disconnect watcher), which is where it saves. ``grpc.aio`` supports any asyncio loop
-(tests/test_event_loop.py runs the real process on uvloop).
+(tests/service/server/test_event_loop.py runs the real process on uvloop).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ slot's own stream, so attention adds up the same values in the same order. Cells
 completion tokens are not kept: written one decode step at a time, they differ in their last
 bits from a prefill of the same tokens (see
 docs/architecture/design-notes.md#prompt-cache-keeps-prefilled-cells-only), which would change
-greedy output. ``tests/generation/test_prompt_cache.py``
+greedy output. ``tests/engines/generation/test_prompt_cache.py``
 checks reuse against cold prefills, alone, under concurrency and across conversation turns.
 """
 
