@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     max_requests = cfg.pick(full=100_000, quick=100_000, tiny=3)
     embed_clients = cfg.pick(full=64, quick=64, tiny=2)
     chat_clients = cfg.pick(full=4, quick=4, tiny=1)
-    chat_requests = cfg.pick(full=16, quick=8, tiny=1)
+    chat_requests = cfg.pick(full=32, quick=8, tiny=1)
     max_tokens = cfg.pick(full=32, quick=16, tiny=4)
     settings = {
         "before": cfg.args.before,
