@@ -7,7 +7,9 @@ and gateway in one process, the embedded default catalog): one from ``--before C
 (extracted with ``git archive``), one from this tree. Runs alternate between the two; the ratios
 are this tree's over the commit's, paired by repetition.
 
-Usage: ``python -m bench.before_after --before COMMIT [--quick|--tiny] [--out DIR]``.
+Usage: ``python -m bench.before_after --before COMMIT [--scenario NAME ...] [--quick|--tiny] [--out DIR]``;
+``--scenario`` (``gateway-embed``, ``grpc-embed``, ``gateway-chat``, ``grpc-chat``; repeatable) runs
+only those, e.g. more repetitions of one.
 """
 
 from __future__ import annotations
@@ -33,8 +35,14 @@ HEADLINE = [
 ]
 
 
+SCENARIOS = ("gateway-embed", "grpc-embed", "gateway-chat", "grpc-chat")
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--before", required=True, help="the commit to compare this tree with")
+    parser.add_argument(
+        "--scenario", action="append", choices=SCENARIOS, help="run only this scenario (repeatable)"
+    )
 
 
 def extract(commit: str, folder: Path) -> Path:
@@ -60,6 +68,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     max_tokens = cfg.pick(full=32, quick=16, tiny=4)
     settings = {
         "before": cfg.args.before,
+        "scenarios": cfg.args.scenario or list(SCENARIOS),
         "embed_clients": embed_clients,
         "chat_clients": chat_clients,
         "chat_requests_per_run": chat_requests,
@@ -97,18 +106,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report.warm_up(gateway_chat + grpc_chat, {**first, "max_tokens": 1})
         embed = {"concurrency": embed_clients, "batch": 1, "requests": max_requests, "duration_s": duration}
         embed["warmup"] = 1
-        for scenario, measured in (
-            (f"gateway /v1/embeddings, {embed_clients} clients x 1 sentence", gateway_embed),
-            (f"gRPC Embed, {embed_clients} clients x 1 sentence", grpc_embed),
+        chosen = set(cfg.args.scenario or SCENARIOS)
+        for key, scenario, measured in (
+            ("gateway-embed", f"gateway /v1/embeddings, {embed_clients} clients x 1 sentence", gateway_embed),
+            ("grpc-embed", f"gRPC Embed, {embed_clients} clients x 1 sentence", grpc_embed),
         ):
-            report.compare(scenario, embed, measured, measured[0].name, embeddings.metrics)
+            if key in chosen:
+                report.compare(scenario, embed, measured, measured[0].name, embeddings.metrics)
         chat = {"concurrency": chat_clients, "requests": chat_requests, "max_tokens": max_tokens, "warmup": 1}
-        for scenario, measured in (
-            (f"gateway chat stream, {chat_clients} clients, {max_tokens} tokens", gateway_chat),
-            (f"gRPC GenerateStream, {chat_clients} clients, {max_tokens} tokens", grpc_chat),
+        for key, scenario, measured in (
+            (
+                "gateway-chat",
+                f"gateway chat stream, {chat_clients} clients, {max_tokens} tokens",
+                gateway_chat,
+            ),
+            ("grpc-chat", f"gRPC GenerateStream, {chat_clients} clients, {max_tokens} tokens", grpc_chat),
         ):
-            vary = functools.partial(generation.cold_salt, f"{report.started}/{scenario}")
-            report.compare(scenario, chat, measured, measured[0].name, generation.metrics, vary=vary)
+            if key in chosen:
+                vary = functools.partial(generation.cold_salt, f"{report.started}/{scenario}")
+                report.compare(scenario, chat, measured, measured[0].name, generation.metrics, vary=vary)
         report.finish()
     return report.payload
 
