@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engines.errors import RuntimeServiceError
 from service.core.chain import AdmissionChain
 from service.core.context import CallContext, MethodInfo
 
@@ -63,6 +64,41 @@ def operations_of(service: str, handlers: Mapping[str, Any]) -> dict[str, Operat
     return operations
 
 
+def refused_operation(ctx: CallContext, request: Any) -> Any:
+    """The operation of a request refused while parsing (``request`` is the error), or never run."""
+    if isinstance(request, RuntimeServiceError):
+        error = request
+    else:
+        error = RuntimeServiceError("the call was refused before its request was read")
+    if ctx.method.response_streaming:
+        return _raising_stream(error)
+    return _raise_async(error)
+
+
+async def _raise_async(error: Exception) -> Any:
+    raise error
+
+
+async def _raising_stream(error: Exception) -> AsyncIterator[Any]:
+    raise error
+    yield  # an async generator: the error surfaces when the stream is iterated
+
+
+def refusing_parse_errors(operation: Callable[[CallContext, Any], Any]) -> Callable[[CallContext, Any], Any]:
+    """``operation``, except for a request a face refused while parsing it (the error in its place).
+
+    Such a call still runs the whole admission chain (a wrong key answers UNAUTHENTICATED before
+    the parse error), and then raises that error instead of running the operation.
+    """
+
+    def run(ctx: CallContext, request: Any) -> Any:
+        if isinstance(request, RuntimeServiceError):
+            return refused_operation(ctx, request)
+        return operation(ctx, request)
+
+    return run
+
+
 class DataPlane:
     """The contract's operations behind one admission chain (see the module).
 
@@ -94,7 +130,9 @@ class DataPlane:
     async def unary(self, ctx: CallContext, request: Any) -> Any:
         """Answer a call of ``ctx.method`` (one answer message) behind the chain.
 
-        ``request`` is the message, or an async iterator of messages for a request stream.
+        ``request`` is the message, or an async iterator of messages for a request stream, or
+        the :class:`engines.errors.RuntimeServiceError` a face refused its bytes with
+        (:func:`refusing_parse_errors`).
 
         Raises:
             engines.errors.RuntimeServiceError: Refused by admission or failed (any failure, once
@@ -103,7 +141,7 @@ class DataPlane:
 
         """
         behaviour = self.operations[ctx.method.path].behaviour
-        return await self.chain.unary(ctx, request, lambda ctx, request: behaviour(request, ctx))
+        return await self.chain.unary(ctx, request, _served(behaviour))
 
     def stream(self, ctx: CallContext, request: Any) -> AsyncIterator[Any]:
         """The answers of a call of ``ctx.method`` (a response stream) behind the chain, lazily.
@@ -114,4 +152,9 @@ class DataPlane:
 
         """
         behaviour = self.operations[ctx.method.path].behaviour
-        return self.chain.stream(ctx, request, lambda ctx, request: behaviour(request, ctx))
+        return self.chain.stream(ctx, request, _served(behaviour))
+
+
+def _served(behaviour: Callable[[Any, Any], Any]) -> Callable[[CallContext, Any], Any]:
+    """A servicer method (``(request, context)``) as the chain's operation, parse refusals raised."""
+    return refusing_parse_errors(lambda ctx, request: behaviour(request, ctx))

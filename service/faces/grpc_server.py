@@ -38,8 +38,15 @@ from engines.errors import RuntimeServiceError
 from service.core.admission.authentication import Authentication
 from service.core.admission.error_mapping import AnsweredByFace
 from service.core.context import AnswerHeaders, CallContext, MethodInfo
-from service.core.data_plane import PUBLIC_SERVICES, DataPlane, Operation, operations_of
-from service.faces.metadata import call_context, checked_parser, refused_operation
+from service.core.data_plane import (
+    PUBLIC_SERVICES,
+    DataPlane,
+    Operation,
+    operations_of,
+    refused_operation,
+    refusing_parse_errors,
+)
+from service.faces.metadata import call_context, checked_parser
 from service.faces.request_limits import RequestLimits
 from service.status import set_status, status_for_error
 
@@ -127,9 +134,9 @@ class GrpcFace(grpc.GenericRpcHandler):
     def _operation(self, operation: Operation, native: bool, context: grpc.aio.ServicerContext) -> Any:
         """The function the chain runs for ``operation`` (``(ctx, request)``)."""
         if native:
-            return _native_call(operation.behaviour, context)
+            return refusing_parse_errors(_native_call(operation.behaviour, context))
         behaviour = operation.behaviour
-        return lambda ctx, request: behaviour(request, ctx)
+        return refusing_parse_errors(lambda ctx, request: behaviour(request, ctx))
 
     def _handler(self, operation: Operation, native: bool) -> grpc.RpcMethodHandler:
         info, chain = operation.info, self._plane.chain
@@ -140,11 +147,8 @@ class GrpcFace(grpc.GenericRpcHandler):
 
             async def answer_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 ctx = self._context(info, context)
-                run = refused_operation if isinstance(request, RuntimeServiceError) else None
                 try:
-                    async for item in chain.stream(
-                        ctx, request, run or self._operation(operation, native, context)
-                    ):
+                    async for item in chain.stream(ctx, request, self._operation(operation, native, context)):
                         yield item
                 except RuntimeServiceError as err:
                     set_status(context, status_for_error(err))
@@ -156,11 +160,8 @@ class GrpcFace(grpc.GenericRpcHandler):
 
             async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 ctx = self._context(info, context)
-                run = refused_operation if isinstance(request, RuntimeServiceError) else None
                 try:
-                    response = await chain.unary(
-                        ctx, request, run or self._operation(operation, native, context)
-                    )
+                    response = await chain.unary(ctx, request, self._operation(operation, native, context))
                 except RuntimeServiceError as err:
                     set_status(context, status_for_error(err))
                     return None

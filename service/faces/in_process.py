@@ -38,7 +38,7 @@ from engines.fair_share import Caller
 from engines.reasons import Reason
 from service.core.context import AnswerHeaders, CallContext, Header, MethodInfo
 from service.core.data_plane import DataPlane
-from service.faces.metadata import call_context, checked_parser, refused_operation
+from service.faces.metadata import call_context, checked_parser
 from service.faces.request_limits import RequestLimits
 from service.status import status_for_error
 
@@ -242,10 +242,7 @@ class InProcessCall:
     async def _answer(self, request: Any) -> Any:
         request = self._request(request)
         try:
-            if isinstance(request, RuntimeServiceError):
-                response = await self._face.plane.chain.unary(self._ctx, request, refused_operation)
-            else:
-                response = await self._face.plane.unary(self._ctx, request)
+            response = await self._face.plane.unary(self._ctx, request)
         except (RuntimeServiceError, grpc.aio.AioRpcError) as err:
             raise self._failed(err) from None
         self._trailing = tuple(self._ctx.trailers)
@@ -255,10 +252,7 @@ class InProcessCall:
     async def _pump(self, request: Any) -> None:
         assert self._messages is not None
         request = self._request(request)
-        if isinstance(request, RuntimeServiceError):
-            stream = self._face.plane.chain.stream(self._ctx, request, refused_operation)
-        else:
-            stream = self._face.plane.stream(self._ctx, request)
+        stream = self._face.plane.stream(self._ctx, request)
         try:
             async for message in stream:
                 await self._messages.put(self._send_limit(message))

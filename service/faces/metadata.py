@@ -1,12 +1,12 @@
-"""What every face does alike: a call's context, a request's bytes parsed, a refused request's operation."""
+"""What every face does alike: a call's context from its metadata, and a request's bytes parsed."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from engines.errors import InvalidArgumentError, RuntimeServiceError
+from engines.errors import InvalidArgumentError
 from engines.reasons import Reason
 from service.core.admission.priority import PRIORITY_METADATA_KEY
 from service.core.context import CallContext, MethodInfo
@@ -33,26 +33,6 @@ def call_context(info: MethodInfo, metadata: Iterable[tuple[str, Any]], **fields
         client_address=client_address(text),
         **fields,
     )
-
-
-def refused_operation(ctx: CallContext, request: Any) -> Any:
-    """The operation of a request refused while parsing (``request`` is the error), or never run."""
-    if isinstance(request, RuntimeServiceError):
-        error = request
-    else:
-        error = RuntimeServiceError("the call was refused before its request was read")
-    if ctx.method.response_streaming:
-        return _raising_stream(error)
-    return _raise_async(error)
-
-
-async def _raise_async(error: Exception) -> Any:
-    raise error
-
-
-async def _raising_stream(error: Exception) -> AsyncIterator[Any]:
-    raise error
-    yield  # an async generator: the error surfaces when the stream is iterated
 
 
 def checked_parser(parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
