@@ -25,43 +25,45 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(universal_runtime/v1/model_service.proto\x12\x14universal_runtime.v1\x1a\x1cgoogle/protobuf/struct.proto\"4\n\x0bMemoryUsage\x12\x11\n\tram_bytes\x18\x01 \x01(\x03\x12\x12\n\nvram_bytes\x18\x02 \x01(\x03\"7\n\x0cKvCacheUsage\x12\x12\n\ncells_used\x18\x01 \x01(\x03\x12\x13\n\x0b\x63\x65lls_total\x18\x02 \x01(\x03\"\xfe\x03\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x05tasks\x18\x02 \x03(\x0e\x32\x1a.universal_runtime.v1.Task\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x31\n\x06status\x18\x05 \x01(\x0e\x32!.universal_runtime.v1.ModelStatus\x12\x15\n\rstatus_detail\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x31\n\x06memory\x18\x08 \x01(\x0b\x32!.universal_runtime.v1.MemoryUsage\x12\x12\n\nkeep_alive\x18\t \x01(\t\x12\x0e\n\x06pinned\x18\n \x01(\x08\x12\x19\n\x11loaded_at_unix_ms\x18\x0b \x01(\x03\x12\x1a\n\x12\x65xpires_at_unix_ms\x18\x0c \x01(\x03\x12\x17\n\x0f\x61\x63tive_requests\x18\r \x01(\x05\x12\x34\n\x08kv_cache\x18\x0e \x01(\x0b\x32\".universal_runtime.v1.KvCacheUsage\x12(\n\x07options\x18\x0f \x01(\x0b\x32\x17.google.protobuf.Struct\x12:\n\x0frequired_memory\x18\x10 \x01(\x0b\x32!.universal_runtime.v1.MemoryUsage\"R\n\x11ListModelsRequest\x12(\n\x04task\x18\x01 \x01(\x0e\x32\x1a.universal_runtime.v1.Task\x12\x13\n\x0bloaded_only\x18\x02 \x01(\x08\"A\n\x12ListModelsResponse\x12+\n\x06models\x18\x01 \x03(\x0b\x32\x1b.universal_runtime.v1.Model\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\">\n\x10GetModelResponse\x12*\n\x05model\x18\x01 \x01(\x0b\x32\x1b.universal_runtime.v1.Model\"~\n\x10LoadModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nkeep_alive\x18\x02 \x01(\t\x12\x13\n\x06pinned\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12(\n\x07options\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructB\t\n\x07_pinned\"?\n\x11LoadModelResponse\x12*\n\x05model\x18\x01 \x01(\x0b\x32\x1b.universal_runtime.v1.Model\"1\n\x12UnloadModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"A\n\x13UnloadModelResponse\x12*\n\x05model\x18\x01 \x01(\x0b\x32\x1b.universal_runtime.v1.Model\"\x8d\x01\n\x11WatchModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04load\x18\x02 \x01(\x08\x12\x12\n\nkeep_alive\x18\x03 \x01(\t\x12\x13\n\x06pinned\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12(\n\x07options\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructB\t\n\x07_pinned\"@\n\x12WatchModelResponse\x12*\n\x05model\x18\x01 \x01(\x0b\x32\x1b.universal_runtime.v1.Model*\xe8\x01\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x11\n\rTASK_GENERATE\x10\x01\x12\x0e\n\nTASK_EMBED\x10\x02\x12\x11\n\rTASK_CLASSIFY\x10\x03\x12\x19\n\x15TASK_EXTRACT_ENTITIES\x10\x04\x12\x0f\n\x0bTASK_RERANK\x10\x05\x12\x0c\n\x08TASK_OCR\x10\x06\x12\x0f\n\x0bTASK_LAYOUT\x10\x07\x12\x14\n\x10TASK_DOCUMENT_QA\x10\x08\x12\x17\n\x13TASK_EXTRACT_FIELDS\x10\t\x12\x1a\n\x16TASK_CLASSIFY_DOCUMENT\x10\n*\xae\x01\n\x0bModelStatus\x12\x1c\n\x18MODEL_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n\x17MODEL_STATUS_NOT_LOADED\x10\x01\x12\x18\n\x14MODEL_STATUS_LOADING\x10\x02\x12\x16\n\x12MODEL_STATUS_READY\x10\x03\x12\x1a\n\x16MODEL_STATUS_UNLOADING\x10\x04\x12\x16\n\x12MODEL_STATUS_ERROR\x10\x05\x32\xef\x03\n\x0cModelService\x12_\n\nListModels\x12\'.universal_runtime.v1.ListModelsRequest\x1a(.universal_runtime.v1.ListModelsResponse\x12Y\n\x08GetModel\x12%.universal_runtime.v1.GetModelRequest\x1a&.universal_runtime.v1.GetModelResponse\x12\\\n\tLoadModel\x12&.universal_runtime.v1.LoadModelRequest\x1a\'.universal_runtime.v1.LoadModelResponse\x12\x62\n\x0bUnloadModel\x12(.universal_runtime.v1.UnloadModelRequest\x1a).universal_runtime.v1.UnloadModelResponse\x12\x61\n\nWatchModel\x12\'.universal_runtime.v1.WatchModelRequest\x1a(.universal_runtime.v1.WatchModelResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(universal_runtime/v1/model_service.proto\x12\x14universal_runtime.v1\x1a\x1cgoogle/protobuf/struct.proto\"4\n\x0bMemoryUsage\x12\x11\n\tram_bytes\x18\x01 \x01(\x03\x12\x12\n\nvram_bytes\x18\x02 \x01(\x03\"7\n\x0cKvCacheUsage\x12\x12\n\ncells_used\x18\x01 \x01(\x03\x12\x13\n\x0b\x63\x65lls_total\x18\x02 \x01(\x03\"\xbd\x04\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x05tasks\x18\x02 \x03(\x0e\x32\x1a.universal_runtime.v1.Task\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x31\n\x06status\x18\x05 \x01(\x0e\x32!.universal_runtime.v1.ModelStatus\x12\x15\n\rstatus_detail\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x31\n\x06memory\x18\x08 \x01(\x0b\x32!.universal_runtime.v1.MemoryUsage\x12\x12\n\nkeep_alive\x18\t \x01(\t\x12\x0e\n\x06pinned\x18\n \x01(\x08\x12\x19\n\x11loaded_at_unix_ms\x18\x0b \x01(\x03\x12\x1a\n\x12\x65xpires_at_unix_ms\x18\x0c \x01(\x03\x12\x17\n\x0f\x61\x63tive_requests\x18\r \x01(\x05\x12\x34\n\x08kv_cache\x18\x0e \x01(\x0b\x32\".universal_runtime.v1.KvCacheUsage\x12(\n\x07options\x18\x0f \x01(\x0b\x32\x17.google.protobuf.Struct\x12:\n\x0frequired_memory\x18\x10 \x01(\x0b\x32!.universal_runtime.v1.MemoryUsage\x12=\n\x0f\x62\x61\x63kend_process\x18\x11 \x01(\x0b\x32$.universal_runtime.v1.BackendProcess\"\\\n\x0e\x42\x61\x63kendProcess\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x1a\n\x12started_at_unix_ms\x18\x02 \x01(\x03\x12\x11\n\trss_bytes\x18\x03 \x01(\x03\x12\x0e\n\x06starts\x18\x04 \x01(\x05\"R\n\x11ListModelsRequest\x12(\n\x04task\x18\x01 \x01(\x0e\x32\x1a.universal_runtime.v1.Task\x12\x13\n\x0bloaded_only\x18\x02 \x01(\x08\"A\n\x12ListModelsResponse\x12+\n\x06models\x18\x01 \x03(\x0b\x32\x1b.universal_runtime.v1.Model\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\">\n\x10GetModelResponse\x12*\n\x05model\x18\x01 \x01(\x0b\x32\x1b.universal_runtime.v1.Model\"~\n\x10LoadModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nkeep_alive\x18\x02 \x01(\t\x12\x13\n\x06pinned\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12(\n\x07options\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructB\t\n\x07_pinned\"?\n\x11LoadModelResponse\x12*\n\x05model\x18\x01 \x01(\x0b\x32\x1b.universal_runtime.v1.Model\"1\n\x12UnloadModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"A\n\x13UnloadModelResponse\x12*\n\x05model\x18\x01 \x01(\x0b\x32\x1b.universal_runtime.v1.Model\"\x8d\x01\n\x11WatchModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04load\x18\x02 \x01(\x08\x12\x12\n\nkeep_alive\x18\x03 \x01(\t\x12\x13\n\x06pinned\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12(\n\x07options\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructB\t\n\x07_pinned\"@\n\x12WatchModelResponse\x12*\n\x05model\x18\x01 \x01(\x0b\x32\x1b.universal_runtime.v1.Model*\xe8\x01\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x11\n\rTASK_GENERATE\x10\x01\x12\x0e\n\nTASK_EMBED\x10\x02\x12\x11\n\rTASK_CLASSIFY\x10\x03\x12\x19\n\x15TASK_EXTRACT_ENTITIES\x10\x04\x12\x0f\n\x0bTASK_RERANK\x10\x05\x12\x0c\n\x08TASK_OCR\x10\x06\x12\x0f\n\x0bTASK_LAYOUT\x10\x07\x12\x14\n\x10TASK_DOCUMENT_QA\x10\x08\x12\x17\n\x13TASK_EXTRACT_FIELDS\x10\t\x12\x1a\n\x16TASK_CLASSIFY_DOCUMENT\x10\n*\xae\x01\n\x0bModelStatus\x12\x1c\n\x18MODEL_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n\x17MODEL_STATUS_NOT_LOADED\x10\x01\x12\x18\n\x14MODEL_STATUS_LOADING\x10\x02\x12\x16\n\x12MODEL_STATUS_READY\x10\x03\x12\x1a\n\x16MODEL_STATUS_UNLOADING\x10\x04\x12\x16\n\x12MODEL_STATUS_ERROR\x10\x05\x32\xef\x03\n\x0cModelService\x12_\n\nListModels\x12\'.universal_runtime.v1.ListModelsRequest\x1a(.universal_runtime.v1.ListModelsResponse\x12Y\n\x08GetModel\x12%.universal_runtime.v1.GetModelRequest\x1a&.universal_runtime.v1.GetModelResponse\x12\\\n\tLoadModel\x12&.universal_runtime.v1.LoadModelRequest\x1a\'.universal_runtime.v1.LoadModelResponse\x12\x62\n\x0bUnloadModel\x12(.universal_runtime.v1.UnloadModelRequest\x1a).universal_runtime.v1.UnloadModelResponse\x12\x61\n\nWatchModel\x12\'.universal_runtime.v1.WatchModelRequest\x1a(.universal_runtime.v1.WatchModelResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'universal_runtime.v1.model_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASK']._serialized_start=1490
-  _globals['_TASK']._serialized_end=1722
-  _globals['_MODELSTATUS']._serialized_start=1725
-  _globals['_MODELSTATUS']._serialized_end=1899
+  _globals['_TASK']._serialized_start=1647
+  _globals['_TASK']._serialized_end=1879
+  _globals['_MODELSTATUS']._serialized_start=1882
+  _globals['_MODELSTATUS']._serialized_end=2056
   _globals['_MEMORYUSAGE']._serialized_start=96
   _globals['_MEMORYUSAGE']._serialized_end=148
   _globals['_KVCACHEUSAGE']._serialized_start=150
   _globals['_KVCACHEUSAGE']._serialized_end=205
   _globals['_MODEL']._serialized_start=208
-  _globals['_MODEL']._serialized_end=718
-  _globals['_LISTMODELSREQUEST']._serialized_start=720
-  _globals['_LISTMODELSREQUEST']._serialized_end=802
-  _globals['_LISTMODELSRESPONSE']._serialized_start=804
-  _globals['_LISTMODELSRESPONSE']._serialized_end=869
-  _globals['_GETMODELREQUEST']._serialized_start=871
-  _globals['_GETMODELREQUEST']._serialized_end=902
-  _globals['_GETMODELRESPONSE']._serialized_start=904
-  _globals['_GETMODELRESPONSE']._serialized_end=966
-  _globals['_LOADMODELREQUEST']._serialized_start=968
-  _globals['_LOADMODELREQUEST']._serialized_end=1094
-  _globals['_LOADMODELRESPONSE']._serialized_start=1096
-  _globals['_LOADMODELRESPONSE']._serialized_end=1159
-  _globals['_UNLOADMODELREQUEST']._serialized_start=1161
-  _globals['_UNLOADMODELREQUEST']._serialized_end=1210
-  _globals['_UNLOADMODELRESPONSE']._serialized_start=1212
-  _globals['_UNLOADMODELRESPONSE']._serialized_end=1277
-  _globals['_WATCHMODELREQUEST']._serialized_start=1280
-  _globals['_WATCHMODELREQUEST']._serialized_end=1421
-  _globals['_WATCHMODELRESPONSE']._serialized_start=1423
-  _globals['_WATCHMODELRESPONSE']._serialized_end=1487
-  _globals['_MODELSERVICE']._serialized_start=1902
-  _globals['_MODELSERVICE']._serialized_end=2397
+  _globals['_MODEL']._serialized_end=781
+  _globals['_BACKENDPROCESS']._serialized_start=783
+  _globals['_BACKENDPROCESS']._serialized_end=875
+  _globals['_LISTMODELSREQUEST']._serialized_start=877
+  _globals['_LISTMODELSREQUEST']._serialized_end=959
+  _globals['_LISTMODELSRESPONSE']._serialized_start=961
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1026
+  _globals['_GETMODELREQUEST']._serialized_start=1028
+  _globals['_GETMODELREQUEST']._serialized_end=1059
+  _globals['_GETMODELRESPONSE']._serialized_start=1061
+  _globals['_GETMODELRESPONSE']._serialized_end=1123
+  _globals['_LOADMODELREQUEST']._serialized_start=1125
+  _globals['_LOADMODELREQUEST']._serialized_end=1251
+  _globals['_LOADMODELRESPONSE']._serialized_start=1253
+  _globals['_LOADMODELRESPONSE']._serialized_end=1316
+  _globals['_UNLOADMODELREQUEST']._serialized_start=1318
+  _globals['_UNLOADMODELREQUEST']._serialized_end=1367
+  _globals['_UNLOADMODELRESPONSE']._serialized_start=1369
+  _globals['_UNLOADMODELRESPONSE']._serialized_end=1434
+  _globals['_WATCHMODELREQUEST']._serialized_start=1437
+  _globals['_WATCHMODELREQUEST']._serialized_end=1578
+  _globals['_WATCHMODELRESPONSE']._serialized_start=1580
+  _globals['_WATCHMODELRESPONSE']._serialized_end=1644
+  _globals['_MODELSERVICE']._serialized_start=2059
+  _globals['_MODELSERVICE']._serialized_end=2554
 # @@protoc_insertion_point(module_scope)

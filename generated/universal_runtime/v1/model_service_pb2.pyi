@@ -65,7 +65,7 @@ class KvCacheUsage(_message.Message):
     def __init__(self, cells_used: _Optional[int] = ..., cells_total: _Optional[int] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("name", "tasks", "backend", "source", "status", "status_detail", "device", "memory", "keep_alive", "pinned", "loaded_at_unix_ms", "expires_at_unix_ms", "active_requests", "kv_cache", "options", "required_memory")
+    __slots__ = ("name", "tasks", "backend", "source", "status", "status_detail", "device", "memory", "keep_alive", "pinned", "loaded_at_unix_ms", "expires_at_unix_ms", "active_requests", "kv_cache", "options", "required_memory", "backend_process")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class Model(_message.Message):
     KV_CACHE_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_PROCESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     tasks: _containers.RepeatedScalarFieldContainer[Task]
     backend: str
@@ -98,7 +99,20 @@ class Model(_message.Message):
     kv_cache: KvCacheUsage
     options: _struct_pb2.Struct
     required_memory: MemoryUsage
-    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[Task, str]]] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., status: _Optional[_Union[ModelStatus, str]] = ..., status_detail: _Optional[str] = ..., device: _Optional[str] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., loaded_at_unix_ms: _Optional[int] = ..., expires_at_unix_ms: _Optional[int] = ..., active_requests: _Optional[int] = ..., kv_cache: _Optional[_Union[KvCacheUsage, _Mapping]] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., required_memory: _Optional[_Union[MemoryUsage, _Mapping]] = ...) -> None: ...
+    backend_process: BackendProcess
+    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[Task, str]]] = ..., backend: _Optional[str] = ..., source: _Optional[str] = ..., status: _Optional[_Union[ModelStatus, str]] = ..., status_detail: _Optional[str] = ..., device: _Optional[str] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., keep_alive: _Optional[str] = ..., pinned: _Optional[bool] = ..., loaded_at_unix_ms: _Optional[int] = ..., expires_at_unix_ms: _Optional[int] = ..., active_requests: _Optional[int] = ..., kv_cache: _Optional[_Union[KvCacheUsage, _Mapping]] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., required_memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., backend_process: _Optional[_Union[BackendProcess, _Mapping]] = ...) -> None: ...
+
+class BackendProcess(_message.Message):
+    __slots__ = ("pid", "started_at_unix_ms", "rss_bytes", "starts")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    started_at_unix_ms: int
+    rss_bytes: int
+    starts: int
+    def __init__(self, pid: _Optional[int] = ..., started_at_unix_ms: _Optional[int] = ..., rss_bytes: _Optional[int] = ..., starts: _Optional[int] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("task", "loaded_only")
