@@ -71,6 +71,9 @@ class Engine(abc.ABC, Generic[OptionsT]):
     runs_torch: ClassVar[bool] = False
     """Whether the engine computes with torch on its lane (see :meth:`configure_lane`); such a
     backend's :attr:`options_model` has the ``threads`` option (:class:`TorchEngineOptions`)."""
+    runs_in_backend_process: ClassVar[bool] = False
+    """Whether the model manager runs this backend's models in their own backend processes
+    (``service.model_manager.backends``): every capability it has crosses the backend's socket."""
     default_niceness: ClassVar[int] = 0
     """Nice value of the lane's threads unless the catalog option ``niceness`` sets one: 0 for
     models that answer interactive calls; batch work (OCR pages) yields the cores to them."""
@@ -98,6 +101,11 @@ class Engine(abc.ABC, Generic[OptionsT]):
         self.executor = executor
         self.options = parse_options(self.options_model, spec.options, backend=self.backend)
         self.progress: Callable[[str], None] = _no_progress
+
+    @property
+    def engine_class(self) -> type[Engine]:
+        """The class whose capabilities this engine has: its own (a backend's proxy names another)."""
+        return type(self)
 
     @abc.abstractmethod
     def load(self) -> None:

@@ -171,5 +171,12 @@ class UnavailableError(RuntimeServiceError, status="UNAVAILABLE", reason=Reason.
     """The server is shutting down or a model failed to become ready."""
 
 
+class BackendExitedError(UnavailableError, reason=Reason.BACKEND_EXITED):
+    """The model's backend process ended (a signal or an exit code) while the call needed it.
+
+    Only that model's calls in flight get it; the model's next request starts a new backend.
+    """
+
+
 class ModelLoadError(RuntimeServiceError, reason=Reason.MODEL_LOAD_FAILED):
     """A model failed to load; the message is safe for clients, the cause goes to the log (INTERNAL)."""

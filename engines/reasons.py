@@ -20,6 +20,7 @@ class Reason(enum.StrEnum):
     """An ErrorInfo reason; the member is its wire string (``Reason.OVERLOADED == "OVERLOADED"``)."""
 
     ADMIN_ROLE_REQUIRED = "ADMIN_ROLE_REQUIRED"
+    BACKEND_EXITED = "BACKEND_EXITED"
     BATCH_FILE_TOO_LARGE = "BATCH_FILE_TOO_LARGE"
     BATCH_FILE_TOO_MANY_LINES = "BATCH_FILE_TOO_MANY_LINES"
     BATCH_NOT_CANCELLABLE = "BATCH_NOT_CANCELLABLE"
@@ -166,6 +167,12 @@ HTTP_STATUS_BY_GRPC_CODE: dict[str, int] = {
 REASONS: dict[Reason, ReasonSpec] = {
     Reason.ADMIN_ROLE_REQUIRED: ReasonSpec(
         "PERMISSION_DENIED", 403, "the API key needs role admin for this call"
+    ),
+    Reason.BACKEND_EXITED: ReasonSpec(
+        "UNAVAILABLE",
+        503,
+        "the model's backend process ended while serving the call; retry and a new one starts",
+        retry_later=True,
     ),
     Reason.BATCH_FILE_TOO_LARGE: ReasonSpec(
         "INVALID_ARGUMENT", 400, "a batch input file is over the size limit"

@@ -49,6 +49,24 @@ def register_backend(cls: type[Engine]) -> type[Engine]:
     return cls
 
 
+def import_engine_modules(modules: list[str] | tuple[str, ...]) -> None:
+    """Import ``modules``, whose classes register more backends with :func:`register_backend`.
+
+    For engines of the operator's own (setting ``engine_modules``): the server imports them when
+    it starts, and each backend process before it loads, so both know the same backend names.
+    The names come from the server's settings only, never from a request.
+
+    Raises:
+        ImportError: a module cannot be imported (named in the message).
+
+    """
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ImportError(f"engine module {module!r} cannot be imported: {exc}") from exc
+
+
 def _load_builtins() -> None:
     global _builtins_loaded
     if not _builtins_loaded:

@@ -38,6 +38,7 @@ class EmbeddingHeadClassificationEngine(Engine[EmbeddingHeadOptions]):
 
     runs_torch = True
     backend = "embedding_head"
+    runs_in_backend_process = True
     tasks = frozenset({Task.CLASSIFY})
 
     @classmethod

@@ -26,6 +26,7 @@ class TransformersClassificationEngine(BatchedEncoderEngine[TransformersClassifi
     """
 
     backend = "transformers_classifier"
+    runs_in_backend_process = True
     tasks = frozenset({Task.CLASSIFY})
 
     def load(self) -> None:

@@ -46,6 +46,7 @@ class SentenceTransformersEmbeddingEngine(BatchedEncoderEngine[SentenceTransform
     """
 
     backend = "sentence_transformers"
+    runs_in_backend_process = True
     tasks = frozenset({Task.EMBED, Task.RERANK, Task.CLASSIFY})
 
     def load(self) -> None:

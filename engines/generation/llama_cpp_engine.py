@@ -87,6 +87,7 @@ class LlamaCppGenerationEngine(GenerationEngine[LlamaCppOptions]):
     """
 
     backend = "llama_cpp"
+    runs_in_backend_process = True
     _kv_pool: int | None = None  # cells of the shared KV pool once loaded (kv_pool_tokens), else None
 
     @classmethod

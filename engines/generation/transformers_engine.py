@@ -98,6 +98,7 @@ class TransformersGenerationEngine(GenerationEngine[TransformersGenerationOption
     """
 
     backend = "transformers"
+    runs_in_backend_process = True
     runs_torch = True
 
     # -- loading -------------------------------------------------------------------------

@@ -43,6 +43,7 @@ class SpacyNerEngine(Engine[SpacyOptions]):
     """
 
     backend = "spacy"
+    runs_in_backend_process = True
     tasks = frozenset({Task.EXTRACT_ENTITIES})
 
     @classmethod

@@ -55,6 +55,7 @@ class TransformersNerEngine(BatchedEncoderEngine[TransformersNerOptions]):
     """
 
     backend = "transformers_ner"
+    runs_in_backend_process = True
     tasks = frozenset({Task.EXTRACT_ENTITIES})
 
     def load(self) -> None:

@@ -34,6 +34,7 @@ class CrossEncoderRerankEngine(BatchedEncoderEngine[CrossEncoderOptions]):
     """
 
     backend = "cross_encoder"
+    runs_in_backend_process = True
     tasks = frozenset({Task.RERANK})
 
     def load(self) -> None:
