@@ -119,6 +119,15 @@ UNLOADS = Counter(
     "room for a load), shutdown.",
     ["model", "reason"],
 )
+BACKEND_STARTS = Counter(
+    "ur_backend_starts", "Backend processes started, by model (the first and every restart).", ["model"]
+)
+BACKEND_EXITS = Counter(
+    "ur_backend_exits",
+    "Backend processes that exited while serving (not asked to), by model and reason: the signal "
+    "(SIGSEGV, SIGABRT, SIGKILL) or exit_<code>.",
+    ["model", "reason"],
+)
 EVICTIONS = Counter(
     "ur_model_evictions",
     "Idle models unloaded to make room for a load, by why: memory (it did not fit the budget) or "
@@ -225,6 +234,18 @@ def model_unloaded(model: str, reason: str) -> None:
     """Record an unload (``reason``: idle, explicit, evicted or shutdown)."""
     if enabled():
         UNLOADS.labels(model, reason).inc()
+
+
+def backend_started(model: str) -> None:
+    """Count a backend process started for ``model``."""
+    if enabled():
+        BACKEND_STARTS.labels(model).inc()
+
+
+def backend_exited(model: str, reason: str) -> None:
+    """Count a backend process of ``model`` that exited by itself (``reason``: SIGSEGV, exit_1 ...)."""
+    if enabled():
+        BACKEND_EXITS.labels(model, reason).inc()
 
 
 def model_evicted(model: str, reason: str) -> None:
@@ -377,6 +398,10 @@ class ModelStateCollector(Collector):
         kv_used = family("ur_kv_cache_cells_used", "KV cells held by sequences and cached prompts.")
         kv_total = family("ur_kv_cache_cells_total", "KV cache cells of the context.")
         queue = family("ur_encoder_queue_depth", "Inputs queued or being prepared for batches.")
+        backend_rss = family(
+            "ur_backend_resident_memory_bytes",
+            "Resident memory of a model's backend process and its children (read at most 1 s ago).",
+        )
         pod = PodLoad()
         count = 0
         models = manager.models()
@@ -406,8 +431,11 @@ class ModelStateCollector(Collector):
                     kv_total.add_metric([name], cells.cells_total)
             if stats.encoder is not None:
                 queue.add_metric([name], stats.encoder.queue_depth)
+            backend = managed.backend_process()
+            if backend is not None:
+                backend_rss.add_metric([name], backend.rss_bytes)
         loaded.add_metric([], count)
-        yield from (loaded, memory, running, waiting, kv_used, kv_total, queue)
+        yield from (loaded, memory, running, waiting, kv_used, kv_total, queue, backend_rss)
         yield from _protocol_families(pod, time.time())
 
 

@@ -31,6 +31,7 @@ from engines.metrics import set_enabled as set_metrics_enabled
 from engines.ocr.pdf_worker import PRELOAD as PDF_WORKER_PRELOAD
 from engines.owners import OwnedStores
 from engines.process_lane import preload_modules
+from engines.registry import import_engine_modules
 from engines.state_store import StateStore, open_state_store
 from engines.storage import StorageLimits
 from service import metrics
@@ -425,6 +426,7 @@ async def start_server(settings: Settings, *, internal_socket: bool = False) -> 
     api_keys = load_api_keys(settings.api_key_value(), settings.api_keys_file)
     tls_files = server_tls_files(settings)
     executors = ExecutorPool()
+    import_engine_modules(settings.engine_modules)
     catalog = load_catalog(settings.catalog_path, user_path=user_catalog_path(settings.data_dir))
     manager = ModelManager(catalog.specs, settings, executors, invalid=catalog.invalid)
     set_metrics_enabled(settings.metrics_enabled)

@@ -68,6 +68,22 @@ class Settings(SharedSettings):
     device: str = Field("auto", description="Default device: auto, cpu, cuda[:N] or mps.")
     default_keep_alive: str = Field(DEFAULT_KEEP_ALIVE, description="Keep-alive of models without their own.")
     reap_interval_s: float = Field(1.0, gt=0, description="How often idle models are checked for unloading.")
+    backend_processes: bool = Field(
+        True,
+        description="Run each loaded model of a backend that supports it in its own backend process "
+        "(docs/architecture/backends.md); false runs every model in the server's process.",
+    )
+    engine_modules: list[str] = Field(
+        default_factory=list,
+        description="Python modules of the operator's own engines, imported by the server and by every "
+        "backend process; their classes register backends with engines.registry.register_backend.",
+    )
+    backend_start_timeout_s: TimeLimitS = Field(
+        60.0, description="Most seconds a backend process may take to start serving on its socket."
+    )
+    backend_load_timeout_s: TimeLimitS = Field(
+        1800.0, description="Most seconds a backend process may take to load its model."
+    )
     # 16 MiB: holds the largest anomaly batch (200,000 rows x 8 packed columns, 12.8 MB). grpc.aio
     # parses each request on the event loop (every other call waits; see
     # docs/architecture/design-notes.md#protobuf-on-the-event-loop), so this

@@ -79,6 +79,9 @@ def model_json(model: pb.Model, now_ms: int) -> dict[str, Any]:
         "active_requests": model.active_requests,
         "kv_cache_cells_used": model.kv_cache.cells_used if model.HasField("kv_cache") else None,
         "kv_cache_cells_total": model.kv_cache.cells_total if model.HasField("kv_cache") else None,
+        "backend_pid": model.backend_process.pid if model.HasField("backend_process") else None,
+        "backend_rss_bytes": model.backend_process.rss_bytes if model.HasField("backend_process") else None,
+        "backend_starts": model.backend_process.starts if model.HasField("backend_process") else None,
         "options": json_format.MessageToDict(model.options),
     }
 
@@ -116,11 +119,23 @@ def run_ps(conn: Connection, args: argparse.Namespace, out: TextIO) -> None:
     if args.json:
         write_json(out, [model_json(m, now_ms) for m in models])
         return
-    headers = ("NAME", "BACKEND", "DEVICE", "RAM", "VRAM", "KEEP ALIVE", "EXPIRES IN", "ACTIVE", "STATUS")
+    headers = (
+        "NAME",
+        "BACKEND",
+        "PID",
+        "DEVICE",
+        "RAM",
+        "VRAM",
+        "KEEP ALIVE",
+        "EXPIRES IN",
+        "ACTIVE",
+        "STATUS",
+    )
     rows = [
         (
             m.name,
             m.backend,
+            str(m.backend_process.pid) if m.HasField("backend_process") else "-",
             m.device,
             format_bytes(m.memory.ram_bytes),
             format_bytes(m.memory.vram_bytes),

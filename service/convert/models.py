@@ -137,6 +137,7 @@ def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
     generation = managed.stats().generation
     cells = generation.kv_cache if generation is not None else None
     kv_cache = pb.KvCacheUsage(cells_used=cells.cells_used, cells_total=cells.cells_total) if cells else None
+    backend = managed.backend_process()
     return pb.Model(
         name=managed.spec.name,
         tasks=[TASKS[t] for t in managed.spec.tasks],
@@ -156,6 +157,16 @@ def model_message(manager: ModelManager, managed: ManagedModel) -> pb.Model:
         required_memory=(
             pb.MemoryUsage(ram_bytes=_int64(required.ram_bytes), vram_bytes=_int64(required.vram_bytes))
             if (required := managed.required) is not None
+            else None
+        ),
+        backend_process=(
+            pb.BackendProcess(
+                pid=backend.pid,
+                started_at_unix_ms=int(backend.started_at * 1000),
+                rss_bytes=backend.rss_bytes,
+                starts=managed.backend_starts,
+            )
+            if backend is not None
             else None
         ),
     )

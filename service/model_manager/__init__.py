@@ -48,6 +48,8 @@ from engines.reasons import Reason
 from engines.registry import engine_class
 from engines.types import MemoryUsage, Task
 from service.keep_alive import format_keep_alive, parse_keep_alive
+from service.model_manager.backend_exits import BackendExits
+from service.model_manager.backends.launcher import BackendLauncher
 from service.model_manager.hub import HUB_DEFAULT_BACKENDS, HubModels, download_progress
 from service.model_manager.leases import Leases
 from service.model_manager.loading import MAX_PROGRESS_CHARS, Loader
@@ -120,8 +122,20 @@ class ModelManager:
         # Helpers share the one dict of models: hub entries join and leave it.
         self._hub = HubModels(self._models, settings)
         self._residency = Residency(self._models, settings, executors)
-        self._loader = Loader(self._checks, self._hub, self._residency, executors, self._default_keep_alive_s)
+        #: Starts and counts backend processes; None when every model runs in this process.
+        self.backends = BackendLauncher(settings) if settings.backend_processes else None
+        self._loader = Loader(
+            self._checks,
+            self._hub,
+            self._residency,
+            executors,
+            self._default_keep_alive_s,
+            self.backends,
+            settings.backend_load_timeout_s,
+        )
         self._leases = Leases(self._models, settings, self._loader, self._residency)
+        self._exits = BackendExits(executors, self._leases, self._loader, self.backends)
+        self._loader.on_backend_exit = self._exits.exited
 
     def _managed(self, spec: ModelSpec) -> ManagedModel:
         if (
@@ -210,7 +224,7 @@ class ModelManager:
         override = parse_keep_alive(keep_alive) if keep_alive else None
         engine = await self._leases.begin(managed)
         try:
-            if not provides(type(engine), capability):
+            if not provides(engine.engine_class, capability):
                 # A catalog entry listing a task its backend cannot do: the operator's mistake.
                 raise TaskNotSupportedError(
                     f"model {name!r} (backend {managed.spec.backend}) cannot do {what}",
@@ -404,6 +418,8 @@ class ModelManager:
         for managed in self._models.values():
             async with managed.lock:
                 await self._residency.unload_locked(managed, "shutdown")
+        if self.backends is not None:
+            self.backends.close()
 
     def describe_keep_alive(self, managed: ManagedModel) -> str:
         """The model's keep-alive as a Go duration string ("5m0s"), "0s" or "-1"."""

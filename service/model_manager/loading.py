@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from engines.base import ModelSpec
+from engines.base import Engine, ModelSpec
 from engines.device import release_device_memory
 from engines.errors import (
     FailedPreconditionError,
@@ -21,11 +21,14 @@ from engines.errors import (
     clip_text,
 )
 from engines.executor import DeviceExecutor, ExecutorPool
+from engines.registry import registered_backends
 from service import metrics
 from service.garbage_collector import full_collections_paused
 from service.keep_alive import parse_keep_alive
+from service.model_manager.backends.launcher import BackendLauncher
+from service.model_manager.backends.remote import RemoteEngine
 from service.model_manager.hub import HubModels
-from service.model_manager.managed import ManagedModel, ModelState
+from service.model_manager.managed import ManagedModel, ModelState, restart_delay_s
 from service.model_manager.preflight import PREFLIGHT_REASONS, EntryChecks
 from service.model_manager.residency import Residency
 
@@ -34,6 +37,19 @@ log = logging.getLogger("service.model_manager")
 
 # Longest progress text of a load shown in its status (an engine's detail, clipped).
 MAX_PROGRESS_CHARS = 120
+
+
+def runs_in_backend_process(cls: type[Engine], spec: ModelSpec) -> bool:
+    """Whether ``spec``'s model loads in a backend process.
+
+    Its class must support it and be the one registered for its backend name: the class the
+    backend process builds from that name (a test's stand-in class stays in this process).
+    """
+    return cls.runs_in_backend_process and registered_backends().get(spec.backend) is cls
+
+
+def _ignore_exit(managed: ManagedModel, remote: RemoteEngine) -> None:
+    """The default :attr:`Loader.on_backend_exit`: nothing to do (the manager sets its own)."""
 
 
 def progress_sink(managed: ManagedModel) -> Callable[[str], None]:
@@ -59,6 +75,12 @@ class Loader:
         residency: the memory budget a load reserves its room in.
         executors: the lanes engines run on (one per loaded model).
         default_keep_alive_s: keep-alive of an entry that sets none (setting ``default_keep_alive``).
+        backends: starts backend processes; None runs every model in this process. A model of a
+            backend class that :attr:`~engines.base.Engine.runs_in_backend_process` loads in one.
+
+    Attributes:
+        on_backend_exit: called with the model and its engine when a model's backend process
+            exits by itself (set by the manager).
 
     """
 
@@ -69,7 +91,12 @@ class Loader:
         residency: Residency,
         executors: ExecutorPool,
         default_keep_alive_s: float,
+        backends: BackendLauncher | None = None,
+        load_timeout_s: float = 1800.0,
     ) -> None:
+        self._backends = backends
+        self._load_timeout_s = load_timeout_s
+        self.on_backend_exit: Callable[[ManagedModel, RemoteEngine], None] = _ignore_exit
         self._checks = checks
         self._hub = hub
         self._residency = residency
@@ -103,7 +130,12 @@ class Loader:
             # a first load never holds the event loop that serves every other caller.
             cls, device = await asyncio.to_thread(self._checks.engine_class_and_device, spec)
             executor = self._executors.lane(device, spec.name)
-            engine = cls(spec, device, executor)
+            engine: Engine | RemoteEngine = cls(spec, device, executor)
+            if self._backends is not None and runs_in_backend_process(cls, spec):
+                engine = self._remote(managed, engine)
+                managed.backend_starts += 1
+                # A backend that keeps dying is started again ever more slowly (bounded).
+                await asyncio.sleep(restart_delay_s(managed.backend_exits, time.monotonic()))
             await self._residency.make_room(managed, engine)
             managed.state, managed.progress, managed.unloaded_because = ModelState.LOADING, "", ""
             managed.load_count += 1
@@ -147,6 +179,16 @@ class Loader:
                 "ram_bytes": managed.memory.ram_bytes,
                 "vram_bytes": managed.memory.vram_bytes,
             },
+        )
+
+    def _remote(self, managed: ManagedModel, local: Engine) -> RemoteEngine:
+        """The proxy of ``local``'s model in a backend process (started by its ``load``)."""
+        assert self._backends is not None
+        return RemoteEngine(
+            local,
+            self._backends.start,
+            self._load_timeout_s,
+            on_exit=lambda remote: self.on_backend_exit(managed, remote),
         )
 
     async def _load_failed(

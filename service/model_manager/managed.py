@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import math
 import time
@@ -12,6 +13,29 @@ from typing import Any
 from engines.base import Engine, ModelSpec
 from engines.stats import EngineStats
 from engines.types import MemoryUsage
+from service.model_manager.backends.remote import BackendProcessInfo, RemoteEngine
+
+#: Backend exits remembered per model for the restart backoff.
+RESTART_HISTORY = 8
+#: Exits older than this many seconds no longer lengthen the backoff.
+RESTART_WINDOW_S = 60.0
+#: Backoff before the first restart after an exit, seconds; doubled per recent exit.
+RESTART_BACKOFF_S = 0.25
+#: Longest backoff before a restart, seconds.
+MAX_RESTART_BACKOFF_S = 8.0
+
+
+def restart_delay_s(exits: collections.deque[float], now: float) -> float:
+    """Seconds to wait before starting a model's backend again, after its recent exits.
+
+    ``RESTART_BACKOFF_S * 2**(n-1)`` for ``n`` exits in the last :data:`RESTART_WINDOW_S`
+    seconds, at most :data:`MAX_RESTART_BACKOFF_S`, counted from the last exit; 0 without one.
+    """
+    recent = [at for at in exits if now - at < RESTART_WINDOW_S]
+    if not recent:
+        return 0.0
+    backoff = min(RESTART_BACKOFF_S * 2 ** (len(recent) - 1), MAX_RESTART_BACKOFF_S)
+    return max(0.0, backoff - (now - recent[-1]))
 
 
 class ModelState(enum.Enum):
@@ -41,7 +65,7 @@ class ManagedModel:
     keep_alive_s: float
     pinned: bool
     state: ModelState = ModelState.NOT_LOADED
-    engine: Engine | None = None
+    engine: Engine | RemoteEngine | None = None
     device: str = ""
     error: str = ""
     active: int = 0
@@ -55,6 +79,13 @@ class ManagedModel:
     progress: str = ""
     #: Why the model was last unloaded, when the server chose to (an eviction); "" otherwise.
     unloaded_because: str = ""
+    #: Monotonic times of its backend process's recent exits that the server did not ask for
+    #: (the last :data:`RESTART_HISTORY`; they set the backoff of the next start).
+    backend_exits: collections.deque[float] = field(
+        default_factory=lambda: collections.deque(maxlen=RESTART_HISTORY)
+    )
+    #: Backend processes started for it since the server started.
+    backend_starts: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set, and replaced by a fresh one, when a field of the status string changes
@@ -111,6 +142,11 @@ class ManagedModel:
         scrapes) while the model's lane runs.
         """
         return self.engine.stats() if self.engine is not None else EngineStats()
+
+    def backend_process(self) -> BackendProcessInfo | None:
+        """The backend process serving the loaded model; None in the server's own process or unloaded."""
+        engine = self.engine
+        return engine.backend_process() if isinstance(engine, RemoteEngine) else None
 
     def effective_options(self) -> dict[str, Any]:
         """The backend options in effect, as given (without the backend's defaults).

@@ -1,0 +1,1 @@
+"""Model backends in their own processes: starting them and speaking to them."""
