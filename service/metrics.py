@@ -417,7 +417,7 @@ class ModelStateCollector(Collector):
             name = managed.spec.name
             if managed.state.name == "READY":
                 pod.loaded.append(name)
-            usage = managed.memory  # measured once at load (engine.memory_usage may call its runtime)
+            usage = managed.memory  # measured at load (a backend process's: every second since)
             memory.add_metric([name, "ram"], usage.ram_bytes)
             memory.add_metric([name, "vram"], usage.vram_bytes)
             stats = engine.stats()

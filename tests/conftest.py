@@ -16,6 +16,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 # Servers started by tests (in process or as children) open no fixed metrics port: several run at once.
 os.environ.setdefault("UR_METRICS_PORT", "0")
+# Most tests look at one engine's behaviour in this process; backend processes (the server's
+# default) are tested where they are the subject: tests/service/backend and
+# tests/service/model_manager/backends ask for them with backend_processes=True.
+os.environ.setdefault("UR_BACKEND_PROCESSES", "false")
 
 from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2_grpc
 

@@ -22,6 +22,7 @@ from engines.errors import (
 )
 from engines.executor import DeviceExecutor, ExecutorPool
 from engines.registry import registered_backends
+from engines.types import MemoryUsage
 from service import metrics
 from service.garbage_collector import full_collections_paused
 from service.keep_alive import parse_keep_alive
@@ -46,6 +47,12 @@ def runs_in_backend_process(cls: type[Engine], spec: ModelSpec) -> bool:
     backend process builds from that name (a test's stand-in class stays in this process).
     """
     return cls.runs_in_backend_process and registered_backends().get(spec.backend) is cls
+
+
+def _measured(managed: ManagedModel, remote: RemoteEngine, usage: MemoryUsage) -> None:
+    """Keep a loaded model's memory at its backend's latest measure (the budget reads it)."""
+    if managed.engine is remote and managed.state is ModelState.READY:
+        managed.memory = usage
 
 
 def _ignore_exit(managed: ManagedModel, remote: RemoteEngine) -> None:
@@ -178,6 +185,9 @@ class Loader:
                 "seconds": round(seconds, 3),
                 "ram_bytes": managed.memory.ram_bytes,
                 "vram_bytes": managed.memory.vram_bytes,
+                # Beside the measure: the estimate the budget reserved before the load.
+                "required_ram_bytes": managed.required.ram_bytes if managed.required else 0,
+                "required_vram_bytes": managed.required.vram_bytes if managed.required else 0,
             },
         )
 
@@ -189,6 +199,7 @@ class Loader:
             self._backends.start,
             self._load_timeout_s,
             on_exit=lambda remote: self.on_backend_exit(managed, remote),
+            on_memory=lambda remote, usage: _measured(managed, remote, usage),
         )
 
     async def _load_failed(

@@ -103,6 +103,8 @@ class RemoteEngine:
         load_timeout_s: longest wait for the backend's Load, seconds.
         on_exit: called on the event loop with this engine when its backend exits by itself
             (not after :meth:`unload`).
+        on_memory: called on the event loop with this engine and its :meth:`memory_usage` each
+            time the backend's figures are read (every :data:`STATS_INTERVAL_S`).
 
     """
 
@@ -112,6 +114,7 @@ class RemoteEngine:
         start_process: Callable[[str, str], Awaitable[tuple[BackendProcess, str]]],
         load_timeout_s: float,
         on_exit: Callable[[RemoteEngine], None],
+        on_memory: Callable[[RemoteEngine, MemoryUsage], None] | None = None,
     ) -> None:
         self.local = local
         self.spec = local.spec
@@ -124,6 +127,7 @@ class RemoteEngine:
         self._start_process = start_process
         self._load_timeout_s = load_timeout_s
         self._on_exit = on_exit
+        self._on_memory = on_memory
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._in_flight = 0
@@ -233,6 +237,8 @@ class RemoteEngine:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 self._take_stats(await stub.Stats(backend_pb2.StatsRequest(), timeout=STATS_INTERVAL_S))
             self._rss_bytes = await asyncio.to_thread(self.process.rss_bytes)
+            if self._on_memory is not None and not self.process.exited:
+                self._on_memory(self, self.memory_usage())
             await asyncio.sleep(STATS_INTERVAL_S)
 
     def _take_stats(self, answer: backend_pb2.StatsResponse) -> None:

@@ -194,3 +194,23 @@ async def test_unloading_a_model_ends_its_backend(iso_server):
         with contextlib.suppress(psutil.NoSuchProcess):
             assert process.status() == psutil.STATUS_ZOMBIE
     assert not (await _model(channel, CRASHING)).HasField("backend_process")
+
+
+async def test_stopping_the_server_ends_every_backend(tmp_path):
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(yaml.safe_dump({"models": {CRASHING: CATALOG["models"][CRASHING]}}))
+    settings = Settings(
+        grpc_port=0,
+        catalog_path=catalog,
+        data_dir=tmp_path / "data",
+        backend_processes=True,
+        engine_modules=["tests.service.model_manager.backends.crash_engine"],
+    )
+    running = await start_server(settings)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
+        await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["fine"]))
+        pid = (await _model(channel, CRASHING)).backend_process.pid
+    assert psutil.Process(pid).ppid() == os.getpid()
+    await running.stop(grace=1.0)
+    assert not psutil.pid_exists(pid)
