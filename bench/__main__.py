@@ -13,6 +13,8 @@ import traceback
 from bench import (
     admission,
     anomaly,
+    backend_isolation,
+    backend_memory,
     batch_api,
     documents,
     embeddings,
@@ -49,6 +51,8 @@ AREAS = {
     "anomaly": anomaly,
     "admission": admission,
     "isolation": isolation,
+    "backend_isolation": backend_isolation,
+    "backend_memory": backend_memory,
     "routing": routing,
     "eviction": eviction,
     "speculative": speculative,
