@@ -7,6 +7,7 @@ import gc
 import logging
 import math
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -182,6 +183,32 @@ def device_free_bytes(device: str) -> int:
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         return int(free)
     return available_memory_bytes()
+
+
+#: Longest wait for ``nvidia-smi`` to answer, seconds.
+NVIDIA_SMI_TIMEOUT_S = 10.0
+
+
+def cuda_free_bytes_from_driver(device: str) -> int | None:
+    """Free memory of GPU ``cuda[:N]`` as the driver reports it, without starting a CUDA context.
+
+    For a process that must not start any CUDA runtime itself (the server, whose models run in
+    backend processes): asks ``nvidia-smi`` (``--query-gpu=memory.free``, MiB) for GPU ``N``
+    in the driver's order, which is CUDA's with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. None when
+    ``nvidia-smi`` is missing, fails or does not answer within :data:`NVIDIA_SMI_TIMEOUT_S`.
+    """
+    index = device.partition(":")[2] or "0"
+    try:
+        answer = subprocess.run(
+            ["nvidia-smi", f"--id={index}", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=True,
+        )
+        return int(answer.stdout.split()[0]) * (1 << 20)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def set_torch_threads(count: int) -> None:

@@ -24,6 +24,7 @@ from universal_runtime.v1 import backend_service_pb2_grpc as backend_grpc
 from universal_runtime.v1 import inference_service_pb2_grpc
 
 from engines.base import Engine
+from engines.device import cuda_free_bytes_from_driver
 from engines.encoder_types import (
     ClassificationRequest,
     ClassificationResult,
@@ -276,7 +277,16 @@ class RemoteEngine:
         return self.local.required_memory()
 
     def free_memory_bytes(self) -> int:
-        """Bytes free for the model on its device (:meth:`Engine.free_memory_bytes`)."""
+        """Bytes free for the model on its device, asked without starting a device runtime here.
+
+        A GPU's free memory comes from the driver (:func:`engines.device.cuda_free_bytes_from_driver`):
+        the server starts no CUDA context of its own (each backend starts its runtime). Without
+        ``nvidia-smi`` it falls back to the engine class's own way (:meth:`Engine.free_memory_bytes`).
+        """
+        if self.device.startswith("cuda"):
+            free = cuda_free_bytes_from_driver(self.device)
+            if free is not None:
+                return free
         return self.local.free_memory_bytes()
 
     # -- calls ------------------------------------------------------------------------------

@@ -102,3 +102,25 @@ def test_backends_see_only_their_device_and_no_secret():
     assert device_environment("mps") == ({}, "mps")
     text = backend_settings_json(Settings(api_key="sk-secret-value", max_batch_inputs=7))
     assert "sk-secret" not in text and '"max_batch_inputs": 7' in text
+
+
+def test_gpu_free_memory_comes_from_the_driver_without_a_cuda_context(monkeypatch):
+    import subprocess
+
+    from engines import device
+
+    asked = []
+
+    def fake_run(argv, **kwargs):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout="2048\n", stderr="")
+
+    monkeypatch.setattr(device.subprocess, "run", fake_run)
+    assert device.cuda_free_bytes_from_driver("cuda:1") == 2048 << 20
+    assert "--id=1" in asked[0]
+
+    def missing(argv, **kwargs):
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(device.subprocess, "run", missing)
+    assert device.cuda_free_bytes_from_driver("cuda") is None
