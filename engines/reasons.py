@@ -172,7 +172,6 @@ REASONS: dict[Reason, ReasonSpec] = {
         "UNAVAILABLE",
         503,
         "the model's backend process ended while serving the call; retry and a new one starts",
-        retry_later=True,
     ),
     Reason.BATCH_FILE_TOO_LARGE: ReasonSpec(
         "INVALID_ARGUMENT", 400, "a batch input file is over the size limit"

@@ -17,13 +17,11 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from engines.base import Engine, ModelSpec
-from engines.capabilities import CAPABILITY_TASKS, TASKLESS_CAPABILITIES
 from engines.device import release_device_memory
 from engines.errors import (
     FailedPreconditionError,
     ModelLoadError,
     RuntimeServiceError,
-    TaskNotSupportedError,
     UnavailableError,
     clip_text,
 )
@@ -32,7 +30,7 @@ from engines.reasons import Reason
 from engines.registry import engine_class
 from engines.types import MemoryUsage
 from service.garbage_collector import full_collections_paused
-from service.model_manager.preflight import EntryChecks, provides
+from service.model_manager.preflight import EntryChecks, refuse_engine, refuse_task
 from service.settings import Settings
 
 log = logging.getLogger("service.backend")
@@ -190,17 +188,8 @@ class BackendModel:
             )
         if self.state is not ModelState.READY or engine is None or spec is None:
             raise UnavailableError(f"the backend has no model ready (it is {self.state.value})")
-        task = CAPABILITY_TASKS.get(capability)
-        what = task.value if task is not None else TASKLESS_CAPABILITIES[capability]
-        if task is not None and task not in spec.tasks:
-            served = ", ".join(t.value for t in spec.tasks)
-            raise TaskNotSupportedError(
-                f"model {spec.name!r} cannot do {task.value}; it serves: {served}", model=spec.name, task=what
-            )
-        if not provides(type(engine), capability):
-            raise TaskNotSupportedError(
-                f"model {spec.name!r} (backend {spec.backend}) cannot do {what}", model=spec.name, task=what
-            )
+        refuse_task(spec, capability)
+        refuse_engine(spec, type(engine), capability)
         call = asyncio.current_task()
         if call is not None:
             self._calls.add(call)

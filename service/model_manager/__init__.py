@@ -34,12 +34,11 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from engines.base import ModelSpec
-from engines.capabilities import CAPABILITY_TASKS, TASKLESS_CAPABILITIES, Capability
+from engines.capabilities import CAPABILITY_TASKS, Capability
 from engines.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     ModelNotFoundError,
-    TaskNotSupportedError,
     UnavailableError,
 )
 from engines.executor import DeviceExecutor, ExecutorPool
@@ -59,7 +58,8 @@ from service.model_manager.preflight import (
     EngineFactory,
     EntryChecks,
     options_text,
-    provides,
+    refuse_engine,
+    refuse_task,
 )
 from service.model_manager.residency import (
     DRAIN_TIMEOUT_S,
@@ -210,27 +210,15 @@ class ModelManager:
         task = CAPABILITY_TASKS.get(capability)
         managed = self.get(name, task)
         self._checks.refuse_malformed(managed.spec)
-        what = task.value if task is not None else TASKLESS_CAPABILITIES[capability]
-        if task is not None and task not in managed.spec.tasks:
-            served = ", ".join(t.value for t in managed.spec.tasks)
-            raise TaskNotSupportedError(
-                f"model {name!r} cannot do {task.value}; it serves: {served}", model=name, task=task.value
-            )
-        if task is None and not provides(self._checks.preflight(managed.spec), capability):
+        refuse_task(managed.spec, capability)
+        if task is None:
             # Refused before a load: an OCR model is not loaded only to learn it has no tokenizer.
-            raise TaskNotSupportedError(
-                f"model {name!r} (backend {managed.spec.backend}) cannot {what}", model=name, task=what
-            )
+            refuse_engine(managed.spec, self._checks.preflight(managed.spec), capability)
         override = parse_keep_alive(keep_alive) if keep_alive else None
         engine = await self._leases.begin(managed)
         try:
-            if not provides(engine.engine_class, capability):
-                # A catalog entry listing a task its backend cannot do: the operator's mistake.
-                raise TaskNotSupportedError(
-                    f"model {name!r} (backend {managed.spec.backend}) cannot do {what}",
-                    model=name,
-                    task=what,
-                )
+            # A catalog entry listing a task its backend cannot do: the operator's mistake.
+            refuse_engine(managed.spec, engine.engine_class, capability)
             yield engine
         finally:
             self._leases.end(managed, override)

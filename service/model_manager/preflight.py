@@ -15,8 +15,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engines.base import Engine, ModelSpec
+from engines.capabilities import CAPABILITY_TASKS, TASKLESS_CAPABILITIES
 from engines.device import cpu_threads
-from engines.errors import FailedPreconditionError, InvalidArgumentError, RuntimeServiceError
+from engines.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    RuntimeServiceError,
+    TaskNotSupportedError,
+)
 from engines.options import EngineOptions, check_override_bounds, parse_options, refuse_operator_options
 from engines.reasons import Reason
 from service.settings import Settings
@@ -45,6 +51,41 @@ def provides(engine_type: type, capability: type) -> bool:
     The protocols name methods only, which a class cannot lose, so a request's check is a lookup.
     """
     return issubclass(engine_type, capability)
+
+
+def refuse_task(spec: ModelSpec, capability: type) -> None:
+    """Refuse ``capability`` for a model whose catalog entry does not list its task.
+
+    A capability without a task (``Tokenizer``) passes: its engine class decides
+    (:func:`refuse_engine`).
+
+    Raises:
+        TaskNotSupportedError: the entry does not list the task (metadata ``model``, ``task``).
+
+    """
+    task = CAPABILITY_TASKS.get(capability)
+    if task is not None and task not in spec.tasks:
+        served = ", ".join(t.value for t in spec.tasks)
+        raise TaskNotSupportedError(
+            f"model {spec.name!r} cannot do {task.value}; it serves: {served}",
+            model=spec.name,
+            task=task.value,
+        )
+
+
+def refuse_engine(spec: ModelSpec, engine_type: type, capability: type) -> None:
+    """Refuse ``capability`` for a model whose engine class lacks it (an operator's catalog mistake).
+
+    Raises:
+        TaskNotSupportedError: ``engine_type`` has not the capability's methods.
+
+    """
+    if not provides(engine_type, capability):
+        task = CAPABILITY_TASKS.get(capability)
+        what = task.value if task is not None else TASKLESS_CAPABILITIES[capability]
+        raise TaskNotSupportedError(
+            f"model {spec.name!r} (backend {spec.backend}) cannot do {what}", model=spec.name, task=what
+        )
 
 
 def options_text(options: Mapping[str, Any]) -> str:

@@ -41,7 +41,7 @@ def error_from_status(error: grpc.aio.AioRpcError) -> RuntimeServiceError:
     """
     code = error.code().name
     message = error.details() or code
-    reason = str(Reason.UNAVAILABLE if code == "UNAVAILABLE" else Reason.INTERNAL)
+    reason = str(Reason.UNAVAILABLE if error.code() is grpc.StatusCode.UNAVAILABLE else Reason.INTERNAL)
     metadata: dict[str, str] = {}
     retry_after_s = None
     for key, value in error.trailing_metadata() or ():

@@ -45,15 +45,17 @@ async def test_load_ps_and_unload_a_model(address):
     assert "EXPIRES IN" in header and "ACTIVE" in header
     cells = row.split("   ")
     cells = [c.strip() for c in cells if c.strip()]
-    assert cells[:3] == [CLI_MODEL, "sentence_transformers", "cpu"]
-    assert cells[3].endswith("MiB")  # RAM
-    assert cells[5] == "10m0s" and cells[6].startswith(("9m", "10m")) and cells[7] == "0"
-    assert cells[8] == "ready"
+    # PID "-": this test's server runs its models in its own process (no backend process).
+    assert cells[:4] == [CLI_MODEL, "sentence_transformers", "-", "cpu"]
+    assert cells[4].endswith("MiB")  # RAM
+    assert cells[6] == "10m0s" and cells[7].startswith(("9m", "10m")) and cells[8] == "0"
+    assert cells[9] == "ready"
 
     (shown,) = json.loads((await cli("ps", "--json", "--address", address)).out)
     assert shown["name"] == CLI_MODEL and shown["ram_bytes"] > 10_000_000
     assert shown["keep_alive"] == "10m0s" and 590 <= shown["expires_in_s"] <= 600
     assert shown["active_requests"] == 0 and shown["pinned"] is False
+    assert shown["backend_pid"] is None and shown["backend_starts"] is None
 
     pinned = await cli("load", CLI_MODEL, "--pin", "--json", "--address", address)
     assert json.loads(pinned.out)["pinned"] is True
@@ -68,7 +70,7 @@ async def test_load_ps_and_unload_a_model(address):
     assert unloaded.out == f"unloaded {CLI_MODEL} (Not Loaded)\n"
     assert json.loads((await cli("ps", "--json", "--address", address)).out) == []
     assert (await cli("ps", "--address", address)).out.split() == [
-        "NAME", "BACKEND", "DEVICE", "RAM", "VRAM", "KEEP", "ALIVE", "EXPIRES", "IN", "ACTIVE", "STATUS",
+        "NAME", "BACKEND", "PID", "DEVICE", "RAM", "VRAM", "KEEP", "ALIVE", "EXPIRES", "IN", "ACTIVE", "STATUS",
     ]  # fmt: skip
 
 

@@ -33,8 +33,12 @@ def ggml_abort() -> None:
     library.ggml_abort(b"crash_engine.py", 1, b"GGML_ASSERT(%s) failed", b"provoked by the test")
 
 
+class CrashingOptions(EngineOptions):
+    """No options of its own."""
+
+
 @register_backend
-class CrashingEmbedder(Engine[EngineOptions]):
+class CrashingEmbedder(Engine[CrashingOptions]):
     """Embeds every input as ones; dies as its input names (see the module)."""
 
     backend = BACKEND

@@ -10,24 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import grpc
 import psutil
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2, model_service_pb2_grpc
 
-from service.server import start_server
-from service.settings import Settings
-from tests.conftest import GGUF_SOURCE, MINILM_SOURCE, error_info
-from tests.service.model_manager.backends.crash_engine import BACKEND as CRASHING_BACKEND
+from tests.conftest import GGUF_SOURCE, MINILM_SOURCE, REPO_ROOT, child_server_env, error_info, free_port
 
 CHAT, EMBED, CRASHING = "iso-chat", "iso-embed", "iso-crashing"
+#: The crash engine's module and backend name (not imported here: it registers in the child server).
+CRASH_ENGINE_MODULE = "tests.service.model_manager.backends.crash_engine"
+CRASHING_BACKEND = "test_crashing_embedder"
+#: Seconds the child server has to serve.
+READY_S = 120.0
 CATALOG = {
     "models": {
         CHAT: {
@@ -51,24 +58,72 @@ EMBED_CLIENTS, EMBED_CALLS = 8, 40
 STREAM_END_S = 1.0
 
 
+class ChildServer:
+    """``python -m service.cli`` in a child process, with backend processes and the crash engine.
+
+    A child, so that the crash engine registers in that server only (the pytest process's
+    registry stays the shipped backends) and the server's own death can be tested.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        catalog = workdir / "catalog.yaml"
+        catalog.write_text(yaml.safe_dump(CATALOG))
+        self.port = free_port()
+        self.log = workdir / "server.log"
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "service.cli", "--grpc-host", "127.0.0.1",
+                "--grpc-port", str(self.port), "--gateway-port", str(free_port()),
+                "--catalog", str(catalog), "--data-dir", str(workdir / "data"), "--metrics-port", "0",
+            ],
+            cwd=REPO_ROOT, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+            env=child_server_env(
+                UR_BACKEND_PROCESSES="true",
+                UR_ENGINE_MODULES=json.dumps([CRASH_ENGINE_MODULE]),
+                UR_SHUTDOWN_GRACE_S="2",
+            ),
+        )  # fmt: skip
+
+    async def ready(self) -> None:
+        """Wait until gRPC health says SERVING (at most :data:`READY_S`)."""
+        deadline = time.monotonic() + READY_S
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            while True:
+                assert self.process.poll() is None, f"the server exited: {self.log_tail()}"
+                try:
+                    reply = await health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=1
+                    )
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                assert time.monotonic() < deadline, f"not ready in {READY_S} s: {self.log_tail()}"
+                await asyncio.sleep(0.2)
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not ended in 30 s."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
 @pytest.fixture(scope="module")
 async def iso_server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("isolation")
-    catalog = folder / "catalog.yaml"
-    catalog.write_text(yaml.safe_dump(CATALOG))
-    settings = Settings(
-        grpc_port=0,
-        catalog_path=catalog,
-        data_dir=folder / "data",
-        backend_processes=True,
-        engine_modules=["tests.service.model_manager.backends.crash_engine"],
-        shutdown_grace_s=2.0,
-        reap_interval_s=0.2,
-    )
-    running = await start_server(settings)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-        yield channel
-    await running.stop(grace=1.0)
+    server = ChildServer(tmp_path_factory.mktemp("isolation"))
+    try:
+        await server.ready()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            yield server, channel
+    finally:
+        server.stop()
 
 
 async def _model(channel, name: str) -> model_service_pb2.Model:
@@ -116,14 +171,14 @@ async def _embed_clients(inference, stop: asyncio.Event) -> tuple[int, list[Exce
 
 @pytest.mark.parametrize("kill_signal", [signal.SIGKILL, signal.SIGSEGV])
 async def test_a_killed_chat_backend_ends_only_its_streams(iso_server, kill_signal):
-    channel = iso_server
+    server, channel = iso_server
     inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
     await inference.Embed(e.EmbedRequest(model=EMBED, inputs=["warm"]))  # both backends started
     started = [asyncio.Event() for _ in range(STREAMS)]
     streams = [asyncio.create_task(_stream_until_error(inference, s)) for s in started]
     await asyncio.wait_for(asyncio.gather(*(s.wait() for s in started)), 120)
     before = await _model(channel, CHAT)
-    assert before.HasField("backend_process") and before.backend_process.pid != os.getpid()
+    assert psutil.Process(before.backend_process.pid).ppid() == server.process.pid
     pid = before.backend_process.pid
 
     stop_embedding = asyncio.Event()
@@ -142,7 +197,7 @@ async def test_a_killed_chat_backend_ends_only_its_streams(iso_server, kill_sign
         assert at - killed_at < STREAM_END_S
     after = await _model(channel, CHAT)
     assert after.status_detail == f"Error: backend exited (signal {int(kill_signal)})"
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not _alive(pid)
 
     # The next request starts a fresh backend, which answers.
     answer = await inference.Generate(
@@ -155,7 +210,7 @@ async def test_a_killed_chat_backend_ends_only_its_streams(iso_server, kill_sign
 
 
 async def test_a_ggml_abort_is_contained_like_a_kill(iso_server):
-    channel = iso_server
+    _server, channel = iso_server
     inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
     await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["fine"]))
     with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -170,47 +225,67 @@ async def test_a_ggml_abort_is_contained_like_a_kill(iso_server):
     assert len((await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["again"]))).embeddings) == 1
 
 
-async def test_backend_output_and_exit_reach_the_server_log(iso_server, caplog):
-    channel = iso_server
+async def test_backend_output_and_exit_reach_the_server_log(iso_server):
+    server, channel = iso_server
     inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
     await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["fine"]))
-    with caplog.at_level("INFO", logger="service"), contextlib.suppress(grpc.aio.AioRpcError):
+    pid = (await _model(channel, CRASHING)).backend_process.pid
+    with contextlib.suppress(grpc.aio.AioRpcError):
         await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["ggml-abort"]))
-    exits = [r for r in caplog.records if r.getMessage() == "backend process exited"]
-    assert exits and exits[-1].signal == "SIGABRT"
-    # ggml_abort's own message, as the backend printed it, is among its last lines.
-    assert "provoked by the test" in exits[-1].last_output
+    records = [json.loads(line) for line in server.log.read_text().splitlines() if line.startswith("{")]
+    exits = [
+        r for r in records if r.get("message") == "backend process exited" and r.get("backend_pid") == pid
+    ]
+    assert exits and exits[-1]["signal"] == "SIGABRT" and exits[-1]["exit"] == "signal 6"
+    # ggml_abort's own message, as the backend printed it, is among its last lines, and every
+    # line the backend wrote is in the server's log, prefixed with its model and pid.
+    assert "provoked by the test" in exits[-1]["last_output"]
+    prefix = f"[backend {CRASHING} pid {pid}]"
+    assert any(prefix in r.get("message", "") and "provoked by the test" in r["message"] for r in records)
 
 
 async def test_unloading_a_model_ends_its_backend(iso_server):
-    channel = iso_server
+    _server, channel = iso_server
     inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
     await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["fine"]))
     pid = (await _model(channel, CRASHING)).backend_process.pid
     stub = model_service_pb2_grpc.ModelServiceStub(channel)
     await stub.UnloadModel(model_service_pb2.UnloadModelRequest(name=CRASHING))
-    process = psutil.Process(pid) if psutil.pid_exists(pid) else None
-    if process is not None:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            assert process.status() == psutil.STATUS_ZOMBIE
+    assert not _alive(pid)
     assert not (await _model(channel, CRASHING)).HasField("backend_process")
 
 
-async def test_stopping_the_server_ends_every_backend(tmp_path):
-    catalog = tmp_path / "catalog.yaml"
-    catalog.write_text(yaml.safe_dump({"models": {CRASHING: CATALOG["models"][CRASHING]}}))
-    settings = Settings(
-        grpc_port=0,
-        catalog_path=catalog,
-        data_dir=tmp_path / "data",
-        backend_processes=True,
-        engine_modules=["tests.service.model_manager.backends.crash_engine"],
-    )
-    running = await start_server(settings)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-        inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
-        await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["fine"]))
-        pid = (await _model(channel, CRASHING)).backend_process.pid
-    assert psutil.Process(pid).ppid() == os.getpid()
-    await running.stop(grace=1.0)
-    assert not psutil.pid_exists(pid)
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent's wait counts as ended)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def _backends_of(server: ChildServer, channel) -> list[int]:
+    inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
+    await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["fine"]))
+    pid = (await _model(channel, CRASHING)).backend_process.pid
+    assert psutil.Process(pid).ppid() == server.process.pid
+    return [pid]
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+async def test_no_backend_outlives_its_server(tmp_path, how):
+    server = ChildServer(tmp_path)
+    try:
+        await server.ready()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            pids = await _backends_of(server, channel)
+        server.process.send_signal(getattr(signal, how))
+        server.process.wait(30)
+        processes = []
+        for pid in pids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                processes.append(psutil.Process(pid))
+        # PR_SET_PDEATHSIG kills them as the server ends; 5 s bounds the kernel's part.
+        _, running = await asyncio.to_thread(psutil.wait_procs, processes, 5.0)
+        assert not [p for p in running if _alive(p.pid)]
+    finally:
+        server.stop()
