@@ -14,6 +14,7 @@ from engines.device import (
     device_free_bytes,
     lower_thread_priority,
     resolve_device,
+    resolve_device_without_torch,
     set_torch_threads,
 )
 from engines.executor import DeviceExecutor
@@ -216,6 +217,23 @@ class Engine(abc.ABC, Generic[OptionsT]):
         """
         resolve_source(spec.source)
         parse_options(cls.options_model, spec.options, backend=cls.backend)
+
+    @classmethod
+    def select_device_without_runtime(cls, preference: str) -> str:
+        """:meth:`select_device`'s answer, from a process that will not run this engine.
+
+        The server of a backend process chooses the device before the backend starts, importing
+        no device runtime (torch costs hundreds of MB in every process that imports it). The
+        default answers without torch (:func:`engines.device.resolve_device_without_torch`);
+        backends whose :meth:`select_device` imports no torch keep their own.
+
+        Raises:
+            ValueError: an explicit device that is not available on this machine.
+
+        """
+        if cls.select_device.__func__ is not Engine.select_device.__func__:  # type: ignore[attr-defined]
+            return cls.select_device(preference)
+        return resolve_device_without_torch(preference)
 
     @classmethod
     def select_device(cls, preference: str) -> str:

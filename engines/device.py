@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import importlib.util
 import logging
 import math
 import os
+import platform
+import re
 import subprocess
 import sys
 import threading
@@ -187,6 +191,62 @@ def device_free_bytes(device: str) -> int:
 
 #: Longest wait for ``nvidia-smi`` to answer, seconds.
 NVIDIA_SMI_TIMEOUT_S = 10.0
+
+
+@functools.cache
+def driver_gpu_count() -> int:
+    """GPUs the NVIDIA driver lists (``nvidia-smi -L``; 0 without the tool or a GPU), once per process."""
+    try:
+        answer = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in answer.stdout.splitlines() if line.startswith("GPU "))
+
+
+@functools.cache
+def torch_built_with_cuda() -> bool:
+    """Whether the installed torch wheel was built with CUDA, read from its files without importing it.
+
+    ``torch/version.py`` names the CUDA version it was built against (``cuda = '12.1'``; ``None``
+    in a CPU-only wheel). False when torch is not installed.
+    """
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return False
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return False
+    match = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match is not None
+
+
+def resolve_device_without_torch(preference: str = "auto") -> str:
+    """:func:`resolve_device`'s answer, for a process that must not import torch.
+
+    The server decides a torch model's device before its backend process starts, without the
+    hundreds of MB torch's import costs: CUDA when the installed torch was built with it and the
+    driver lists a GPU (:func:`torch_built_with_cuda`, :func:`driver_gpu_count`), MPS on Apple
+    silicon, else the CPU. The backend's torch checks the device again when it loads.
+
+    Raises:
+        ValueError: an explicit device that is not available on this machine, or unknown.
+
+    """
+    cuda = torch_built_with_cuda() and driver_gpu_count() > 0
+    mps = sys.platform == "darwin" and platform.machine() == "arm64"
+    if preference in ("", "auto"):
+        return "cuda" if cuda else "mps" if mps else "cpu"
+    kind, _, index = preference.partition(":")
+    if kind == "cuda" and (not cuda or (index.isdigit() and int(index) >= driver_gpu_count())):
+        raise ValueError(f"device {preference!r} requested but CUDA is not available")
+    if kind == "mps" and not mps:
+        raise ValueError(f"device {preference!r} requested but MPS is not available")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"unknown device {preference!r}; expected auto, cpu, cuda[:N] or mps")
+    return preference
 
 
 def cuda_free_bytes_from_driver(device: str) -> int | None:

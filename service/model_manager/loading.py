@@ -21,7 +21,6 @@ from engines.errors import (
     clip_text,
 )
 from engines.executor import DeviceExecutor, ExecutorPool
-from engines.registry import registered_backends
 from engines.types import MemoryUsage
 from service import metrics
 from service.garbage_collector import full_collections_paused
@@ -38,15 +37,6 @@ log = logging.getLogger("service.model_manager")
 
 # Longest progress text of a load shown in its status (an engine's detail, clipped).
 MAX_PROGRESS_CHARS = 120
-
-
-def runs_in_backend_process(cls: type[Engine], spec: ModelSpec) -> bool:
-    """Whether ``spec``'s model loads in a backend process.
-
-    Its class must support it and be the one registered for its backend name: the class the
-    backend process builds from that name (a test's stand-in class stays in this process).
-    """
-    return cls.runs_in_backend_process and registered_backends().get(spec.backend) is cls
 
 
 def _measured(managed: ManagedModel, remote: RemoteEngine, usage: MemoryUsage) -> None:
@@ -138,7 +128,7 @@ class Loader:
             cls, device = await asyncio.to_thread(self._checks.engine_class_and_device, spec)
             executor = self._executors.lane(device, spec.name)
             engine: Engine | RemoteEngine = cls(spec, device, executor)
-            if self._backends is not None and runs_in_backend_process(cls, spec):
+            if self._backends is not None and self._checks.in_backend_process(cls, spec):
                 engine = self._remote(managed, engine)
                 managed.backend_starts += 1
                 # A backend that keeps dying is started again ever more slowly (bounded).

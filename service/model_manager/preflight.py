@@ -25,6 +25,7 @@ from engines.errors import (
 )
 from engines.options import EngineOptions, check_override_bounds, parse_options, refuse_operator_options
 from engines.reasons import Reason
+from engines.registry import registered_backends
 from service.settings import Settings
 
 # The package's logger: the manager's records keep one logger name whichever module writes them.
@@ -172,12 +173,28 @@ class EntryChecks:
         """
         cls = self.preflight(spec)
         preference = spec.device if spec.device != "auto" else self._settings.device
+        # A model of a backend process: its runtime starts there, never in this process.
+        select = (
+            cls.select_device_without_runtime if self.in_backend_process(cls, spec) else cls.select_device
+        )
         try:
-            return cls, cls.select_device(preference)
+            return cls, select(preference)
         except ValueError as exc:
             raise FailedPreconditionError(
                 str(exc), reason=Reason.DEVICE_UNAVAILABLE, model=spec.name
             ) from None
+
+    def in_backend_process(self, cls: type[Engine], spec: ModelSpec) -> bool:
+        """Whether ``spec``'s model loads in a backend process (setting ``backend_processes`` on).
+
+        Its class must support it and be the one registered for its backend name: the class the
+        backend process builds from that name (a test's stand-in class stays in this process).
+        """
+        return (
+            self._settings.backend_processes
+            and cls.runs_in_backend_process
+            and registered_backends().get(spec.backend) is cls
+        )
 
     def preflight(self, spec: ModelSpec) -> type[Engine]:
         """The engine class of ``spec`` once its cheap checks pass (:meth:`Engine.check_spec`).

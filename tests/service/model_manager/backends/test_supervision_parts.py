@@ -124,3 +124,38 @@ def test_gpu_free_memory_comes_from_the_driver_without_a_cuda_context(monkeypatc
 
     monkeypatch.setattr(device.subprocess, "run", missing)
     assert device.cuda_free_bytes_from_driver("cuda") is None
+
+
+@pytest.mark.parametrize(
+    ("line", "built"), [("cuda: Optional[str] = '12.4'", True), ("cuda: Optional[str] = None", False)]
+)
+def test_torchs_cuda_build_is_read_from_its_files(tmp_path, monkeypatch, line, built):
+    import importlib.machinery
+
+    from engines import device
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (tmp_path / "torch" / "version.py").write_text(f"__version__ = '2.5.1'\n{line}\n")
+    spec = importlib.machinery.ModuleSpec("torch", None, origin=str(tmp_path / "torch" / "__init__.py"))
+    monkeypatch.setattr(device.importlib.util, "find_spec", lambda name: spec)
+    device.torch_built_with_cuda.cache_clear()
+    try:
+        assert device.torch_built_with_cuda() is built
+    finally:
+        device.torch_built_with_cuda.cache_clear()
+
+
+def test_the_server_picks_a_device_without_importing_torch(monkeypatch):
+    from engines import device
+
+    monkeypatch.setattr(device, "torch_built_with_cuda", lambda: True)
+    monkeypatch.setattr(device, "driver_gpu_count", lambda: 2)
+    assert device.resolve_device_without_torch("auto") == "cuda"
+    assert device.resolve_device_without_torch("cuda:1") == "cuda:1"
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        device.resolve_device_without_torch("cuda:2")
+    monkeypatch.setattr(device, "driver_gpu_count", lambda: 0)
+    assert device.resolve_device_without_torch("auto") in ("cpu", "mps")
+    with pytest.raises(ValueError, match="unknown device"):
+        device.resolve_device_without_torch("tpu")
