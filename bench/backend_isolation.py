@@ -127,21 +127,12 @@ class StreamResult:
 
 
 def error_reason(exc: BaseException) -> str:
-    """The ``ErrorInfo`` reason of a failed gRPC call (from ``grpc-status-details-bin``), or ``""``."""
-    from google.rpc import error_details_pb2, status_pb2
+    """The ``ErrorInfo`` reason of a failed gRPC call, or ``""`` (read as the server's proxy reads it)."""
+    import grpc
 
-    trailing = getattr(exc, "trailing_metadata", None)
-    metadata = trailing() if callable(trailing) else None
-    for key, value in metadata or ():
-        if key != "grpc-status-details-bin":
-            continue
-        status = status_pb2.Status.FromString(value)
-        for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                return info.reason
-    return ""
+    from service.model_manager.backends.errors import error_from_status
+
+    return error_from_status(exc).reason if isinstance(exc, grpc.RpcError) else ""
 
 
 def _parameters(max_tokens: int) -> Any:

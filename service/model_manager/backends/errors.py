@@ -36,6 +36,9 @@ class BackendAnswerError(RuntimeServiceError):
 def error_from_status(error: grpc.aio.AioRpcError) -> RuntimeServiceError:
     """The domain error of a backend call's failed status.
 
+    ``error`` is a failed call of grpc.aio, or of the synchronous API (a ``grpc.RpcError`` that
+    is also a ``grpc.Call``): both have ``code()``, ``details()`` and ``trailing_metadata()``.
+
     A status without an ``ErrorInfo`` keeps its code, with reason ``UNAVAILABLE`` for
     ``UNAVAILABLE`` and ``INTERNAL`` otherwise.
     """
