@@ -73,6 +73,11 @@ class Settings(SharedSettings):
         description="Run each loaded model of a backend that supports it in its own backend process "
         "(docs/architecture/backends.md); false runs every model in the server's process.",
     )
+    backend_unresponsive_s: TimeLimitS = Field(
+        30.0,
+        description="Seconds a backend process may leave its health and figures unanswered before the "
+        "server kills it (its calls then end with BACKEND_EXITED and the next request starts a new one).",
+    )
     engine_modules: list[str] = Field(
         default_factory=list,
         description="Python modules of the operator's own engines, imported by the server and by every "

@@ -132,6 +132,7 @@ class ModelManager:
             self._default_keep_alive_s,
             self.backends,
             settings.backend_load_timeout_s,
+            settings.backend_unresponsive_s,
         )
         self._leases = Leases(self._models, settings, self._loader, self._residency)
         self._exits = BackendExits(executors, self._leases, self._loader, self.backends)

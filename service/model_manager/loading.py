@@ -90,8 +90,10 @@ class Loader:
         default_keep_alive_s: float,
         backends: BackendLauncher | None = None,
         load_timeout_s: float = 1800.0,
+        unresponsive_s: float = 30.0,
     ) -> None:
         self._backends = backends
+        self._unresponsive_s = unresponsive_s
         self._load_timeout_s = load_timeout_s
         self.on_backend_exit: Callable[[ManagedModel, RemoteEngine], None] = _ignore_exit
         self._checks = checks
@@ -190,6 +192,7 @@ class Loader:
             self._load_timeout_s,
             on_exit=lambda remote: self.on_backend_exit(managed, remote),
             on_memory=lambda remote, usage: _measured(managed, remote, usage),
+            unresponsive_s=self._unresponsive_s,
         )
 
     async def _load_failed(

@@ -188,6 +188,12 @@ class BackendProcess:
             await asyncio.wait_for(self._exited.wait(), timeout_s)
         return self.exited
 
+    def send_kill(self) -> None:
+        """SIGKILL the process without waiting; its exit is then handled as any other (:meth:`on_exit`)."""
+        if self._process is not None and not self.exited:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+
     async def kill(self) -> None:
         """SIGKILL the process (if it runs), wait for its end, and close the channel."""
         if self._process is not None and not self.exited:

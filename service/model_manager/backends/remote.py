@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -106,6 +107,8 @@ class RemoteEngine:
             (not after :meth:`unload`).
         on_memory: called on the event loop with this engine and its :meth:`memory_usage` each
             time the backend's figures are read (every :data:`STATS_INTERVAL_S`).
+        unresponsive_s: a backend whose Stats go unanswered this long (seconds) is killed, and its
+            exit handled as any other: its calls end with BACKEND_EXITED.
 
     """
 
@@ -116,6 +119,7 @@ class RemoteEngine:
         load_timeout_s: float,
         on_exit: Callable[[RemoteEngine], None],
         on_memory: Callable[[RemoteEngine, MemoryUsage], None] | None = None,
+        unresponsive_s: float = 30.0,
     ) -> None:
         self.local = local
         self.spec = local.spec
@@ -129,6 +133,7 @@ class RemoteEngine:
         self._load_timeout_s = load_timeout_s
         self._on_exit = on_exit
         self._on_memory = on_memory
+        self._unresponsive_s = unresponsive_s
         self._loop = asyncio.get_running_loop()
         self._stopping = False
         self._in_flight = 0
@@ -234,9 +239,25 @@ class RemoteEngine:
         """Read the backend's figures every :data:`STATS_INTERVAL_S` while it runs."""
         assert self.process is not None
         stub = backend_grpc.BackendServiceStub(self.process.channel)
+        answered = time.monotonic()
         while not self.process.exited:
-            with contextlib.suppress(grpc.aio.AioRpcError):
+            try:
                 self._take_stats(await stub.Stats(backend_pb2.StatsRequest(), timeout=STATS_INTERVAL_S))
+                answered = time.monotonic()
+            except grpc.aio.AioRpcError:
+                if time.monotonic() - answered > self._unresponsive_s:
+                    # A backend that answers nothing (stopped, deadlocked) would hold its model's
+                    # callers forever: end it like a crash, and the next request starts another.
+                    log.error(
+                        "backend process unresponsive; killing it",
+                        extra={
+                            "model": self.spec.name,
+                            "backend_pid": self.process.pid,
+                            "seconds": self._unresponsive_s,
+                        },
+                    )
+                    self.process.send_kill()
+                    return
             self._rss_bytes = await asyncio.to_thread(self.process.rss_bytes)
             if self._on_memory is not None and not self.process.exited:
                 self._on_memory(self, self.memory_usage())

@@ -65,7 +65,7 @@ class ChildServer:
     registry stays the shipped backends) and the server's own death can be tested.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, **env: str) -> None:
         catalog = workdir / "catalog.yaml"
         catalog.write_text(yaml.safe_dump(CATALOG))
         self.port = free_port()
@@ -81,6 +81,7 @@ class ChildServer:
                 UR_BACKEND_PROCESSES="true",
                 UR_ENGINE_MODULES=json.dumps([CRASH_ENGINE_MODULE]),
                 UR_SHUTDOWN_GRACE_S="2",
+                **env,
             ),
         )  # fmt: skip
 
@@ -287,5 +288,25 @@ async def test_no_backend_outlives_its_server(tmp_path, how):
         # PR_SET_PDEATHSIG kills them as the server ends; 5 s bounds the kernel's part.
         _, running = await asyncio.to_thread(psutil.wait_procs, processes, 5.0)
         assert not [p for p in running if _alive(p.pid)]
+    finally:
+        server.stop()
+
+
+async def test_an_unresponsive_backend_is_killed_and_its_calls_end(tmp_path):
+    server = ChildServer(tmp_path, UR_BACKEND_UNRESPONSIVE_S="2")
+    try:
+        await server.ready()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            pid = (await _backends_of(server, channel))[0]
+            os.kill(pid, signal.SIGSTOP)  # answers nothing from now on, as a deadlocked backend
+            inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                # The deadline only bounds the test: the backend is killed long before it.
+                await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["stopped"]), timeout=60)
+            assert error_info(caught.value).reason == "BACKEND_EXITED", caught.value.details()
+            model = await _model(channel, CRASHING)
+            assert model.status_detail == f"Error: backend exited (signal {int(signal.SIGKILL)})"
+            again = await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["again"]))
+            assert len(again.embeddings) == 1
     finally:
         server.stop()
