@@ -168,6 +168,9 @@ class Loader:
             parse_keep_alive(spec.keep_alive) if spec.keep_alive else self._default_keep_alive_s
         )
         managed.state = ModelState.READY
+        if isinstance(engine, RemoteEngine) and engine.exited:
+            # It died before the model was ready, when its exit found no engine to take out.
+            self.on_backend_exit(managed, engine)
         seconds = time.perf_counter() - started
         metrics.model_loaded(spec.name, seconds)
         log.info(

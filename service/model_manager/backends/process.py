@@ -109,7 +109,7 @@ class BackendProcess:
         """Start the process and wait until its socket answers.
 
         Raises:
-            RuntimeError: it exited before its socket answered (its last output lines in the message).
+            RuntimeError: it exited before its socket answered (its last output lines go to the log).
             TimeoutError: its socket did not answer within ``ready_timeout_s`` (the process is killed).
 
         """
@@ -148,8 +148,16 @@ class BackendProcess:
             return
         if self.exited:
             await self.close()
+            log.error(
+                "backend process exited before it served",
+                extra={
+                    "model": self.model,
+                    "exit": self.exit_description,
+                    "last_output": self.last_lines(),
+                },
+            )
             raise RuntimeError(
-                f"backend exited before it served ({self.exit_description}): {self.last_lines()}"
+                f"it exited before it served ({self.exit_description}); the server log has its output"
             )
         await self.kill()
         raise TimeoutError(f"backend socket did not answer within {ready_timeout_s:g} s")

@@ -190,9 +190,18 @@ class RemoteEngine:
             error = await self._call_error(exc)
             await process.kill()
             if isinstance(error, BackendExitedError):
+                # Its output stays in the log: it may name paths and internals a client must not see.
+                log.error(
+                    "backend process exited while loading",
+                    extra={
+                        "model": name,
+                        "exit": process.exit_description,
+                        "last_output": process.last_lines(),
+                    },
+                )
                 raise ModelLoadError(
-                    f"model {name!r}: backend process exited while loading ({process.exit_description}); "
-                    f"last output: {process.last_lines()}",
+                    f"model {name!r}: its backend process exited while loading ({process.exit_description}); "
+                    "the server log has its last output",
                     model=name,
                 ) from exc
             raise error from exc
@@ -200,6 +209,11 @@ class RemoteEngine:
         self._rss_bytes = await asyncio.to_thread(process.rss_bytes)
         process.on_exit(self._exited)
         self._poller = asyncio.create_task(self._poll_stats(), name=f"backend-stats-{name}")
+
+    @property
+    def exited(self) -> bool:
+        """Whether its backend process has ended (after :meth:`start`)."""
+        return self.process is not None and self.process.exited
 
     async def drain(self) -> None:
         """Return once no call of this server to the backend is in flight."""
