@@ -119,6 +119,7 @@ class Loader:
         """The body of :meth:`load_locked`, with automatic garbage collection paused."""
         # The device and lane of a load that may hold memory (set once engine.load may allocate).
         allocating: tuple[str, DeviceExecutor] | None = None
+        backend: RemoteEngine | None = None
         try:
             if spec.name in self._hub:
                 # Loading from here on, so that the download's progress shows in its status.
@@ -131,7 +132,7 @@ class Loader:
             executor = self._executors.lane(device, spec.name)
             engine: Engine | RemoteEngine = cls(spec, device, executor)
             if self._backends is not None and self._checks.in_backend_process(cls, spec):
-                engine = self._remote(managed, engine)
+                engine = backend = self._remote(managed, engine)
                 managed.backend_starts += 1
                 # A backend that keeps dying is started again ever more slowly (bounded).
                 await asyncio.sleep(restart_delay_s(managed.backend_exits, time.monotonic()))
@@ -145,6 +146,9 @@ class Loader:
             await executor.run(engine.configure_lane)
             await executor.run(engine.load)
         except RuntimeServiceError as exc:
+            if backend is not None and (backend.process is None or backend.exited):
+                # Its process never served or died loading: the next start waits (restart_delay_s).
+                managed.backend_exits.append(time.monotonic())
             await self._load_failed(managed, exc.message, allocating)
             if isinstance(exc, ModelNotFoundError):
                 raise

@@ -1,7 +1,8 @@
 """A test backend that fails natively on request, to prove a backend's fault stays in its process.
 
-Imported by the server and by its backend processes through the ``engine_modules`` setting. Its
-``embed`` answers 4-dimensional ones, except for one input that names a way to die:
+Imported by the server and by its backend processes through the ``engine_modules`` setting. With
+the option ``abort_on_load`` it dies while loading. Its ``embed`` answers 4-dimensional ones,
+except for one input that names a way to die:
 
 - ``ggml-abort``: llama.cpp's own ``ggml_abort`` (what a failed ``GGML_ASSERT`` calls): SIGABRT;
 - ``segfault``: a read of address 0: SIGSEGV;
@@ -34,7 +35,9 @@ def ggml_abort() -> None:
 
 
 class CrashingOptions(EngineOptions):
-    """No options of its own."""
+    """``abort_on_load``: die by ``ggml_abort`` while loading (a model that can never load)."""
+
+    abort_on_load: bool = False
 
 
 @register_backend
@@ -55,7 +58,9 @@ class CrashingEmbedder(Engine[CrashingOptions]):
         return "cpu"
 
     def load(self) -> None:
-        """Nothing to load."""
+        """Nothing to load, unless ``abort_on_load``: then ``ggml_abort``."""
+        if self.options.abort_on_load:
+            ggml_abort()
 
     def unload(self) -> None:
         """Nothing to unload."""

@@ -29,7 +29,7 @@ from universal_runtime.v1 import inference_service_pb2_grpc, model_service_pb2, 
 
 from tests.conftest import GGUF_SOURCE, MINILM_SOURCE, REPO_ROOT, child_server_env, error_info, free_port
 
-CHAT, EMBED, CRASHING = "iso-chat", "iso-embed", "iso-crashing"
+CHAT, EMBED, CRASHING, NEVER_LOADS = "iso-chat", "iso-embed", "iso-crashing", "iso-never-loads"
 #: The crash engine's module and backend name (not imported here: it registers in the child server).
 CRASH_ENGINE_MODULE = "tests.service.model_manager.backends.crash_engine"
 CRASHING_BACKEND = "test_crashing_embedder"
@@ -45,6 +45,12 @@ CATALOG = {
         },
         EMBED: {"tasks": ["embed"], "backend": "sentence_transformers", "source": MINILM_SOURCE},
         CRASHING: {"tasks": ["embed"], "backend": CRASHING_BACKEND, "source": "unused"},
+        NEVER_LOADS: {
+            "tasks": ["embed"],
+            "backend": CRASHING_BACKEND,
+            "source": "unused",
+            "options": {"abort_on_load": True},
+        },
     }
 }
 USER = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="Count from one to one hundred, in words.")]
@@ -310,3 +316,20 @@ async def test_an_unresponsive_backend_is_killed_and_its_calls_end(tmp_path):
             assert len(again.embeddings) == 1
     finally:
         server.stop()
+
+
+async def test_a_backend_that_dies_loading_leaves_the_model_in_error_until_asked_again(iso_server):
+    server, channel = iso_server
+    inference = inference_service_pb2_grpc.InferenceServiceStub(channel)
+    for _ in range(2):  # each request tries again (after the backoff), and fails the same way
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await inference.Embed(e.EmbedRequest(model=NEVER_LOADS, inputs=["x"]))
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert error_info(caught.value).reason == "MODEL_LOAD_FAILED"
+        details = caught.value.details()
+        assert f"exited while loading (signal {int(signal.SIGABRT)})" in details
+        assert "provoked by the test" not in details  # its output stays in the server's log
+        assert (await _model(channel, NEVER_LOADS)).status_detail.startswith("Error:")
+    assert "provoked by the test" in server.log.read_text()
+    # The others serve on.
+    assert len((await inference.Embed(e.EmbedRequest(model=CRASHING, inputs=["fine"]))).embeddings) == 1
