@@ -328,7 +328,9 @@ class RemoteEngine:
 
     def _stub(self) -> inference_service_pb2_grpc.InferenceServiceStub:
         process = self.process
-        if process is None or process.exited or process.channel is None:
+        if process is not None and process.exited:
+            raise self.exited_error()  # the exit is being handled: the next request starts another
+        if process is None or process.channel is None:
             raise UnavailableError(
                 f"model {self.spec.name!r}: its backend process is not running", model=self.spec.name
             )
