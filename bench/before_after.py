@@ -44,6 +44,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scenario", action="append", choices=SCENARIOS, help="run only this scenario (repeatable)"
     )
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="tokens per chat request (default: 32 full, 16 quick)"
+    )
 
 
 def extract(commit: str, folder: Path) -> Path:
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # One stream (its TTFT and speed) and eight (the continuous batch), as the generation goals name.
     chat_clients = cfg.pick(full=(1, 8), quick=(1, 8), tiny=(1,))
     chat_requests = cfg.pick(full=32, quick=8, tiny=1)
-    max_tokens = cfg.pick(full=32, quick=16, tiny=4)
+    max_tokens = cfg.args.max_tokens or cfg.pick(full=32, quick=16, tiny=4)
     settings = {
         "before": cfg.args.before,
         "scenarios": cfg.args.scenario or list(SCENARIOS),
