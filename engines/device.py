@@ -193,16 +193,29 @@ def device_free_bytes(device: str) -> int:
 NVIDIA_SMI_TIMEOUT_S = 10.0
 
 
+def nvidia_smi(*arguments: str) -> str | None:
+    """``nvidia-smi``'s output for ``arguments``, asked of the driver (no CUDA context starts).
+
+    None when the tool is missing, fails or does not answer within :data:`NVIDIA_SMI_TIMEOUT_S`.
+    """
+    try:
+        answer = subprocess.run(
+            ["nvidia-smi", *arguments],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return answer.stdout
+
+
 @functools.cache
 def driver_gpu_count() -> int:
     """GPUs the NVIDIA driver lists (``nvidia-smi -L``; 0 without the tool or a GPU), once per process."""
-    try:
-        answer = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in answer.stdout.splitlines() if line.startswith("GPU "))
+    listing = nvidia_smi("-L") or ""
+    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
 
 
 @functools.cache
@@ -258,16 +271,10 @@ def cuda_free_bytes_from_driver(device: str) -> int | None:
     ``nvidia-smi`` is missing, fails or does not answer within :data:`NVIDIA_SMI_TIMEOUT_S`.
     """
     index = device.partition(":")[2] or "0"
+    answer = nvidia_smi(f"--id={index}", "--query-gpu=memory.free", "--format=csv,noheader,nounits")
     try:
-        answer = subprocess.run(
-            ["nvidia-smi", f"--id={index}", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=NVIDIA_SMI_TIMEOUT_S,
-            check=True,
-        )
-        return int(answer.stdout.split()[0]) * (1 << 20)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return int((answer or "").split()[0]) * (1 << 20)
+    except (ValueError, IndexError):
         return None
 
 

@@ -135,7 +135,7 @@ class ModelManager:
             settings.backend_unresponsive_s,
         )
         self._leases = Leases(self._models, settings, self._loader, self._residency)
-        self._exits = BackendExits(executors, self._leases, self._loader, self.backends)
+        self._exits = BackendExits(executors, self._leases, self._loader)
         self._loader.on_backend_exit = self._exits.exited
 
     def _managed(self, spec: ModelSpec) -> ManagedModel:

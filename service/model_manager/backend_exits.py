@@ -17,7 +17,6 @@ from engines.errors import RuntimeServiceError
 from engines.executor import ExecutorPool
 from engines.types import MemoryUsage
 from service import metrics
-from service.model_manager.backends.launcher import BackendLauncher
 from service.model_manager.backends.process import exit_label
 from service.model_manager.backends.remote import RemoteEngine
 from service.model_manager.leases import Leases
@@ -34,17 +33,13 @@ class BackendExits:
         executors: the lanes; the dead backend's lane in this process is retired.
         leases: runs the restart of a pinned or preloaded model in the background.
         loader: loads the model again.
-        launcher: counts exits by model and reason (None: no backend processes).
 
     """
 
-    def __init__(
-        self, executors: ExecutorPool, leases: Leases, loader: Loader, launcher: BackendLauncher | None
-    ) -> None:
+    def __init__(self, executors: ExecutorPool, leases: Leases, loader: Loader) -> None:
         self._executors = executors
         self._leases = leases
         self._loader = loader
-        self._launcher = launcher
 
     def exited(self, managed: ManagedModel, remote: RemoteEngine) -> None:
         """Record the exit of ``remote``'s backend and take the model out of service (on the event loop)."""
@@ -52,8 +47,6 @@ class BackendExits:
         assert process is not None and process.returncode is not None
         name = managed.spec.name
         how, label = process.exit_description, exit_label(process.returncode)
-        if self._launcher is not None:
-            self._launcher.exits[(name, label)] += 1
         metrics.backend_exited(name, label)
         log.error(
             "backend process exited",

@@ -14,7 +14,8 @@ from google.rpc import error_details_pb2, status_pb2
 from engines.errors import RuntimeServiceError
 from engines.reasons import Reason
 
-#: The trailer carrying the serialized ``google.rpc.Status`` (AIP-193).
+#: The trailer carrying the serialized ``google.rpc.Status`` (AIP-193): service.status's constant,
+#: not imported from there: the import rules let the model manager reach gRPC only in this package.
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 

@@ -9,7 +9,6 @@ device runtime its engine needs.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 import os
@@ -66,15 +65,11 @@ def device_environment(device: str) -> tuple[dict[str, str], str]:
 
 
 class BackendLauncher:
-    """Starts backend processes and keeps the figures of the ones it started.
+    """Starts backend processes (counted by ``ur_backend_starts_total``).
 
     Args:
         settings: the server's settings (the part in :data:`BACKEND_SETTINGS` goes to backends;
             ``backend_start_timeout_s`` bounds a start).
-
-    Attributes:
-        starts: backends started, per model.
-        exits: backend exits the server did not ask for, per (model, :func:`.process.exit_label`).
 
     """
 
@@ -83,8 +78,6 @@ class BackendLauncher:
         self._ready_timeout_s = settings.backend_start_timeout_s
         self._directory: Path | None = None
         self._numbers = itertools.count(1)
-        self.starts: collections.Counter[str] = collections.Counter()
-        self.exits: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def _socket_directory(self) -> Path:
         if self._directory is None:
@@ -106,7 +99,6 @@ class BackendLauncher:
         visible, inner_device = device_environment(device)
         env.update(visible)
         process = BackendProcess(model, socket_path, backend_argv(socket_path, self._settings_json), env)
-        self.starts[model] += 1
         metrics.backend_started(model)
         await process.start(self._ready_timeout_s)
         return process, inner_device

@@ -48,7 +48,7 @@ from engines.types import (
     TokenizeResult,
 )
 from service.model_manager.backends import wire
-from service.model_manager.backends.errors import error_from_status
+from service.model_manager.backends.errors import STATUS_DETAILS_KEY, error_from_status
 from service.model_manager.backends.metadata import call_metadata
 from service.model_manager.backends.process import BackendProcess
 from service.request_context import request_id_var
@@ -349,7 +349,7 @@ class RemoteEngine:
 
     async def _call_error(self, exc: grpc.aio.AioRpcError) -> RuntimeServiceError:
         """The domain error of a failed backend call: its own answer, or that the backend exited."""
-        answered = any(key == "grpc-status-details-bin" for key, _ in exc.trailing_metadata() or ())
+        answered = any(key == STATUS_DETAILS_KEY for key, _ in exc.trailing_metadata() or ())
         process = self.process
         transport = not answered and exc.code() in _TRANSPORT_CODES
         if transport and process is not None and await process.wait_exited(EXIT_REPORT_S):
