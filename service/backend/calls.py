@@ -31,8 +31,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from engines.errors import RuntimeServiceError
+from engines.errors import RuntimeServiceError, UnavailableError
 from engines.fair_share import caller_var
+from engines.reasons import Reason
 from service.model_manager.backends.metadata import caller_of
 from service.request_context import client_request_id, request_id_var
 from service.shared import tracing as shared_tracing
@@ -170,7 +171,22 @@ def stream_rpc(
                         async for message in messages:
                             yield message
                     return
-                except (asyncio.CancelledError, grpc.aio.AbortError):
+                except asyncio.CancelledError:
+                    call = asyncio.current_task()
+                    if not self.model_evicted(call):
+                        raise  # the client went away, or its deadline passed
+                    # Cancelled by the model's close between two messages (outside the model's
+                    # own handling): the call still ends with its status, not a bare cancel.
+                    call.uncancel()
+                    status = error_status(
+                        UnavailableError(
+                            "the backend unloaded its model during the call; retry and it loads again",
+                            reason=Reason.MODEL_UNLOADING,
+                        ),
+                        method,
+                        request_id,
+                    )
+                except grpc.aio.AbortError:
                     raise
                 except Exception as exc:
                     status = error_status(exc, method, request_id)

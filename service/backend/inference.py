@@ -103,6 +103,10 @@ class BackendInferenceServicer(inference_service_pb2_grpc.InferenceServiceServic
         self._settings = settings
         self._model = model
 
+    def model_evicted(self, call: asyncio.Task | None) -> bool:
+        """Whether the model's close cancelled ``call`` (read by ``calls.stream_rpc``)."""
+        return self._model.evicted(call)
+
     # -- encoders ---------------------------------------------------------------------------
 
     @unary_rpc(f"{PREFIX}/Embed")

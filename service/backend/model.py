@@ -210,6 +210,10 @@ class BackendModel:
                 if not self._calls:
                     self._calls_done.set()
 
+    def evicted(self, call: asyncio.Task[Any] | None) -> bool:
+        """Whether :meth:`close` cancelled ``call`` (then it answers MODEL_UNLOADING, not CANCELLED)."""
+        return call is not None and call in self._evicted
+
     # -- close ------------------------------------------------------------------------------
 
     async def close(self, drain_timeout_s: float) -> None:
