@@ -14,24 +14,14 @@ from universal_runtime.v1 import model_service_pb2 as pb
 from engines.errors import RuntimeServiceError
 from engines.reasons import Reason
 from engines.types import Task
+from service.convert.messages import enum_table, wire_values
 from service.convert.validation import require
 from service.model_manager import ManagedModel, ModelManager, ModelState
 
 log = logging.getLogger(__name__)
 
-TASKS = {
-    Task.GENERATE: pb.TASK_GENERATE,
-    Task.EMBED: pb.TASK_EMBED,
-    Task.CLASSIFY: pb.TASK_CLASSIFY,
-    Task.EXTRACT_ENTITIES: pb.TASK_EXTRACT_ENTITIES,
-    Task.RERANK: pb.TASK_RERANK,
-    Task.OCR: pb.TASK_OCR,
-    Task.LAYOUT: pb.TASK_LAYOUT,
-    Task.DOCUMENT_QA: pb.TASK_DOCUMENT_QA,
-    Task.EXTRACT_FIELDS: pb.TASK_EXTRACT_FIELDS,
-    Task.CLASSIFY_DOCUMENT: pb.TASK_CLASSIFY_DOCUMENT,
-}
-TASKS_BY_PB = {value: key for key, value in TASKS.items()}
+TASKS_BY_PB = enum_table(pb.Task, "TASK_", Task)
+TASKS = wire_values(TASKS_BY_PB)
 
 STATES = {
     ModelState.NOT_LOADED: pb.MODEL_STATUS_NOT_LOADED,

@@ -7,7 +7,9 @@ from universal_runtime.v1 import anomaly_pb2 as universal__runtime_dot_v1_dot_an
 from universal_runtime.v1 import documents_pb2 as universal__runtime_dot_v1_dot_documents__pb2
 from universal_runtime.v1 import encoders_pb2 as universal__runtime_dot_v1_dot_encoders__pb2
 from universal_runtime.v1 import generation_pb2 as universal__runtime_dot_v1_dot_generation__pb2
+from universal_runtime.v1 import images_pb2 as universal__runtime_dot_v1_dot_images__pb2
 from universal_runtime.v1 import ocr_pb2 as universal__runtime_dot_v1_dot_ocr__pb2
+from universal_runtime.v1 import speech_pb2 as universal__runtime_dot_v1_dot_speech__pb2
 from universal_runtime.v1 import tokenization_pb2 as universal__runtime_dot_v1_dot_tokenization__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -145,6 +147,26 @@ class InferenceServiceStub:
                 '/universal_runtime.v1.InferenceService/ClassifyDocument',
                 request_serializer=universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentRequest.SerializeToString,
                 response_deserializer=universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentResponse.FromString,
+                _registered_method=True)
+        self.Transcribe = channel.stream_stream(
+                '/universal_runtime.v1.InferenceService/Transcribe',
+                request_serializer=universal__runtime_dot_v1_dot_speech__pb2.TranscribeRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_speech__pb2.TranscribeResponse.FromString,
+                _registered_method=True)
+        self.SynthesizeSpeech = channel.unary_stream(
+                '/universal_runtime.v1.InferenceService/SynthesizeSpeech',
+                request_serializer=universal__runtime_dot_v1_dot_speech__pb2.SynthesizeSpeechRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_speech__pb2.SynthesizeSpeechResponse.FromString,
+                _registered_method=True)
+        self.ListVoices = channel.unary_unary(
+                '/universal_runtime.v1.InferenceService/ListVoices',
+                request_serializer=universal__runtime_dot_v1_dot_speech__pb2.ListVoicesRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_speech__pb2.ListVoicesResponse.FromString,
+                _registered_method=True)
+        self.GenerateImage = channel.unary_stream(
+                '/universal_runtime.v1.InferenceService/GenerateImage',
+                request_serializer=universal__runtime_dot_v1_dot_images__pb2.GenerateImageRequest.SerializeToString,
+                response_deserializer=universal__runtime_dot_v1_dot_images__pb2.GenerateImageResponse.FromString,
                 _registered_method=True)
 
 
@@ -309,6 +331,36 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Transcribe(self, request_iterator, context):
+        """Transcribes (or translates into English) speech in an audio file sent in chunks; answers
+        the audio's language and duration first, then each segment of text as it is recognized.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SynthesizeSpeech(self, request, context):
+        """Speaks a text; answers the encoded audio in pieces, a sentence at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListVoices(self, request, context):
+        """Lists the voices of a text-to-speech model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateImage(self, request, context):
+        """Generates images from a prompt; answers each image's progress while it denoises, then the
+        image as PNG, for each image in turn.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -416,6 +468,26 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.ClassifyDocument,
                     request_deserializer=universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentRequest.FromString,
                     response_serializer=universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentResponse.SerializeToString,
+            ),
+            'Transcribe': grpc.stream_stream_rpc_method_handler(
+                    servicer.Transcribe,
+                    request_deserializer=universal__runtime_dot_v1_dot_speech__pb2.TranscribeRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_speech__pb2.TranscribeResponse.SerializeToString,
+            ),
+            'SynthesizeSpeech': grpc.unary_stream_rpc_method_handler(
+                    servicer.SynthesizeSpeech,
+                    request_deserializer=universal__runtime_dot_v1_dot_speech__pb2.SynthesizeSpeechRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_speech__pb2.SynthesizeSpeechResponse.SerializeToString,
+            ),
+            'ListVoices': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListVoices,
+                    request_deserializer=universal__runtime_dot_v1_dot_speech__pb2.ListVoicesRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_speech__pb2.ListVoicesResponse.SerializeToString,
+            ),
+            'GenerateImage': grpc.unary_stream_rpc_method_handler(
+                    servicer.GenerateImage,
+                    request_deserializer=universal__runtime_dot_v1_dot_images__pb2.GenerateImageRequest.FromString,
+                    response_serializer=universal__runtime_dot_v1_dot_images__pb2.GenerateImageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -987,6 +1059,114 @@ class InferenceService:
             '/universal_runtime.v1.InferenceService/ClassifyDocument',
             universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentRequest.SerializeToString,
             universal__runtime_dot_v1_dot_documents__pb2.ClassifyDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Transcribe(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/universal_runtime.v1.InferenceService/Transcribe',
+            universal__runtime_dot_v1_dot_speech__pb2.TranscribeRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_speech__pb2.TranscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SynthesizeSpeech(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/SynthesizeSpeech',
+            universal__runtime_dot_v1_dot_speech__pb2.SynthesizeSpeechRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_speech__pb2.SynthesizeSpeechResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListVoices(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/ListVoices',
+            universal__runtime_dot_v1_dot_speech__pb2.ListVoicesRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_speech__pb2.ListVoicesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateImage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/universal_runtime.v1.InferenceService/GenerateImage',
+            universal__runtime_dot_v1_dot_images__pb2.GenerateImageRequest.SerializeToString,
+            universal__runtime_dot_v1_dot_images__pb2.GenerateImageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,6 +21,9 @@ class Task(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_DOCUMENT_QA: _ClassVar[Task]
     TASK_EXTRACT_FIELDS: _ClassVar[Task]
     TASK_CLASSIFY_DOCUMENT: _ClassVar[Task]
+    TASK_TRANSCRIBE: _ClassVar[Task]
+    TASK_SYNTHESIZE_SPEECH: _ClassVar[Task]
+    TASK_GENERATE_IMAGE: _ClassVar[Task]
 
 class ModelStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -41,6 +44,9 @@ TASK_LAYOUT: Task
 TASK_DOCUMENT_QA: Task
 TASK_EXTRACT_FIELDS: Task
 TASK_CLASSIFY_DOCUMENT: Task
+TASK_TRANSCRIBE: Task
+TASK_SYNTHESIZE_SPEECH: Task
+TASK_GENERATE_IMAGE: Task
 MODEL_STATUS_UNSPECIFIED: ModelStatus
 MODEL_STATUS_NOT_LOADED: ModelStatus
 MODEL_STATUS_LOADING: ModelStatus
