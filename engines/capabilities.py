@@ -22,7 +22,17 @@ from engines.encoder_types import (
     RerankRequest,
     RerankResult,
 )
+from engines.images.types import ImageEvent, ImageLimits, ImageRequest
 from engines.ocr.types import OcrLimits, OcrOptions, OcrPage
+from engines.speech.types import (
+    AudioFormat,
+    AudioLimits,
+    SpeechAudio,
+    SpeechOptions,
+    TranscriptionEvent,
+    TranscriptionOptions,
+    Voice,
+)
 from engines.types import (
     DetokenizeRequest,
     EmbeddingRequest,
@@ -180,6 +190,84 @@ class DocumentClassifier(Protocol):
 
 
 @runtime_checkable
+class Transcriber(Protocol):
+    """Encoded audio → its text in timed segments (speech to text)."""
+
+    def resolve_language(self, language: str | None) -> str | None:
+        """The engine's code for ISO 639-1 ``language``; None lets the engine detect it (cheap).
+
+        Raises:
+            InvalidArgumentError: a language the model cannot hear (UNSUPPORTED_LANGUAGE), or
+                translation asked of a model that cannot translate.
+
+        """
+        ...
+
+    def transcribe(
+        self, data: bytes, limits: AudioLimits, options: TranscriptionOptions
+    ) -> AsyncIterator[TranscriptionEvent]:
+        """A :class:`~engines.speech.types.TranscriptionInfo`, then each segment as it is recognized.
+
+        ``data`` is an encoded audio file (WAV, FLAC, MP3, OGG/Opus, M4A...), decoded on the
+        engine's lane within ``limits``; speech is cut into windows by voice activity, one lane
+        job each, so other callers' work interleaves between windows. Use with
+        ``contextlib.aclosing``.
+
+        Raises:
+            InvalidArgumentError: empty or undecodable audio (EMPTY_FILE, UNSUPPORTED_FORMAT).
+            ResourceExhaustedError: over ``limits`` (FILE_TOO_LARGE, AUDIO_TOO_LONG).
+
+        """
+        ...
+
+
+@runtime_checkable
+class SpeechSynthesizer(Protocol):
+    """Text → encoded speech audio, streamed a sentence at a time (text to speech)."""
+
+    async def voices(self) -> tuple[Voice, ...]:
+        """The voices the model speaks with, its default first."""
+        ...
+
+    def synthesize(
+        self, text: str, options: SpeechOptions, audio_format: AudioFormat
+    ) -> AsyncIterator[SpeechAudio]:
+        """The speech of ``text`` encoded as ``audio_format``, in pieces to concatenate in order.
+
+        Each sentence is one lane job, so other callers' work interleaves between sentences and
+        the first audio comes before the whole text is spoken. Use with ``contextlib.aclosing``.
+
+        Raises:
+            InvalidArgumentError: an unknown voice (UNKNOWN_VOICE), empty text.
+
+        """
+        ...
+
+
+@runtime_checkable
+class ImageGenerator(Protocol):
+    """Prompt → images (text to image, OpenAI ``/v1/images/generations``)."""
+
+    def generate(self, request: ImageRequest, limits: ImageLimits) -> AsyncIterator[ImageEvent]:
+        """Each image's progress events while it denoises, then the image, for ``n`` images in turn.
+
+        The request is checked against the model and ``limits`` before any work, so nothing runs
+        for a refused one. Each image is one lane job, so other callers' work interleaves between
+        images; closing the iterator (use ``contextlib.aclosing``) or cancelling the consumer stops
+        the running job at its next denoising step.
+
+        Raises:
+            InvalidArgumentError: a size that is not a multiple of the model's size step or not
+                one of its sizes, n or steps out of range, a bad guidance scale or seed; a prompt
+                over ``limits.max_prompt_chars`` (INPUT_TOO_LONG).
+            ResourceExhaustedError: an image over ``limits.max_pixels``, or the call over
+                ``limits.max_work`` pixel-steps (IMAGE_TOO_LARGE; metadata ``limit`` names which).
+
+        """
+        ...
+
+
+@runtime_checkable
 class Tokenizer(Protocol):
     """Text or chat → token ids, and ids → text, with the model's own tokenizer.
 
@@ -223,6 +311,9 @@ Capability = TypeVar(
     DocumentQuestionAnswerer,
     DocumentFieldExtractor,
     DocumentClassifier,
+    Transcriber,
+    SpeechSynthesizer,
+    ImageGenerator,
     Tokenizer,
 )
 
@@ -238,6 +329,9 @@ CAPABILITY_TASKS: dict[type, Task] = {
     DocumentQuestionAnswerer: Task.DOCUMENT_QA,
     DocumentFieldExtractor: Task.EXTRACT_FIELDS,
     DocumentClassifier: Task.CLASSIFY_DOCUMENT,
+    Transcriber: Task.TRANSCRIBE,
+    SpeechSynthesizer: Task.SYNTHESIZE_SPEECH,
+    ImageGenerator: Task.GENERATE_IMAGE,
 }
 
 #: Capabilities a model offers whenever its engine has them, whatever tasks its catalog entry lists,

@@ -20,6 +20,7 @@ class Reason(enum.StrEnum):
     """An ErrorInfo reason; the member is its wire string (``Reason.OVERLOADED == "OVERLOADED"``)."""
 
     ADMIN_ROLE_REQUIRED = "ADMIN_ROLE_REQUIRED"
+    AUDIO_TOO_LONG = "AUDIO_TOO_LONG"
     BACKEND_EXITED = "BACKEND_EXITED"
     BATCH_FILE_TOO_LARGE = "BATCH_FILE_TOO_LARGE"
     BATCH_FILE_TOO_MANY_LINES = "BATCH_FILE_TOO_MANY_LINES"
@@ -118,6 +119,7 @@ class Reason(enum.StrEnum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     UNAVAILABLE = "UNAVAILABLE"
     UNKNOWN_BACKEND = "UNKNOWN_BACKEND"
+    UNKNOWN_VOICE = "UNKNOWN_VOICE"
     UNSUPPORTED_FORMAT = "UNSUPPORTED_FORMAT"
     UNSUPPORTED_LANGUAGE = "UNSUPPORTED_LANGUAGE"
     UNTRUSTED_MODEL_FILE = "UNTRUSTED_MODEL_FILE"
@@ -165,6 +167,9 @@ HTTP_STATUS_BY_GRPC_CODE: dict[str, int] = {
 """HTTP status of a gRPC status code (by name) that comes without a known reason; any other is 500."""
 
 REASONS: dict[Reason, ReasonSpec] = {
+    Reason.AUDIO_TOO_LONG: ReasonSpec(
+        "RESOURCE_EXHAUSTED", 413, "the audio is longer than the server's limit in seconds"
+    ),
     Reason.ADMIN_ROLE_REQUIRED: ReasonSpec(
         "PERMISSION_DENIED", 403, "the API key needs role admin for this call"
     ),
@@ -407,11 +412,12 @@ REASONS: dict[Reason, ReasonSpec] = {
     Reason.UNKNOWN_BACKEND: ReasonSpec(
         "FAILED_PRECONDITION", 400, "the catalog entry names a backend the server lacks"
     ),
+    Reason.UNKNOWN_VOICE: ReasonSpec("INVALID_ARGUMENT", 400, "the speech model has no voice of this id"),
     Reason.UNSUPPORTED_FORMAT: ReasonSpec(
-        "INVALID_ARGUMENT", 400, "the uploaded file's type is not supported"
+        "INVALID_ARGUMENT", 400, "the uploaded file's type is not supported, or it cannot be decoded"
     ),
     Reason.UNSUPPORTED_LANGUAGE: ReasonSpec(
-        "INVALID_ARGUMENT", 400, "the OCR engine has no model for this language"
+        "INVALID_ARGUMENT", 400, "the engine has no model for this language"
     ),
     Reason.UNTRUSTED_MODEL_FILE: ReasonSpec(
         "INTERNAL", 500, "a classifier file holds untrusted types or fails its checksum"

@@ -31,6 +31,10 @@ _BUILTIN_MODULES = (
     "engines.ner.transformers_engine",
     "engines.documents.layoutlmv3_engine",
     "engines.documents.donut_engine",
+    "engines.speech.pocketsphinx_engine",
+    "engines.speech.whisper_engine",
+    "engines.speech.espeak_engine",
+    "engines.images.diffusers_engine",
 )
 _builtins_loaded = False
 

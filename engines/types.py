@@ -21,6 +21,9 @@ class Task(enum.StrEnum):
     DOCUMENT_QA = "document_qa"
     EXTRACT_FIELDS = "extract_fields"
     CLASSIFY_DOCUMENT = "classify_document"
+    TRANSCRIBE = "transcribe"
+    SYNTHESIZE_SPEECH = "synthesize_speech"
+    GENERATE_IMAGE = "generate_image"
 
 
 class FinishReason(enum.StrEnum):

@@ -35,6 +35,7 @@ NOT_YET_CONVERTED: tuple[str, ...] = ()
 # Reasons that say more than their code: a size limit retrying cannot fix is 413, not 429; a full
 # store or a key's file count is 507 Insufficient Storage (delete something), not 429.
 HTTP_OVERRIDES = {
+    Reason.AUDIO_TOO_LONG: 413,
     Reason.FILE_TOO_LARGE: 413,
     Reason.FIT_TOO_SLOW: 413,
     Reason.IMAGE_TOO_LARGE: 413,

@@ -1,0 +1,1 @@
+"""Speech engines: speech to text (``Transcriber``) and text to speech (``SpeechSynthesizer``)."""
