@@ -68,9 +68,11 @@ from service.tasks.document_questions import DocumentQuestionTask
 from service.tasks.documents import DocumentTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
+from service.tasks.images import ImageTask
 from service.tasks.ocr import OcrTask
 from service.tasks.response_create import ResponseCreateTask
 from service.tasks.response_store import ResponseStoreTask
+from service.tasks.speech import SpeechTask
 from service.tasks.tokenization import TokenizationTask
 from service.tls import InternalSocket, add_port, server_tls_files
 from service.tracing import configure_tracing
@@ -103,6 +105,9 @@ TEXT_METHODS = tuple(
         "FitClassifier",
         "Tokenize",
         "Detokenize",
+        "SynthesizeSpeech",
+        "ListVoices",
+        "GenerateImage",
     )
 ) + tuple(f"/{SERVICE_NAMES[2]}/{name}" for name in ("CreateResponse", "CreateResponseStream"))
 
@@ -312,6 +317,8 @@ def inference_servicer(
         encoders=encoders,
         classifiers=classifier_task,
         ocr=OcrTask(manager),
+        speech=SpeechTask(manager),
+        images=ImageTask(manager),
         documents=documents,
         document_questions=DocumentQuestionTask(manager, documents, encoders, generation, classifier_task),
         anomaly=AnomalyTask(

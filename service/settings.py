@@ -217,6 +217,44 @@ class Settings(SharedSettings):
     ocr_pdf_dpi: int = Field(
         200, ge=36, le=1200, description="Resolution PDF pages are rendered at by default."
     )
+    transcribe_default_model: str = Field(
+        "pocketsphinx-en-us", description="Speech-to-text model used when a Transcribe request names none."
+    )
+    speech_default_model: str = Field(
+        "espeak-ng", description="Text-to-speech model used when a SynthesizeSpeech request names none."
+    )
+    audio_max_bytes: int = Field(
+        25 * 1024 * 1024,
+        gt=0,
+        description="Largest audio file one Transcribe call may send, over all its chunks (OpenAI's limit).",
+    )
+    audio_max_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="Longest audio one Transcribe call may send, seconds of decoded samples; decoding "
+        "stops at the first sample past it (AUDIO_TOO_LONG), whatever the file's header claims.",
+    )
+    speech_max_input_chars: int = Field(
+        4096,
+        gt=0,
+        description="Most characters of text one SynthesizeSpeech call may speak (OpenAI's limit).",
+    )
+    image_default_model: str = Field(
+        "",
+        description="Image-generation model used when a GenerateImage request names none (no offline "
+        "default ships: empty means a request must name one).",
+    )
+    image_max_pixels: int = Field(
+        1024 * 1024, gt=0, description="Most pixels of one generated image, width x height."
+    )
+    image_max_n: int = Field(4, gt=0, le=64, description="Most images one GenerateImage call may ask for.")
+    image_max_steps: int = Field(100, gt=0, description="Most denoising steps per generated image.")
+    image_max_work: int = Field(
+        512 * 512 * 50 * 4,
+        gt=0,
+        description="Most pixel-steps one GenerateImage call may ask for (width x height x steps x n), "
+        "its compute roughly; checked before any step runs (IMAGE_TOO_LARGE).",
+    )
     document_layout_model: str = Field(
         "rapid-layout", description="Layout model of the document RPCs when a request names none."
     )

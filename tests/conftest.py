@@ -83,8 +83,22 @@ THINK_TEMPLATE = (
     "{% endif %}"
 )
 
+#: The speech models of the default catalog (tests/spoken.py makes their test audio).
+STT_MODEL = "pocketsphinx-en-us"
+TTS_MODEL = "espeak-ng"
+
 TEST_CATALOG = {
     "models": {
+        STT_MODEL: {
+            "tasks": ["transcribe"],
+            "backend": "pocketsphinx",
+            "source": "pkg://pocketsphinx/model/en-us",
+        },
+        TTS_MODEL: {
+            "tasks": ["synthesize_speech"],
+            "backend": "espeak",
+            "source": "pkg://espeakng_loader/espeak-ng-data",
+        },
         CHAT_MODEL: {
             "tasks": ["generate"],
             "backend": "llama_cpp",
@@ -252,6 +266,8 @@ def settings(catalog_path, tmp_path_factory) -> Settings:
         max_receive_message_bytes=MAX_MESSAGE_BYTES,
         shutdown_grace_s=2.0,
         document_embedding_model=DOCUMENT_EMBED_MODEL,
+        # Short enough that a test's silent FLAC runs over it in a few hundred KB.
+        audio_max_seconds=120.0,
     )
 
 

@@ -1,12 +1,12 @@
-"""InferenceService in a backend: the text RPCs of its one model, with the server's messages and errors.
+"""InferenceService in a backend: the RPCs of its one model, with the server's messages and errors.
 
 Each RPC converts its request with the server's own converters (:mod:`service.convert`, within
 the limits the server passed), calls the engine's capability method directly
 (:mod:`engines.capabilities`), and converts the result back with the server's response encoders,
 so that an answer or an error is the one the server gives for the same request. Served:
 Embed, Rerank, Classify, ExtractEntities, GenerateStream (one choice: the server's proxy fans
-``n`` out), Tokenize and Detokenize; every other RPC (unary Generate included: the proxy streams)
-answers UNIMPLEMENTED.
+``n`` out), Tokenize, Detokenize, Transcribe, SynthesizeSpeech, ListVoices and GenerateImage;
+every other RPC (unary Generate included: the proxy streams) answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -23,18 +23,30 @@ from google.protobuf.message import Message
 from universal_runtime.v1 import (
     encoders_pb2,
     generation_pb2,
+    images_pb2,
     inference_service_pb2,
     inference_service_pb2_grpc,
+    speech_pb2,
     tokenization_pb2,
 )
 
-from engines.capabilities import Classifier, Embedder, EntityExtractor, Reranker, TextGenerator, Tokenizer
+from engines.capabilities import (
+    Classifier,
+    Embedder,
+    EntityExtractor,
+    ImageGenerator,
+    Reranker,
+    SpeechSynthesizer,
+    TextGenerator,
+    Tokenizer,
+    Transcriber,
+)
 from engines.errors import InvalidArgumentError
 from engines.generation.json_grammar import compile_in_worker, validate_output_constraint
 from engines.types import GenerationUsage
 from service.backend.calls import stream_rpc, unary_rpc
 from service.backend.model import BackendModel
-from service.convert import encoders, generation, tokenization
+from service.convert import encoders, generation, images, ocr, speech, tokenization
 from service.convert.embedding import embed_response, embedding_request
 from service.request_context import note_model, request_id_var
 from service.settings import Settings
@@ -45,7 +57,19 @@ PREFIX = SERVICE.full_name
 
 #: The InferenceService RPCs a backend serves; the others answer UNIMPLEMENTED.
 SERVED_METHODS = frozenset(
-    {"Embed", "Rerank", "Classify", "ExtractEntities", "GenerateStream", "Tokenize", "Detokenize"}
+    {
+        "Embed",
+        "Rerank",
+        "Classify",
+        "ExtractEntities",
+        "GenerateStream",
+        "Tokenize",
+        "Detokenize",
+        "Transcribe",
+        "SynthesizeSpeech",
+        "ListVoices",
+        "GenerateImage",
+    }
 )
 
 INLINE_REQUEST_BYTES = 16 * 1024
@@ -217,6 +241,64 @@ class BackendInferenceServicer(inference_service_pb2_grpc.InferenceServiceServic
                             started, first_token, time.perf_counter(), usage.completion_tokens
                         )
                     yield generation.stream_response(request.model, event)
+
+    # -- speech -----------------------------------------------------------------------------
+
+    @stream_rpc(f"{PREFIX}/Transcribe")
+    async def Transcribe(
+        self, request_iterator: AsyncIterator[speech_pb2.TranscribeRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[speech_pb2.TranscribeResponse]:
+        """The audio's info, then each segment as it is recognized (bounded by the server's audio limits)."""
+        job, data = await ocr.read_upload(
+            request_iterator,
+            self._settings,
+            speech.transcription_job,
+            max_bytes=self._settings.audio_max_bytes,
+        )
+        note_model(job.model)
+        with self._model.use(Transcriber) as transcriber:
+            transcriber.resolve_language(job.options.language)
+            async with contextlib.aclosing(transcriber.transcribe(data, job.limits, job.options)) as events:
+                async for event in events:
+                    yield speech.transcribe_response(event)
+
+    @stream_rpc(f"{PREFIX}/SynthesizeSpeech")
+    async def SynthesizeSpeech(
+        self, request: speech_pb2.SynthesizeSpeechRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[speech_pb2.SynthesizeSpeechResponse]:
+        """The encoded speech of the input, a sentence at a time."""
+        job = speech.speech_job(request, self._settings)
+        note_model(job.model)
+        with self._model.use(SpeechSynthesizer) as synthesizer:
+            pieces = synthesizer.synthesize(job.text, job.options, job.audio_format)
+            async with contextlib.aclosing(pieces) as audio:
+                first = True
+                async for piece in audio:
+                    yield speech.speech_response(piece, job.audio_format, first)
+                    first = False
+
+    @unary_rpc(f"{PREFIX}/ListVoices")
+    async def ListVoices(
+        self, request: speech_pb2.ListVoicesRequest, context: grpc.aio.ServicerContext
+    ) -> Message:
+        """The model's voices, its default first."""
+        note_model(request.model)
+        with self._model.use(SpeechSynthesizer) as synthesizer:
+            return speech.voices_response(await synthesizer.voices())
+
+    # -- images -----------------------------------------------------------------------------
+
+    @stream_rpc(f"{PREFIX}/GenerateImage")
+    async def GenerateImage(
+        self, request: images_pb2.GenerateImageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[images_pb2.GenerateImageResponse]:
+        """Each image's progress while it denoises, then the image, within the server's limits."""
+        job = images.image_job(request, self._settings)
+        note_model(job.model)
+        with self._model.use(ImageGenerator) as generator:
+            async with contextlib.aclosing(generator.generate(job.request, job.limits)) as events:
+                async for event in events:
+                    yield images.image_response(event)
 
 
 def _unimplemented(name: str) -> Callable[..., Any]:

@@ -108,12 +108,14 @@ async def read_upload(
     messages: AsyncIterable[UploadMessage],
     settings: Settings,
     parse: Callable[[object, Settings], Job] = ocr_job,
+    max_bytes: int | None = None,
 ) -> tuple[Job, bytes]:
     """Read every message: options from the first (``parse`` validates them), then the file.
 
     The file is the chunks in order.
 
-    Bounded by ``settings.ocr_max_bytes``: reading stops at the first chunk past it. Bad options
+    Bounded by ``max_bytes`` (default ``settings.ocr_max_bytes``): reading stops at the first
+    chunk past it. Bad options
     are reported only once the upload has been read (still within that bound): refused while it
     is still writing, grpc-python's client sometimes reports its own INTERNAL "Internal error from
     Core" instead of the server's status (see
@@ -122,13 +124,13 @@ async def read_upload(
     Raises:
         InvalidArgumentError: no message at all; bad options (see ``parse``, :func:`ocr_job` for
             Ocr).
-        ResourceExhaustedError: the chunks add up to more than ``ocr_max_bytes`` (FILE_TOO_LARGE).
+        ResourceExhaustedError: the chunks add up to more than ``max_bytes`` (FILE_TOO_LARGE).
 
     """
     job: Job | None = None
     refused: InvalidArgumentError | None = None
     data = bytearray()
-    limit = settings.ocr_max_bytes
+    limit = settings.ocr_max_bytes if max_bytes is None else max_bytes
     received = 0
     async for message in messages:
         if job is None and refused is None:

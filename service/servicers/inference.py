@@ -13,12 +13,14 @@ from universal_runtime.v1 import (
     documents_pb2,
     encoders_pb2,
     generation_pb2,
+    images_pb2,
     inference_service_pb2_grpc,
     ocr_pb2,
+    speech_pb2,
     tokenization_pb2,
 )
 
-from service.convert import anomaly, documents, encoders, generation, ocr, tokenization
+from service.convert import anomaly, documents, encoders, generation, images, ocr, speech, tokenization
 from service.convert.embedding import embed_response, embedding_request
 from service.core.context import CallContext
 from service.request_context import note_model, request_id_var
@@ -29,7 +31,9 @@ from service.tasks.document_questions import DocumentQuestionTask
 from service.tasks.documents import DocumentTask
 from service.tasks.encoders import EncoderTask
 from service.tasks.generation import GenerationTask
+from service.tasks.images import ImageTask
 from service.tasks.ocr import OcrTask
+from service.tasks.speech import SpeechTask
 from service.tasks.tokenization import TokenizationTask
 
 Context = CallContext
@@ -78,7 +82,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     Attributes:
         settings: request limits the converters enforce (inputs, tokens, choices, rows, bytes).
         generation, encoders, classifiers, ocr, documents, document_questions, anomaly,
-            tokenization: the tasks (see :mod:`service.tasks`).
+            tokenization, speech, images: the tasks (see :mod:`service.tasks`).
 
     """
 
@@ -92,6 +96,8 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     document_questions: DocumentQuestionTask
     anomaly: AnomalyTask
     tokenization: TokenizationTask
+    speech: SpeechTask
+    images: ImageTask
 
     # -- generation -------------------------------------------------------------------------
 
@@ -236,6 +242,52 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         note_model(job.model)
         async for page in self.ocr.read(job, data):
             yield ocr.ocr_response(page, job.options.return_boxes)
+
+    # -- speech -----------------------------------------------------------------------------
+
+    async def Transcribe(
+        self, request_iterator: AsyncIterator[speech_pb2.TranscribeRequest], context: Context
+    ) -> AsyncIterator[speech_pb2.TranscribeResponse]:
+        """Transcribe (or translate) an audio file: its info first, then each segment as recognized."""
+        job, data = await ocr.read_upload(
+            request_iterator,
+            self.settings,
+            speech.transcription_job,
+            max_bytes=self.settings.audio_max_bytes,
+        )
+        note_model(job.model)
+        async for event in self.speech.transcribe(job, data):
+            yield speech.transcribe_response(event)
+
+    async def SynthesizeSpeech(
+        self, request: speech_pb2.SynthesizeSpeechRequest, context: Context
+    ) -> AsyncIterator[speech_pb2.SynthesizeSpeechResponse]:
+        """Speak the input; the encoded audio in pieces, a sentence at a time."""
+        job = speech.speech_job(request, self.settings)
+        note_model(job.model)
+        first = True
+        async for piece in self.speech.synthesize(job):
+            yield speech.speech_response(piece, job.audio_format, first)
+            first = False
+
+    async def ListVoices(
+        self, request: speech_pb2.ListVoicesRequest, context: Context
+    ) -> speech_pb2.ListVoicesResponse:
+        """The voices of a text-to-speech model, its default first."""
+        model = request.model or self.settings.speech_default_model
+        note_model(model)
+        return speech.voices_response(await self.speech.voices(model))
+
+    # -- images -----------------------------------------------------------------------------
+
+    async def GenerateImage(
+        self, request: images_pb2.GenerateImageRequest, context: Context
+    ) -> AsyncIterator[images_pb2.GenerateImageResponse]:
+        """Each image's progress while it denoises, then the image as PNG, for each image in turn."""
+        job = images.image_job(request, self.settings)
+        note_model(job.model)
+        async for event in self.images.generate(job):
+            yield images.image_response(event)
 
     # -- documents --------------------------------------------------------------------------
 

@@ -28,6 +28,13 @@ BACKEND_SETTINGS = frozenset(
         "max_tokens_limit",
         "max_choices",
         "max_batch_inputs",
+        "audio_max_bytes",
+        "audio_max_seconds",
+        "speech_max_input_chars",
+        "image_max_pixels",
+        "image_max_n",
+        "image_max_steps",
+        "image_max_work",
         # The operator's own engines, imported before a load.
         "engine_modules",
         # Process plumbing.

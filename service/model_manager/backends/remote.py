@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import grpc
 from universal_runtime.v1 import backend_service_pb2 as backend_pb2
 from universal_runtime.v1 import backend_service_pb2_grpc as backend_grpc
-from universal_runtime.v1 import inference_service_pb2_grpc
+from universal_runtime.v1 import inference_service_pb2_grpc, speech_pb2
 
 from engines.base import Engine
 from engines.device import cuda_free_bytes_from_driver
@@ -36,6 +36,16 @@ from engines.encoder_types import (
 )
 from engines.errors import BackendExitedError, ModelLoadError, RuntimeServiceError, UnavailableError
 from engines.fair_share import current_caller
+from engines.images.types import ImageEvent, ImageLimits, ImageRequest
+from engines.speech.types import (
+    AudioFormat,
+    AudioLimits,
+    SpeechAudio,
+    SpeechOptions,
+    TranscriptionEvent,
+    TranscriptionOptions,
+    Voice,
+)
 from engines.stats import EncoderStats, EngineStats, GenerationStats, KvCacheStats
 from engines.types import (
     DetokenizeRequest,
@@ -47,7 +57,7 @@ from engines.types import (
     TokenizeRequest,
     TokenizeResult,
 )
-from service.model_manager.backends import wire
+from service.model_manager.backends import images_wire, speech_wire, wire
 from service.model_manager.backends.errors import STATUS_DETAILS_KEY, error_from_status
 from service.model_manager.backends.metadata import call_metadata
 from service.model_manager.backends.process import BackendProcess
@@ -405,6 +415,22 @@ class RemoteEngine:
         answer = await self._unary("Detokenize", wire.detokenize_request(self.spec.name, request))
         return wire.detokenize_text(answer)
 
+    async def _streamed(self, method: str, request: Any, request_id: str | None = None) -> AsyncIterator[Any]:
+        """The answers of a response-streaming call to the backend, its failure as the domain error.
+
+        Closing the generator early (or cancelling its consumer) cancels the backend's call,
+        which stops its work there.
+        """
+        call = getattr(self._stub(), method)(request, metadata=self._metadata(request_id))
+        with self._counted():
+            try:
+                async for answer in call:
+                    yield answer
+            except grpc.aio.AioRpcError as exc:
+                raise await self._call_error(exc) from None
+            finally:
+                call.cancel()
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         """:meth:`engines.capabilities.TextGenerator.stream`, in the backend.
 
@@ -412,15 +438,55 @@ class RemoteEngine:
         which frees the sequence's slot there.
         """
         message = wire.generate_stream_request(self.spec.name, request)
-        call = self._stub().GenerateStream(message, metadata=self._metadata(request.request_id))
-        with self._counted():
-            try:
-                async for answer in call:
-                    yield wire.generation_delta(answer)
-            except grpc.aio.AioRpcError as exc:
-                raise await self._call_error(exc) from None
-            finally:
-                call.cancel()
+        async with contextlib.aclosing(
+            self._streamed("GenerateStream", message, request.request_id)
+        ) as answers:
+            async for answer in answers:
+                yield wire.generation_delta(answer)
+
+    def resolve_language(self, language: str | None) -> str | None:
+        """:meth:`engines.capabilities.Transcriber.resolve_language`, from the engine class (no call)."""
+        return self.local.resolve_language(language)  # type: ignore[attr-defined]
+
+    async def transcribe(
+        self, data: bytes, limits: AudioLimits, options: TranscriptionOptions
+    ) -> AsyncIterator[TranscriptionEvent]:
+        """:meth:`engines.capabilities.Transcriber.transcribe`, in the backend.
+
+        The audio crosses in 1 MiB chunks; the backend bounds it with the server's own limits
+        (``audio_max_bytes``, ``audio_max_seconds``), which ``limits`` holds too.
+        """
+        messages = speech_wire.transcribe_messages(self.spec.name, data, options)
+        async with contextlib.aclosing(self._streamed("Transcribe", messages)) as answers:
+            async for answer in answers:
+                yield speech_wire.transcription_event(answer)
+
+    async def synthesize(
+        self, text: str, options: SpeechOptions, audio_format: AudioFormat
+    ) -> AsyncIterator[SpeechAudio]:
+        """:meth:`engines.capabilities.SpeechSynthesizer.synthesize`, in the backend."""
+        message = speech_wire.speech_request(self.spec.name, text, options, audio_format)
+        sample_rate = 0
+        async with contextlib.aclosing(self._streamed("SynthesizeSpeech", message)) as answers:
+            async for answer in answers:
+                sample_rate = answer.sample_rate or sample_rate
+                yield SpeechAudio(data=answer.audio, sample_rate=sample_rate)
+
+    async def generate(self, request: ImageRequest, limits: ImageLimits) -> AsyncIterator[ImageEvent]:
+        """:meth:`engines.capabilities.ImageGenerator.generate`, in the backend.
+
+        The backend checks the request against the server's own ``image_max_*`` settings, which
+        ``limits`` holds too.
+        """
+        message = images_wire.image_request(self.spec.name, request)
+        async with contextlib.aclosing(self._streamed("GenerateImage", message)) as answers:
+            async for answer in answers:
+                yield images_wire.image_event(answer)
+
+    async def voices(self) -> tuple[Voice, ...]:
+        """:meth:`engines.capabilities.SpeechSynthesizer.voices`, in the backend."""
+        answer = await self._unary("ListVoices", speech_pb2.ListVoicesRequest(model=self.spec.name))
+        return speech_wire.voices(answer)
 
     def backend_process(self) -> BackendProcessInfo | None:
         """Its process for ``ps``, GetModel and metrics; None before it started or once it ended."""

@@ -3,7 +3,7 @@
 A server with backend processes on, over the session's test catalog, answers the same requests
 as the session's server (every model in its own process): greedy generation on both generation
 engines (text, token ids, usage, logprobs, a JSON schema's grammar, n choices), embeddings,
-reranking, tokenization, and a Responses chain, whose composite task (read the chain, generate,
+reranking, tokenization, transcription, speech and voices, and a Responses chain, whose composite task (read the chain, generate,
 store) runs in the server and calls the backend like any engine.
 """
 
@@ -23,11 +23,13 @@ from universal_runtime.v1 import (
     model_service_pb2_grpc,
     response_store_pb2,
     response_store_pb2_grpc,
+    speech_pb2,
     tokenization_pb2,
 )
 
 from service.server import start_server
-from tests.conftest import CHAT_MODEL, EMBED_MODEL, HF_CHAT_MODEL, RERANK_MODEL
+from tests import spoken
+from tests.conftest import CHAT_MODEL, EMBED_MODEL, HF_CHAT_MODEL, RERANK_MODEL, STT_MODEL, TTS_MODEL
 
 USER = [g.ChatMessage(role=g.CHAT_ROLE_USER, content="Name three colours.")]
 GREEDY = g.GenerationParameters(max_tokens=12, temperature=0.0, logprobs=True, top_logprobs=2)
@@ -176,3 +178,37 @@ async def test_the_backends_are_listed_with_their_processes(backends_channel):
     model = (await stub.GetModel(model_service_pb2.GetModelRequest(name=EMBED_MODEL))).model
     assert model.backend_process.pid > 0 and model.backend_process.rss_bytes > 0
     assert model.memory.ram_bytes >= model.backend_process.rss_bytes // 2
+
+
+async def test_transcriptions_are_the_same(channel, backends_channel):
+    data = spoken.spoken_wav(*spoken.SENTENCES, gap_s=1.5)
+
+    async def transcribe(stub):
+        options = speech_pb2.TranscribeOptions(model=STT_MODEL, word_timestamps=True)
+        messages = [speech_pb2.TranscribeRequest(options=options, chunk=data)]
+        return [m async for m in stub.Transcribe(iter(messages))]
+
+    here, there = await _both(channel, backends_channel, transcribe)
+    assert there == here and len(here) >= 3 and here[1].segment.words
+
+
+async def test_speech_and_voices_are_the_same(channel, backends_channel):
+    voices = speech_pb2.ListVoicesRequest(model=TTS_MODEL)
+    here, there = await _both(channel, backends_channel, lambda stub: stub.ListVoices(voices))
+    assert there == here and len(here.voices) > 50
+    request = speech_pb2.SynthesizeSpeechRequest(
+        model=TTS_MODEL, input="One sentence. And another.", response_format=speech_pb2.AUDIO_FORMAT_PCM
+    )
+
+    async def synthesize(stub):
+        return [m async for m in stub.SynthesizeSpeech(request)]
+
+    here, there = await _both(channel, backends_channel, synthesize)
+    assert (
+        (there[0].sample_rate, there[0].mime_type)
+        == (here[0].sample_rate, here[0].mime_type)
+        == (22050, "audio/pcm")
+    )
+    # eSpeak NG varies a sentence's length by a few samples from call to call.
+    samples_here, samples_there = (sum(len(m.audio) for m in answers) // 2 for answers in (here, there))
+    assert samples_there == pytest.approx(samples_here, rel=0.01) and samples_here > 22050
