@@ -21,6 +21,7 @@ from gateway.json_body import DEFAULT_MAX_OBJECT_KEYS
 from gateway.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from gateway.routes import (
     anomaly,
+    audio,
     batches,
     chat,
     classify,
@@ -29,6 +30,7 @@ from gateway.routes import (
     embeddings,
     files,
     health,
+    images,
     messages,
     metrics,
     models,
@@ -179,6 +181,8 @@ def create_app(
         models,
         ocr,
         documents,
+        audio,
+        images,
         anomaly,
         rerank,
         classify,

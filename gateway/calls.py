@@ -81,8 +81,11 @@ class CallSite(Protocol):
         """
         ...
 
-    async def collect(self, method: Callable[..., Any], messages: Iterable[Any]) -> list[Any]:
-        """A stream-stream call's response messages, in order.
+    async def collect(self, method: Callable[..., Any], messages: Iterable[Any] | Any) -> list[Any]:
+        """A response-streaming call's answers, in order.
+
+        ``messages`` are the request messages of a stream-stream method, or the one request of a
+        unary-stream method.
 
         Raises:
             GatewayError: The request's own bound ended the call (499: the HTTP client left).
@@ -145,8 +148,8 @@ class RpcContext:
         """
         return await unary_call(self.request, method, message, self.metadata, deadline_s=deadline_s)
 
-    async def collect(self, method: Callable[..., Any], messages: Iterable[Any]) -> list[Any]:
-        """Make a stream-stream call with :func:`gateway.streaming.collect_stream`; returns its responses.
+    async def collect(self, method: Callable[..., Any], messages: Iterable[Any] | Any) -> list[Any]:
+        """Make a response-streaming call with :func:`gateway.streaming.collect_stream`; returns its answers.
 
         Raises:
             GatewayError: 499 ``client_closed_request`` when the client disconnected first.

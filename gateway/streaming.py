@@ -197,6 +197,22 @@ OPENAI_CHUNKS: SseDialect = _OpenAIChunks()
 """The SSE dialect of Chat Completions and legacy Completions streams."""
 
 
+class _TypedData:
+    """OpenAI's audio streams: ``data:`` lines naming their ``type``, an ``error`` event, no terminator."""
+
+    done = None
+
+    def fields(self, payload: dict[str, Any]) -> dict[str, str]:
+        return _data(payload)
+
+    def error_payloads(self, status_code: int, body: dict[str, Any]) -> Iterable[dict[str, Any]]:
+        return [{"type": "error", **body}]
+
+
+TYPED_DATA: SseDialect = _TypedData()
+"""The SSE dialect of the audio streams (``transcript.text.delta``, ``speech.audio.delta`` ...)."""
+
+
 class _Drain:
     """How long a stream may go on once the server shuts down: ``grace_s``, then it is cut.
 
@@ -364,14 +380,16 @@ async def _responses(call: grpc.aio.StreamStreamCall) -> list[Any]:
 
 
 async def collect_stream(
-    request: Request, method: Callable[..., Any], messages: Iterable[Any], metadata: CallMetadata
+    request: Request, method: Callable[..., Any], messages: Iterable[Any] | Any, metadata: CallMetadata
 ) -> list[Any]:
-    """Make a stream-stream gRPC call and return all its responses; cancelled if the client leaves.
+    """Make a response-streaming gRPC call and return all its responses; cancelled if the client leaves.
 
     Args:
         request: The HTTP request (its disconnect cancels the call).
-        method: A stream-stream stub method, e.g. ``clients.inference.Ocr``.
-        messages: The request messages, sent as the call reads them.
+        method: A stream-stream stub method (``clients.inference.Ocr``), or a unary-stream one
+            (``clients.inference.GenerateImage``).
+        messages: The request messages of a stream-stream method, sent as the call reads them;
+            the one request message of a unary-stream method.
         metadata: The call metadata.
 
     Returns:

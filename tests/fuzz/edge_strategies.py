@@ -492,6 +492,63 @@ def _string_field_garbage(desc: descriptor.Descriptor) -> list[bytes]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# Audio
+
+#: Container and codec of each kind of audio file the speech RPCs accept.
+AUDIO_KINDS = {"wav": "pcm_s16le", "flac": "flac", "mp3": "libmp3lame", "ogg": "libopus", "ipod": "aac"}
+#: WAV header fields (byte offset, struct format) and values where decoders break.
+WAV_FIELDS = {
+    "riff_size": (4, "<I"),
+    "channels": (22, "<H"),
+    "rate": (24, "<I"),
+    "bits": (34, "<H"),
+    "data_size": (40, "<I"),
+}
+WAV_VALUES = [0, 1, 3, 255, 65_535, 0x7FFF_FFFF, 0xFFFF_FFFF]
+
+
+@functools.cache
+def _audio_file(kind: str) -> bytes:
+    """Half a second of a 440 Hz tone encoded as ``kind`` (a key of :data:`AUDIO_KINDS`)."""
+    from tests.spoken import RATE, encode, tone
+
+    return encode(tone(0.5), RATE, kind, AUDIO_KINDS[kind], codec_rate=48_000 if kind == "ogg" else None)
+
+
+class DrawnAudio:
+    """An audio file damaged one way (its ``repr`` in failure messages)."""
+
+    def __init__(self, kind: str, damage: str, where: float, value: int) -> None:
+        self.kind, self.damage, self.where, self.value = kind, damage, where, value
+        data = bytearray(_audio_file(kind))
+        at = int(where * (len(data) - 1))
+        if damage == "truncate":
+            data = data[:at]
+        elif damage == "flip":
+            data[at] ^= 0xFF
+        elif damage == "zero-tail":
+            data[at:] = bytes(len(data) - at)
+        elif damage in WAV_FIELDS and kind == "wav":
+            offset, fmt = WAV_FIELDS[damage]
+            struct.pack_into(fmt, data, offset, value & (0xFFFF if fmt == "<H" else 0xFFFF_FFFF))
+        self.data = bytes(data)
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.damage} at {self.where:.3f} value {self.value}, {len(self.data)} bytes>"
+
+
+def audio_files() -> st.SearchStrategy[DrawnAudio]:
+    """Audio files of every accepted kind, truncated, flipped, zeroed or with extreme WAV header fields."""
+    return st.builds(
+        DrawnAudio,
+        st.sampled_from(sorted(AUDIO_KINDS)),
+        st.sampled_from(["none", "truncate", "flip", "zero-tail", *WAV_FIELDS]),
+        st.floats(0, 1),
+        st.sampled_from(WAV_VALUES),
+    )
+
+
 def undecodable(desc: descriptor.Descriptor) -> st.SearchStrategy[bytes]:
     """Bytes that ``desc``'s message class refuses to parse (checked with ``FromString``)."""
     cls = message_factory.GetMessageClass(desc)

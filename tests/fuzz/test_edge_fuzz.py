@@ -8,6 +8,8 @@ answer: no INTERNAL/UNKNOWN over gRPC, no 5xx over HTTP, no exception text in ei
 
 - degenerate images (N x 1, 1 x N, extreme ratios, tiny; PNG, WebP, JPEG, TIFF, GIF, BMP) and
   many-page TIFFs to ``Ocr``, ``AnalyzeDocument``, ``POST /v1/ocr`` and ``/v1/documents/analyze``;
+- damaged audio files (WAV, FLAC, MP3, Ogg/Opus, M4A: truncated, flipped bytes, extreme WAV
+  header fields) to ``Transcribe`` and ``POST /v1/audio/transcriptions``;
 - invalid UTF-8 and lone surrogates in one string of a valid body, on every JSON route;
 - bytes that do not parse as the request message, on every gRPC method;
 - oversized HTTP headers and gRPC metadata: refused past the limits, and the server lives;
@@ -33,14 +35,22 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from universal_runtime.v1 import anomaly_pb2 as a
 from universal_runtime.v1 import documents_pb2 as d
-from universal_runtime.v1 import inference_service_pb2, model_service_pb2, ocr_pb2, response_store_pb2
+from universal_runtime.v1 import (
+    inference_service_pb2,
+    model_service_pb2,
+    ocr_pb2,
+    response_store_pb2,
+    speech_pb2,
+)
 
-from tests.conftest import CHAT_MODEL, DOCUMENT_EMBED_MODEL, EMBED_MODEL, RERANK_MODEL
+from tests.conftest import CHAT_MODEL, DOCUMENT_EMBED_MODEL, EMBED_MODEL, RERANK_MODEL, STT_MODEL, TTS_MODEL
 from tests.fuzz.checks import assert_grpc_answer, assert_http_answer, launched_case
 from tests.fuzz.edge_strategies import (
     EDGE_SETTINGS,
     PER_TARGET_SETTINGS,
+    DrawnAudio,
     DrawnImage,
+    audio_files,
     bad_json_bodies,
     images,
     redact,
@@ -166,6 +176,46 @@ def test_a_degenerate_image_gets_a_clear_answer(launched, surface):
 
 
 # ---------------------------------------------------------------------------------------------
+# Damaged audio
+
+
+def grpc_transcribe(server, audio: DrawnAudio, what) -> None:
+    first, *rest = _chunks(audio.data)
+    options = speech_pb2.TranscribeOptions(model=STT_MODEL, word_timestamps=True)
+    requests = [speech_pb2.TranscribeRequest(options=options, chunk=first)]
+    requests += [speech_pb2.TranscribeRequest(chunk=chunk) for chunk in rest]
+    code, details = _grpc_call(
+        server,
+        "/universal_runtime.v1.InferenceService/Transcribe",
+        requests,
+        client_streaming=True,
+        server_streaming=True,
+        serialize=speech_pb2.TranscribeRequest.SerializeToString,
+    )
+    assert_grpc_answer(code, details, what)
+
+
+def http_transcribe(server, audio: DrawnAudio, what) -> None:
+    files = {"file": (f"audio.{audio.kind}", audio.data, "application/octet-stream")}
+    answer = _post(server, "/v1/audio/transcriptions", files=files, data={"model": STT_MODEL})
+    assert_http_answer(answer.status_code, answer.text, what)
+
+
+@pytest.mark.parametrize("surface", [grpc_transcribe, http_transcribe], ids=lambda surface: surface.__name__)
+def test_damaged_audio_gets_a_clear_answer(launched, surface):
+    @EDGE_SETTINGS
+    @given(audio=audio_files())
+    def case(audio: DrawnAudio) -> None:
+        def what() -> str:
+            return f"{surface.__name__} {audio!r}"
+
+        with launched_case(launched, what):
+            surface(launched, audio, what)
+
+    case()
+
+
+# ---------------------------------------------------------------------------------------------
 # JSON bodies: one valid body per JSON route
 
 _FILE = {"file": _PNG, "mime_type": "image/png"}
@@ -221,6 +271,14 @@ ROUTE_BODIES: dict[str, dict] = {
         "rows": [[i % 7, f"k{i % 3}"] for i in range(16)],
     },
     "/v1/ocr": {**_FILE, "model": "rapidocr"},
+    "/v1/audio/speech": {"model": TTS_MODEL, "input": "Say hi.", "voice": "en-us", "response_format": "wav"},
+    # No image model is in the test catalog: the cases meet the body's checks, then NOT_FOUND.
+    "/v1/images/generations": {
+        "model": "no-image-model",
+        "prompt": "a cat",
+        "size": "64x64",
+        "negative_prompt": "a dog",
+    },
     "/v1/documents/analyze": _FILE,
     "/v1/documents/ask": {**_FILE, "question": "What does it say?", "max_tokens": 2},
     "/v1/documents/extract": {

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from google.protobuf import struct_pb2
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw
@@ -32,12 +33,14 @@ from universal_runtime.v1 import documents_pb2 as d
 from universal_runtime.v1 import encoders_pb2 as e
 from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import (
+    images_pb2,
     inference_service_pb2,
     inference_service_pb2_grpc,
     model_service_pb2,
     ocr_pb2,
     response_store_pb2,
     response_store_pb2_grpc,
+    speech_pb2,
 )
 from universal_runtime.v1 import model_service_pb2 as m
 from universal_runtime.v1 import response_store_pb2 as r
@@ -46,13 +49,16 @@ from universal_runtime.v1 import tokenization_pb2 as t
 from engines.registry import registered_backends
 from service.server import start_server
 from service.settings import Settings
+from tests.engines.images.tiny_pipeline import build_tiny_pipeline
 from tests.fuzz.calls import assert_healthy, fuzz_rpc, invoke
 from tests.fuzz.strategies import mutations
+from tests.spoken import spoken_wav
 
 CHAT = "smollm2-135m-instruct"
 EMBED = "all-minilm-l6-v2"
 DETECTOR = "fuzz-seed-detector"
 CLASSIFIER = "fuzz-seed-classifier"
+IMAGE = "tiny-sd"
 
 #: Where the pickle planted for LoadModel's options lies, and the marker its unpickling would write.
 PLANTED = Path(tempfile.gettempdir()) / f"ur-fuzz-planted-{os.getpid()}"
@@ -203,6 +209,22 @@ SEEDS = {
         t.TokenizeRequest(model=CHAT, messages=_CHAT_MESSAGES, return_token_strings=True, return_offsets=True)
     ],
     "Detokenize": [t.DetokenizeRequest(model=EMBED, token_ids=[101, 1037, 4937, 102])],
+    "Transcribe": [
+        speech_pb2.TranscribeRequest(
+            options=speech_pb2.TranscribeOptions(model="pocketsphinx-en-us", word_timestamps=True),
+            chunk=spoken_wav("open the door please"),
+        )
+    ],
+    "SynthesizeSpeech": [
+        speech_pb2.SynthesizeSpeechRequest(
+            model="espeak-ng", input="Say hi.", voice="en-us", response_format=speech_pb2.AUDIO_FORMAT_WAV
+        )
+    ],
+    "ListVoices": [speech_pb2.ListVoicesRequest(model="espeak-ng")],
+    # No image model ships in the default catalog: the user catalog adds a tiny one (own_channel).
+    "GenerateImage": [
+        images_pb2.GenerateImageRequest(model=IMAGE, prompt="a cat", width=64, height=64, steps=2)
+    ],
     "ListModels": [m.ListModelsRequest()],
     "GetModel": [m.GetModelRequest(name=EMBED)],
     "LoadModel": [m.LoadModelRequest(name=EMBED, keep_alive="5m")],
@@ -256,8 +278,15 @@ def planted():
 
 @pytest.fixture(scope="module")
 async def own_channel(tmp_path_factory):
-    """A channel to a server of this module's own: default catalog, own data folder."""
-    settings = Settings(grpc_port=0, catalog_path=None, data_dir=tmp_path_factory.mktemp("mutations"))
+    """A channel to a server of this module's own: default catalog, own data folder.
+
+    The data folder's user catalog adds a tiny image model (random weights) built here.
+    """
+    data_dir = tmp_path_factory.mktemp("mutations")
+    pipeline = build_tiny_pipeline(tmp_path_factory.mktemp("mutations-image") / IMAGE)
+    entry = {"tasks": ["generate_image"], "backend": "diffusers", "source": str(pipeline)}
+    (data_dir / "catalog.yaml").write_text(yaml.safe_dump({"models": {IMAGE: entry}}))
+    settings = Settings(grpc_port=0, catalog_path=None, data_dir=data_dir)
     server = await start_server(settings)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         yield channel
