@@ -72,6 +72,8 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "rapidocr": ("onnxruntime", "rapidocr_onnxruntime"),
     "rapid_layout": ("onnxruntime", "rapid_layout"),
     "tesseract": ("pytesseract",),
+    "pocketsphinx": ("onnxruntime", "av", "pocketsphinx"),
+    "espeak": ("av", "espeakng_loader"),
 }
 #: A prompt of about 400 tokens: one prefill fills most of a 512-token batch.
 PROMPT = " ".join(["The quick brown fox jumps over the lazy dog near the river bank."] * 30)
@@ -137,14 +139,39 @@ def _page_image() -> Any:
     return image
 
 
-def touch(engine: Engine) -> None:
+def spoken_audio() -> bytes:
+    """A WAV of a sentence spoken by eSpeak NG (the transcription request's input).
+
+    Made before the baseline is read, so the synthesizer's memory is not counted as the model's.
+    """
+    import io
+    import wave
+
+    import numpy as np
+
+    from engines.speech.espeak import speak
+
+    audio = speak("please call me tomorrow morning and bring the report")
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as file:
+        file.setnchannels(1)
+        file.setsampwidth(2)
+        file.setframerate(audio.sample_rate)
+        file.writeframes((np.clip(audio.samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
+def touch(engine: Engine, audio: bytes = b"") -> None:
     """One request of ``engine``'s first task, so weights are resident and work buffers allocated.
+
+    ``audio`` is a transcription request's input (:func:`spoken_audio`).
 
     Raises:
         ValueError: a task this function does not drive.
 
     """
     from engines.encoder_types import ClassificationRequest, EntityRequest
+    from engines.speech.types import AudioFormat, AudioLimits, SpeechOptions, TranscriptionOptions
     from engines.types import EmbeddingRequest, GenerationRequest, SamplingParams, Task
 
     tasks = {task.value if hasattr(task, "value") else str(task) for task in engine.tasks}
@@ -181,6 +208,14 @@ def touch(engine: Engine) -> None:
             engine.recognize(_page_image(), languages)  # type: ignore[attr-defined]
         elif Task.LAYOUT.value in tasks:
             engine.detect(_page_image())  # type: ignore[attr-defined]
+        elif Task.TRANSCRIBE.value in tasks:
+            limits = AudioLimits(max_bytes=len(audio), max_seconds=60)
+            async for _ in engine.transcribe(audio, limits, TranscriptionOptions(word_timestamps=True)):  # type: ignore[attr-defined]
+                pass
+        elif Task.SYNTHESIZE_SPEECH.value in tasks:
+            speech = engine.synthesize(PROMPT[:400], SpeechOptions(), AudioFormat.MP3)  # type: ignore[attr-defined]
+            async for _ in speech:
+                pass
         else:
             raise ValueError(f"no request for tasks {sorted(tasks)}")
 
@@ -196,6 +231,7 @@ def child(name: str, overrides: dict[str, Any] | None = None) -> dict[str, float
 
     from engines.executor import DeviceExecutor
     from engines.registry import engine_class
+    from engines.types import Task
     from service.catalog import load_catalog
 
     spec = load_catalog().specs[name]
@@ -209,12 +245,13 @@ def child(name: str, overrides: dict[str, Any] | None = None) -> dict[str, float
     for module in LIBRARIES.get(spec.backend, ()):
         importlib.import_module(module)
     engine.configure_lane()
+    audio = spoken_audio() if Task.TRANSCRIBE in spec.tasks else b""
     before = _settled_rss()
     children_before = _children_peak_rss()
     _reset_peak()
     engine.load()
     loaded = _settled_rss()
-    touch(engine)
+    touch(engine, audio)
     time.sleep(SETTLE_S)
     peak = _peak_rss()
     after = _settled_rss()

@@ -15,8 +15,9 @@ Steps, each bounded in time and timed:
    polling the gRPC health service until InferenceService is SERVING (what deploy/healthcheck.py
    asks), and the image's own HEALTHCHECK once through ``podman healthcheck run``;
 4. one call per task on each face: gRPC ``GenerateStream``, ``Embed``, ``Classify``,
-   ``ExtractEntities``, ``Rerank``, ``Ocr``, ``FitAnomalyDetector`` then ``DetectAnomaly``; HTTP
-   chat completion (streamed), embeddings, rerank, classify, NER, OCR, anomaly fit and detect,
+   ``ExtractEntities``, ``Rerank``, ``Ocr``, ``SynthesizeSpeech`` then ``Transcribe`` of its
+   audio, ``FitAnomalyDetector`` then ``DetectAnomaly``; HTTP chat completion (streamed),
+   embeddings, rerank, classify, NER, OCR, speech then its transcription, anomaly fit and detect,
    ``/metrics`` on the gateway's port and on the metrics port;
 5. ``stop``: ``podman stop`` (SIGTERM, the image's stop signal, then SIGKILL after
    ``--stop-timeout-s``); the container must exit 0 and its log must show the drain ("shutting
@@ -58,6 +59,7 @@ from universal_runtime.v1 import (
     generation_pb2,
     inference_service_pb2_grpc,
     ocr_pb2,
+    speech_pb2,
 )
 
 from bench.workloads import CHAT_MODEL, EMBED_MODEL, SENTENCES, ocr_page_png
@@ -66,6 +68,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY_MODEL = "intent-clinc150"
 NER_MODEL = "en-core-web-sm"
 OCR_MODEL = "rapidocr"
+STT_MODEL = "pocketsphinx-en-us"
+TTS_MODEL = "espeak-ng"
+#: What the speech models say and hear (tests/spoken.py: a sentence PocketSphinx hears from eSpeak NG).
+SPOKEN = "Open the door please."
+SPOKEN_WORD = "door"
 #: A word of the OCR page's first line (bench.workloads.ocr_page_png draws SENTENCES[0] first).
 OCR_WORD = "quarterly"
 #: The container's ports (deploy/Dockerfile's EXPOSE): gRPC, the gateway, Prometheus.
@@ -282,6 +289,23 @@ def grpc_calls(smoke: Smoke, target: str, timeout: float) -> None:
         )
         assert OCR_WORD in pages[0].text, pages[0].text[:300]
         note["note"] = f"{OCR_MODEL}: {len(pages[0].text.splitlines())} lines, {OCR_WORD!r} read"
+    with smoke.step("grpc SynthesizeSpeech + Transcribe") as note:
+        speech = stub.SynthesizeSpeech(
+            speech_pb2.SynthesizeSpeechRequest(
+                model=TTS_MODEL, input=SPOKEN, response_format=speech_pb2.AUDIO_FORMAT_WAV
+            ),
+            timeout=timeout,
+        )
+        audio = b"".join(piece.audio for piece in speech)
+        options = speech_pb2.TranscribeOptions(model=STT_MODEL)
+        answers = list(
+            stub.Transcribe(
+                iter([speech_pb2.TranscribeRequest(options=options, chunk=audio)]), timeout=timeout
+            )
+        )
+        heard = " ".join(a.segment.text for a in answers if a.HasField("segment"))
+        assert SPOKEN_WORD in heard, heard
+        note["note"] = f"{TTS_MODEL} spoke {len(audio)} bytes; {STT_MODEL} heard {heard!r}"
     detector = f"image-test-{uuid.uuid4().hex[:8]}"
     with smoke.step("grpc FitAnomalyDetector") as note:
         reply = stub.FitAnomalyDetector(
@@ -353,6 +377,13 @@ def http_calls(smoke: Smoke, http: httpx.Client, metrics_url: str) -> None:
         data = post("/v1/ocr", {"model": OCR_MODEL, "file": page, "mime_type": "image/png"})
         assert OCR_WORD in str(data), str(data)[:300]
         note["note"] = f"{OCR_WORD!r} read"
+    with smoke.step("http POST /v1/audio/speech + /v1/audio/transcriptions") as note:
+        response = http.post("/v1/audio/speech", json={"model": TTS_MODEL, "input": SPOKEN})
+        assert response.status_code == 200, f"HTTP {response.status_code} {response.text[:300]}"
+        files = {"file": ("speech.mp3", response.content, "audio/mpeg")}
+        heard = http.post("/v1/audio/transcriptions", data={"model": STT_MODEL}, files=files)
+        assert heard.status_code == 200 and SPOKEN_WORD in heard.json()["text"], heard.text[:300]
+        note["note"] = f"mp3 of {len(response.content)} bytes heard as {heard.json()['text']!r}"
     detector = f"image-test-http-{uuid.uuid4().hex[:8]}"
     with smoke.step("http POST /v1/anomaly/fit") as note:
         data = post("/v1/anomaly/fit", {"detector": detector, "rows": FIT_ROWS})

@@ -31,7 +31,14 @@ from engines.speech.types import (
     TranscriptSegment,
     TranscriptWord,
 )
-from engines.speech.vad import FRAME_SAMPLES, SileroVad, VadState, fixed_windows, speech_windows
+from engines.speech.vad import (
+    FRAME_SAMPLES,
+    VAD_LOAD_BYTES,
+    SileroVad,
+    VadState,
+    fixed_windows,
+    speech_windows,
+)
 from engines.types import Task
 
 SpeechOptionsT = TypeVar("SpeechOptionsT", bound=SpeechToTextOptions)
@@ -109,6 +116,14 @@ class SpeechToTextEngine(Engine[SpeechOptionsT]):
         """Drop the recognizer's model and the VAD."""
         self.unload_model()
         self.vad = None
+
+    def recognizer_bytes(self) -> int:
+        """Host bytes the recognizer's model holds once loaded, known before the load (0: unknown)."""
+        return 0
+
+    def estimated_load_bytes(self) -> int:
+        """:meth:`recognizer_bytes`, plus Silero VAD's (:data:`VAD_LOAD_BYTES`) with the ``vad`` option."""
+        return self.recognizer_bytes() + (VAD_LOAD_BYTES if self.options.vad else 0)
 
     # -- Transcriber -----------------------------------------------------------------------
 

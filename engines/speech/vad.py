@@ -30,6 +30,9 @@ CONTEXT_SAMPLES = 64
 """Samples of the previous frame sent before each frame."""
 FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
 """Seconds per frame."""
+VAD_LOAD_BYTES = 24 * 1024 * 1024
+"""Host memory of a loaded Silero VAD: its ONNX Runtime session and arenas (about 21 MB measured
+with ``bench.memory_estimate``'s method)."""
 NEGATIVE_MARGIN = 0.15
 """Speech ends where the probability falls below ``threshold - NEGATIVE_MARGIN`` (silero's default)."""
 

@@ -103,7 +103,7 @@ class WhisperEngine(SpeechToTextEngine[WhisperOptions]):
         self.model: Any = None
         self.processor: Any = None
 
-    def estimated_load_bytes(self) -> int:
+    def recognizer_bytes(self) -> int:
         """The weights at the compute dtype, from a local folder's safetensors headers; else unknown (0)."""
         resolved = resolve_source(self.spec.source)
         if resolved.path is None or not resolved.path.is_dir():

@@ -159,7 +159,7 @@ def test_loads_the_checkpoint(engine: WhisperEngine) -> None:
     assert engine.languages == frozenset(LANGUAGES)
     assert engine.can_translate and engine.detects_language
     assert engine.memory_usage().ram_bytes > 0
-    assert engine.estimated_load_bytes() == engine.memory_usage().ram_bytes  # float32 on the CPU
+    assert engine.recognizer_bytes() == engine.memory_usage().ram_bytes  # float32 on the CPU
 
 
 async def test_two_seconds_become_segments_inside_the_audio(engine: WhisperEngine, monkeypatch) -> None:

@@ -189,7 +189,7 @@ async def test_transcriptions_are_the_same(channel, backends_channel):
         return [m async for m in stub.Transcribe(iter(messages))]
 
     here, there = await _both(channel, backends_channel, transcribe)
-    assert there == here and len(here) >= 3 and here[1].segment.words
+    assert there == here and len(here) >= 2 and here[1].segment.words
 
 
 async def test_speech_and_voices_are_the_same(channel, backends_channel):
