@@ -33,6 +33,7 @@ from bench import (
     quota_accuracy,
     routing,
     speculative,
+    speech,
 )
 from bench.runner import MachineNotQuietError
 
@@ -47,6 +48,7 @@ AREAS = {
     "memory_estimate": memory_estimate,
     "kv_pool_memory": kv_pool_memory,
     "ocr": ocr,
+    "speech": speech,
     "documents": documents,
     "anomaly": anomaly,
     "admission": admission,

@@ -23,6 +23,7 @@ AREAS = (
     "memory",
     "overhead",
     "ocr",
+    "speech",
     "anomaly",
     "isolation",
     "metrics_cost",
