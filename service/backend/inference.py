@@ -46,8 +46,9 @@ from engines.generation.json_grammar import compile_in_worker, validate_output_c
 from engines.types import GenerationUsage
 from service.backend.calls import stream_rpc, unary_rpc
 from service.backend.model import BackendModel
-from service.convert import encoders, generation, images, ocr, speech, tokenization
+from service.convert import encoders, generation, images, speech, tokenization
 from service.convert.embedding import embed_response, embedding_request
+from service.convert.uploads import read_upload
 from service.request_context import note_model, request_id_var
 from service.settings import Settings
 from service.tasks.generation import ChoiceDelta, Timings
@@ -249,7 +250,7 @@ class BackendInferenceServicer(inference_service_pb2_grpc.InferenceServiceServic
         self, request_iterator: AsyncIterator[speech_pb2.TranscribeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[speech_pb2.TranscribeResponse]:
         """The audio's info, then each segment as it is recognized (bounded by the server's audio limits)."""
-        job, data = await ocr.read_upload(
+        job, data = await read_upload(
             request_iterator,
             self._settings,
             speech.transcription_job,

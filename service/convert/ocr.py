@@ -1,14 +1,10 @@
-"""OcrRequest stream → OcrJob and file bytes, and OcrPage → OcrResponse."""
+"""OcrOptions (and documents' read options) → OcrJob, and OcrPage → OcrResponse."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterable, Callable
-from typing import Protocol, TypeVar
 
 from universal_runtime.v1 import ocr_pb2 as pb
 from universal_runtime.v1.documents_pb2 import DocumentReadOptions
 
-from engines.errors import InvalidArgumentError, ResourceExhaustedError
 from engines.ocr.types import SUPPORTED_MIME_TYPES, Box, OcrLimits, OcrLine, OcrOptions, OcrPage, OcrWord
 from engines.reasons import Reason
 from service.convert.messages import MessageCopy
@@ -17,19 +13,6 @@ from service.settings import Settings
 from service.tasks.ocr import OcrJob
 
 MAX_LANGUAGES = 8
-
-Job = TypeVar("Job")
-
-
-class UploadMessage(Protocol):
-    """A request message of a chunked upload (OcrRequest, AnalyzeDocumentRequest, ...)."""
-
-    chunk: bytes
-
-    @property
-    def options(self) -> object:
-        """The call's options (honoured on the first message)."""
-        ...
 
 
 def ocr_job(options: pb.OcrOptions, settings: Settings) -> OcrJob:
@@ -102,61 +85,6 @@ def read_job(
             max_aspect_ratio=settings.ocr_max_aspect_ratio,
         ),
     )
-
-
-async def read_upload(
-    messages: AsyncIterable[UploadMessage],
-    settings: Settings,
-    parse: Callable[[object, Settings], Job] = ocr_job,
-    max_bytes: int | None = None,
-) -> tuple[Job, bytes]:
-    """Read every message: options from the first (``parse`` validates them), then the file.
-
-    The file is the chunks in order.
-
-    Bounded by ``max_bytes`` (default ``settings.ocr_max_bytes``): reading stops at the first
-    chunk past it. Bad options
-    are reported only once the upload has been read (still within that bound): refused while it
-    is still writing, grpc-python's client sometimes reports its own INTERNAL "Internal error from
-    Core" instead of the server's status (see
-    docs/architecture/design-notes.md#refusing-a-stream-after-its-upload).
-
-    Raises:
-        InvalidArgumentError: no message at all; bad options (see ``parse``, :func:`ocr_job` for
-            Ocr).
-        ResourceExhaustedError: the chunks add up to more than ``max_bytes`` (FILE_TOO_LARGE).
-
-    """
-    job: Job | None = None
-    refused: InvalidArgumentError | None = None
-    data = bytearray()
-    limit = settings.ocr_max_bytes if max_bytes is None else max_bytes
-    received = 0
-    async for message in messages:
-        if job is None and refused is None:
-            try:
-                job = parse(message.options, settings)
-            except InvalidArgumentError as exc:
-                refused = exc
-        chunk = message.chunk  # read once: each read copies the bytes
-        received += len(chunk)
-        if received > limit:
-            raise ResourceExhaustedError(
-                f"the file is over the limit of {limit} bytes",
-                reason=Reason.FILE_TOO_LARGE,
-                max_bytes=limit,
-            )
-        if refused is None:
-            data += chunk
-    if refused is not None:
-        raise refused
-    if job is None:
-        raise InvalidArgumentError(
-            "no request message received: send options and the file's bytes",
-            reason=Reason.EMPTY_FILE,
-            field="chunk",
-        )
-    return job, bytes(data)
 
 
 box_message = MessageCopy(pb.BoundingBox, Box)

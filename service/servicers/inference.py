@@ -22,6 +22,7 @@ from universal_runtime.v1 import (
 
 from service.convert import anomaly, documents, encoders, generation, images, ocr, speech, tokenization
 from service.convert.embedding import embed_response, embedding_request
+from service.convert.uploads import read_upload
 from service.core.context import CallContext
 from service.request_context import note_model, request_id_var
 from service.settings import Settings
@@ -238,7 +239,9 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[ocr_pb2.OcrRequest], context: Context
     ) -> AsyncIterator[ocr_pb2.OcrResponse]:
         """Read text from an image or PDF; one response per page, in page order, as each is done."""
-        job, data = await ocr.read_upload(request_iterator, self.settings)
+        job, data = await read_upload(
+            request_iterator, self.settings, ocr.ocr_job, max_bytes=self.settings.ocr_max_bytes
+        )
         note_model(job.model)
         async for page in self.ocr.read(job, data):
             yield ocr.ocr_response(page, job.options.return_boxes)
@@ -249,11 +252,8 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[speech_pb2.TranscribeRequest], context: Context
     ) -> AsyncIterator[speech_pb2.TranscribeResponse]:
         """Transcribe (or translate) an audio file: its info first, then each segment as recognized."""
-        job, data = await ocr.read_upload(
-            request_iterator,
-            self.settings,
-            speech.transcription_job,
-            max_bytes=self.settings.audio_max_bytes,
+        job, data = await read_upload(
+            request_iterator, self.settings, speech.transcription_job, max_bytes=self.settings.audio_max_bytes
         )
         note_model(job.model)
         async for event in self.speech.transcribe(job, data):
@@ -300,7 +300,9 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         respond: Callable[[str, Result], Message],
     ) -> Message:
         """The shape of the unary document RPCs: read the upload into a job, call, convert back."""
-        job, data = await ocr.read_upload(request_iterator, self.settings, convert)
+        job, data = await read_upload(
+            request_iterator, self.settings, convert, max_bytes=self.settings.ocr_max_bytes
+        )
         note_model(job.model)
         return respond(job.model, await call(job, data))
 
@@ -308,8 +310,8 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
         self, request_iterator: AsyncIterator[documents_pb2.AnalyzeDocumentRequest], context: Context
     ) -> AsyncIterator[documents_pb2.AnalyzeDocumentResponse]:
         """Structure each page (blocks in reading order, tables, Markdown); one response per page."""
-        (job, return_lines), data = await ocr.read_upload(
-            request_iterator, self.settings, documents.analyze_job
+        (job, return_lines), data = await read_upload(
+            request_iterator, self.settings, documents.analyze_job, max_bytes=self.settings.ocr_max_bytes
         )
         note_model(job.layout_model)
         async for page in self.documents.analyze(job, data):
