@@ -6,9 +6,9 @@ Source of the shapes: https://platform.openai.com/docs/api-reference/chat/create
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Base64Bytes, BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from gateway.schemas.base import Int32, JsonObject, OpenAIRequestModel
@@ -17,27 +17,48 @@ from gateway.schemas.generation import ReasoningBudget, ReasoningEffortName, Sam
 ChatRoleName = Literal["system", "developer", "user", "assistant", "tool"]
 
 
-class TextContentPart(OpenAIRequestModel):
-    """A ``{"type": "text", "text": ...}`` content part; other part types (images, audio) are rejected.
+#: Content part types a chat message may hold.
+CONTENT_PART_TYPES = ("text", "input_audio")
 
-    A part of another type (``image_url``, ``input_audio``, ``file``) is a 400 naming the part and
-    its type: no model this server runs reads them.
-    """
+
+class TextContentPart(OpenAIRequestModel):
+    """A ``{"type": "text", "text": ...}`` content part."""
 
     type: Literal["text"]
     text: str
 
-    @model_validator(mode="before")
-    @classmethod
-    def _text_parts_only(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("type", "text") != "text":
-            kind = str(data["type"])[:64]
-            raise PydanticCustomError(
-                "unsupported_content_part",
-                "content parts of type '{kind}' are not supported by this server: send text parts",
-                {"kind": kind},
-            )
-        return data
+
+class InputAudio(OpenAIRequestModel):
+    """The audio of an ``input_audio`` part: the file in base64 and its format."""
+
+    data: Base64Bytes
+    format: str = Field("wav", max_length=16)
+
+
+class AudioContentPart(OpenAIRequestModel):
+    """An ``{"type": "input_audio", "input_audio": {"data", "format"}}`` part: speech to transcribe."""
+
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+def _known_part(part: Any) -> Any:
+    """Refuse a part of a type no model here reads (``image_url``, ``file``), naming it."""
+    kind = part.get("type", "text") if isinstance(part, dict) else "text"
+    if kind not in CONTENT_PART_TYPES:
+        raise PydanticCustomError(
+            "unsupported_content_part",
+            "content parts of type '{kind}' are not supported by this server: send text or input_audio parts",
+            {"kind": str(kind)[:64]},
+        )
+    if isinstance(part, dict) and "type" not in part:
+        return {**part, "type": "text"}
+    return part
+
+
+ContentPart = Annotated[
+    TextContentPart | AudioContentPart, Field(discriminator="type"), BeforeValidator(_known_part)
+]
 
 
 class FunctionCall(OpenAIRequestModel):
@@ -82,7 +103,7 @@ class ChatMessageParam(OpenAIRequestModel):
     """
 
     role: ChatRoleName
-    content: str | list[TextContentPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[ToolCallParam] | None = None
@@ -96,12 +117,20 @@ class ChatMessageParam(OpenAIRequestModel):
 
     @property
     def text(self) -> str:
-        """Return the content as one string; text parts are joined with newlines (as vLLM does)."""
+        """Return the content as one string; text parts are joined with newlines (as vLLM does).
+
+        Audio parts are left out (see :attr:`has_audio`).
+        """
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "\n".join(part.text for part in self.content)
+        return "\n".join(part.text for part in self.content if isinstance(part, TextContentPart))
+
+    @property
+    def has_audio(self) -> bool:
+        """Whether the content has ``input_audio`` parts (sent as content parts to be transcribed)."""
+        return isinstance(self.content, list) and any(isinstance(p, AudioContentPart) for p in self.content)
 
 
 class FunctionDefinition(OpenAIRequestModel):

@@ -11,7 +11,7 @@ from typing import Any
 
 from universal_runtime.v1 import generation_pb2
 
-from gateway.schemas.chat import ChatCompletionRequest, ChatMessageParam
+from gateway.schemas.chat import AudioContentPart, ChatCompletionRequest, ChatMessageParam
 from gateway.translate.generation import (
     GenerationApi,
     StreamTranslator,
@@ -51,15 +51,31 @@ OBJECT_CHUNK = "chat.completion.chunk"
 ID_PREFIX = "chatcmpl"
 
 
+def _content_parts(message: ChatMessageParam) -> list[generation_pb2.ContentPart]:
+    """The message's parts in order: text, and ``input_audio`` as audio the server transcribes."""
+    parts = []
+    for part in message.content or ():
+        if isinstance(part, AudioContentPart):
+            audio = generation_pb2.AudioInput(data=part.input_audio.data, format=part.input_audio.format)
+            parts.append(generation_pb2.ContentPart(audio=audio))
+        else:
+            parts.append(generation_pb2.ContentPart(text=part.text))
+    return parts
+
+
 def chat_message_to_proto(message: ChatMessageParam) -> generation_pb2.ChatMessage:
     """Convert one OpenAI message to a ``ChatMessage`` (list content is joined into one string).
+
+    Content with ``input_audio`` parts goes as ``content_parts`` instead, for the server to
+    transcribe.
 
     An assistant message's ``reasoning_content`` goes to ``ChatMessage.reasoning_content``, never
     into ``content``.
     """
     return generation_pb2.ChatMessage(
         role=ROLES[message.role],
-        content=message.text,
+        content="" if message.has_audio else message.text,
+        content_parts=_content_parts(message) if message.has_audio else (),
         reasoning_content=message.reasoning_content or "",
         name=message.name or "",
         tool_call_id=message.tool_call_id or "",

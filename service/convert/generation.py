@@ -76,6 +76,11 @@ def chat_messages(request) -> list[ChatMessage]:
     for i, message in enumerate(request.messages):
         role = ROLE_NAMES.get(message.role)
         require(role is not None, f"messages[{i}].role", "must be set to a chat role")
+        require(
+            len(message.content_parts) == 0,
+            f"messages[{i}].content_parts",
+            "audio parts are transcribed for Generate and GenerateStream only; send the text as content",
+        )
         content = message.content  # read once (see generation_request)
         reasoning = message.reasoning_content
         require(

@@ -25,6 +25,7 @@ from service.convert.embedding import embed_response, embedding_request
 from service.convert.uploads import read_upload
 from service.core.context import CallContext
 from service.request_context import note_model, request_id_var
+from service.servicers.chat_audio import with_transcripts
 from service.settings import Settings
 from service.tasks.anomaly import AnomalyStream, AnomalyTask
 from service.tasks.classifiers import ClassifierTask
@@ -105,6 +106,7 @@ class InferenceServicer(inference_service_pb2_grpc.InferenceServiceServicer):
     async def _generation_request(
         self, request: generation_pb2.GenerateRequest | generation_pb2.GenerateStreamRequest
     ):
+        request = await with_transcripts(request, self.speech, self.settings)
         job = await convert_request(
             request,
             generation.generation_request,

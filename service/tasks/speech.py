@@ -14,6 +14,7 @@ from engines.speech.types import (
     SpeechOptions,
     TranscriptionEvent,
     TranscriptionOptions,
+    TranscriptSegment,
     Voice,
 )
 from service.model_manager import ModelManager
@@ -70,6 +71,15 @@ class SpeechTask:
             async with contextlib.aclosing(transcriber.transcribe(data, job.limits, job.options)) as events:
                 async for event in events:
                     yield event
+
+    async def transcript(self, job: TranscriptionJob, data: bytes) -> str:
+        """The whole text of ``data``: its segments' texts joined with spaces (see :meth:`transcribe`)."""
+        texts = []
+        async with contextlib.aclosing(self.transcribe(job, data)) as events:
+            async for event in events:
+                if isinstance(event, TranscriptSegment) and (text := event.text.strip()):
+                    texts.append(text)
+        return " ".join(texts)
 
     async def synthesize(self, job: SpeechJob) -> AsyncIterator[SpeechAudio]:
         """The encoded speech of ``job.text``, in pieces to concatenate, a sentence at a time.

@@ -125,7 +125,7 @@ async def test_unknown_openai_fields_are_served_and_logged_in_one_short_line(cli
     ("part", "kind"),
     [
         ({"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}, "image_url"),
-        ({"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}, "input_audio"),
+        ({"type": "file", "file": {"file_id": "file-abc"}}, "file"),
     ],
 )
 async def test_a_content_part_it_cannot_serve_is_400_naming_the_part(client, part, kind):
@@ -134,7 +134,7 @@ async def test_a_content_part_it_cannot_serve_is_400_naming_the_part(client, par
     error = assert_clean_400(response, "invalid_value")
     assert error["message"] == (
         f"messages[0].content[1]: content parts of type '{kind}' are not supported by this server: "
-        "send text parts"
+        "send text or input_audio parts"
     )
     assert error["param"] == "messages[0].content[1]"
 

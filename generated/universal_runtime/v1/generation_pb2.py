@@ -25,53 +25,57 @@ _sym_db = _symbol_database.Default()
 from universal_runtime.v1 import common_pb2 as universal__runtime_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%universal_runtime/v1/generation.proto\x12\x14universal_runtime.v1\x1a!universal_runtime/v1/common.proto\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xbf\x01\n\x0b\x43hatMessage\x12,\n\x04role\x18\x01 \x01(\x0e\x32\x1e.universal_runtime.v1.ChatRole\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x32\n\ntool_calls\x18\x04 \x03(\x0b\x32\x1e.universal_runtime.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x05 \x01(\t\x12\x19\n\x11reasoning_content\x18\x06 \x01(\t\"S\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\"W\n\nToolChoice\x12\x32\n\x04mode\x18\x01 \x01(\x0e\x32$.universal_runtime.v1.ToolChoiceMode\x12\x15\n\rfunction_name\x18\x02 \x01(\t\"r\n\x0eResponseFormat\x12\x36\n\x04type\x18\x01 \x01(\x0e\x32(.universal_runtime.v1.ResponseFormatType\x12\x13\n\x0bjson_schema\x18\x02 \x01(\t\x12\x13\n\x0bschema_name\x18\x03 \x01(\t\"+\n\tLogitBias\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0c\n\x04\x62ias\x18\x02 \x01(\x02\"\xe1\x06\n\x14GenerationParameters\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x12\n\x05min_p\x18\x05 \x01(\x02H\x04\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x06 \x01(\x02H\x05\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x07 \x01(\x02H\x06\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x08 \x01(\x02H\x07\x88\x01\x01\x12\x11\n\x04seed\x18\t \x01(\x03H\x08\x88\x01\x01\x12\x0c\n\x04stop\x18\n \x03(\t\x12\x0e\n\x01n\x18\x0b \x01(\x05H\t\x88\x01\x01\x12\x10\n\x08logprobs\x18\x0c \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\r \x01(\x05\x12\x33\n\nlogit_bias\x18\x0e \x03(\x0b\x32\x1f.universal_runtime.v1.LogitBias\x12=\n\x0fresponse_format\x18\x0f \x01(\x0b\x32$.universal_runtime.v1.ResponseFormat\x12\x33\n\x05tools\x18\x10 \x03(\x0b\x32$.universal_runtime.v1.ToolDefinition\x12\x35\n\x0btool_choice\x18\x11 \x01(\x0b\x32 .universal_runtime.v1.ToolChoice\x12\x1d\n\x10reasoning_budget\x18\x12 \x01(\x05H\n\x88\x01\x01\x12?\n\x10reasoning_effort\x18\x13 \x01(\x0e\x32%.universal_runtime.v1.ReasoningEffort\x12>\n\x0bspeculative\x18\x14 \x01(\x0b\x32).universal_runtime.v1.SpeculativeDecodingB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x15\n\x13_repetition_penaltyB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x07\n\x05_seedB\x04\n\x02_nB\x13\n\x11_reasoning_budget\"K\n\x13SpeculativeDecoding\x12\x14\n\x07\x65nabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\nnum_tokens\x18\x02 \x01(\x05\x42\n\n\x08_enabled\"\xb9\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x33\n\x08messages\x18\x03 \x03(\x0b\x32!.universal_runtime.v1.ChatMessage\x12>\n\nparameters\x18\x04 \x01(\x0b\x32*.universal_runtime.v1.GenerationParameters\x12\x12\n\nkeep_alive\x18\x05 \x01(\t\"\xbf\x01\n\x15GenerateStreamRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x33\n\x08messages\x18\x03 \x03(\x0b\x32!.universal_runtime.v1.ChatMessage\x12>\n\nparameters\x18\x04 \x01(\x0b\x32*.universal_runtime.v1.GenerationParameters\x12\x12\n\nkeep_alive\x18\x05 \x01(\t\"@\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"~\n\rTokenLogprobs\x12\x33\n\x07sampled\x18\x01 \x01(\x0b\x32\".universal_runtime.v1.TokenLogprob\x12\x38\n\x0ctop_logprobs\x18\x02 \x03(\x0b\x32\".universal_runtime.v1.TokenLogprob\"\x85\x02\n\x0eGenerateChoice\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x32\n\ntool_calls\x18\x03 \x03(\x0b\x32\x1e.universal_runtime.v1.ToolCall\x12\x39\n\rfinish_reason\x18\x04 \x01(\x0e\x32\".universal_runtime.v1.FinishReason\x12\x35\n\x08logprobs\x18\x05 \x03(\x0b\x32#.universal_runtime.v1.TokenLogprobs\x12\x19\n\x11reasoning_content\x18\x06 \x01(\t\x12\x15\n\rstop_sequence\x18\x07 \x01(\t\"\xc0\x01\n\x10GenerateResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x35\n\x07\x63hoices\x18\x03 \x03(\x0b\x32$.universal_runtime.v1.GenerateChoice\x12*\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\x12.\n\x07timings\x18\x05 \x01(\x0b\x32\x1d.universal_runtime.v1.Timings\"V\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x1c\n\x14\x61rguments_json_delta\x18\x04 \x01(\t\"\x9c\x03\n\x16GenerateStreamResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x11\n\ttoken_ids\x18\x05 \x03(\x05\x12\x35\n\x08logprobs\x18\x06 \x03(\x0b\x32#.universal_runtime.v1.TokenLogprobs\x12\x37\n\ntool_calls\x18\x07 \x03(\x0b\x32#.universal_runtime.v1.ToolCallDelta\x12\x39\n\rfinish_reason\x18\x08 \x01(\x0e\x32\".universal_runtime.v1.FinishReason\x12*\n\x05usage\x18\t \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\x12.\n\x07timings\x18\n \x01(\x0b\x32\x1d.universal_runtime.v1.Timings\x12\x19\n\x11reasoning_content\x18\x0b \x01(\t\x12\x15\n\rstop_sequence\x18\x0c \x01(\t*\x95\x01\n\x08\x43hatRole\x12\x19\n\x15\x43HAT_ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43HAT_ROLE_SYSTEM\x10\x01\x12\x12\n\x0e\x43HAT_ROLE_USER\x10\x02\x12\x17\n\x13\x43HAT_ROLE_ASSISTANT\x10\x03\x12\x12\n\x0e\x43HAT_ROLE_TOOL\x10\x04\x12\x17\n\x13\x43HAT_ROLE_DEVELOPER\x10\x05*\xa6\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x1d\n\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*\xa5\x01\n\x12ResponseFormatType\x12$\n RESPONSE_FORMAT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n\x19RESPONSE_FORMAT_TYPE_TEXT\x10\x01\x12$\n RESPONSE_FORMAT_TYPE_JSON_OBJECT\x10\x02\x12$\n RESPONSE_FORMAT_TYPE_JSON_SCHEMA\x10\x03*\xa0\x01\n\x0fReasoningEffort\x12 \n\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x19\n\x15REASONING_EFFORT_NONE\x10\x01\x12\x18\n\x14REASONING_EFFORT_LOW\x10\x02\x12\x1b\n\x17REASONING_EFFORT_MEDIUM\x10\x03\x12\x19\n\x15REASONING_EFFORT_HIGH\x10\x04*\x9a\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%universal_runtime/v1/generation.proto\x12\x14universal_runtime.v1\x1a!universal_runtime/v1/common.proto\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xf9\x01\n\x0b\x43hatMessage\x12,\n\x04role\x18\x01 \x01(\x0e\x32\x1e.universal_runtime.v1.ChatRole\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x32\n\ntool_calls\x18\x04 \x03(\x0b\x32\x1e.universal_runtime.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x05 \x01(\t\x12\x19\n\x11reasoning_content\x18\x06 \x01(\t\x12\x38\n\rcontent_parts\x18\x07 \x03(\x0b\x32!.universal_runtime.v1.ContentPart\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x31\n\x05\x61udio\x18\x02 \x01(\x0b\x32 .universal_runtime.v1.AudioInputH\x00\x42\x06\n\x04part\"*\n\nAudioInput\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06\x66ormat\x18\x02 \x01(\t\"S\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\"W\n\nToolChoice\x12\x32\n\x04mode\x18\x01 \x01(\x0e\x32$.universal_runtime.v1.ToolChoiceMode\x12\x15\n\rfunction_name\x18\x02 \x01(\t\"r\n\x0eResponseFormat\x12\x36\n\x04type\x18\x01 \x01(\x0e\x32(.universal_runtime.v1.ResponseFormatType\x12\x13\n\x0bjson_schema\x18\x02 \x01(\t\x12\x13\n\x0bschema_name\x18\x03 \x01(\t\"+\n\tLogitBias\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0c\n\x04\x62ias\x18\x02 \x01(\x02\"\xe1\x06\n\x14GenerationParameters\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x12\n\x05min_p\x18\x05 \x01(\x02H\x04\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x06 \x01(\x02H\x05\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x07 \x01(\x02H\x06\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x08 \x01(\x02H\x07\x88\x01\x01\x12\x11\n\x04seed\x18\t \x01(\x03H\x08\x88\x01\x01\x12\x0c\n\x04stop\x18\n \x03(\t\x12\x0e\n\x01n\x18\x0b \x01(\x05H\t\x88\x01\x01\x12\x10\n\x08logprobs\x18\x0c \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\r \x01(\x05\x12\x33\n\nlogit_bias\x18\x0e \x03(\x0b\x32\x1f.universal_runtime.v1.LogitBias\x12=\n\x0fresponse_format\x18\x0f \x01(\x0b\x32$.universal_runtime.v1.ResponseFormat\x12\x33\n\x05tools\x18\x10 \x03(\x0b\x32$.universal_runtime.v1.ToolDefinition\x12\x35\n\x0btool_choice\x18\x11 \x01(\x0b\x32 .universal_runtime.v1.ToolChoice\x12\x1d\n\x10reasoning_budget\x18\x12 \x01(\x05H\n\x88\x01\x01\x12?\n\x10reasoning_effort\x18\x13 \x01(\x0e\x32%.universal_runtime.v1.ReasoningEffort\x12>\n\x0bspeculative\x18\x14 \x01(\x0b\x32).universal_runtime.v1.SpeculativeDecodingB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x15\n\x13_repetition_penaltyB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x07\n\x05_seedB\x04\n\x02_nB\x13\n\x11_reasoning_budget\"K\n\x13SpeculativeDecoding\x12\x14\n\x07\x65nabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\nnum_tokens\x18\x02 \x01(\x05\x42\n\n\x08_enabled\"\xb9\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x33\n\x08messages\x18\x03 \x03(\x0b\x32!.universal_runtime.v1.ChatMessage\x12>\n\nparameters\x18\x04 \x01(\x0b\x32*.universal_runtime.v1.GenerationParameters\x12\x12\n\nkeep_alive\x18\x05 \x01(\t\"\xbf\x01\n\x15GenerateStreamRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x33\n\x08messages\x18\x03 \x03(\x0b\x32!.universal_runtime.v1.ChatMessage\x12>\n\nparameters\x18\x04 \x01(\x0b\x32*.universal_runtime.v1.GenerationParameters\x12\x12\n\nkeep_alive\x18\x05 \x01(\t\"@\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"~\n\rTokenLogprobs\x12\x33\n\x07sampled\x18\x01 \x01(\x0b\x32\".universal_runtime.v1.TokenLogprob\x12\x38\n\x0ctop_logprobs\x18\x02 \x03(\x0b\x32\".universal_runtime.v1.TokenLogprob\"\x85\x02\n\x0eGenerateChoice\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x32\n\ntool_calls\x18\x03 \x03(\x0b\x32\x1e.universal_runtime.v1.ToolCall\x12\x39\n\rfinish_reason\x18\x04 \x01(\x0e\x32\".universal_runtime.v1.FinishReason\x12\x35\n\x08logprobs\x18\x05 \x03(\x0b\x32#.universal_runtime.v1.TokenLogprobs\x12\x19\n\x11reasoning_content\x18\x06 \x01(\t\x12\x15\n\rstop_sequence\x18\x07 \x01(\t\"\xc0\x01\n\x10GenerateResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x35\n\x07\x63hoices\x18\x03 \x03(\x0b\x32$.universal_runtime.v1.GenerateChoice\x12*\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\x12.\n\x07timings\x18\x05 \x01(\x0b\x32\x1d.universal_runtime.v1.Timings\"V\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x1c\n\x14\x61rguments_json_delta\x18\x04 \x01(\t\"\x9c\x03\n\x16GenerateStreamResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x11\n\ttoken_ids\x18\x05 \x03(\x05\x12\x35\n\x08logprobs\x18\x06 \x03(\x0b\x32#.universal_runtime.v1.TokenLogprobs\x12\x37\n\ntool_calls\x18\x07 \x03(\x0b\x32#.universal_runtime.v1.ToolCallDelta\x12\x39\n\rfinish_reason\x18\x08 \x01(\x0e\x32\".universal_runtime.v1.FinishReason\x12*\n\x05usage\x18\t \x01(\x0b\x32\x1b.universal_runtime.v1.Usage\x12.\n\x07timings\x18\n \x01(\x0b\x32\x1d.universal_runtime.v1.Timings\x12\x19\n\x11reasoning_content\x18\x0b \x01(\t\x12\x15\n\rstop_sequence\x18\x0c \x01(\t*\x95\x01\n\x08\x43hatRole\x12\x19\n\x15\x43HAT_ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43HAT_ROLE_SYSTEM\x10\x01\x12\x12\n\x0e\x43HAT_ROLE_USER\x10\x02\x12\x17\n\x13\x43HAT_ROLE_ASSISTANT\x10\x03\x12\x12\n\x0e\x43HAT_ROLE_TOOL\x10\x04\x12\x17\n\x13\x43HAT_ROLE_DEVELOPER\x10\x05*\xa6\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x1d\n\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*\xa5\x01\n\x12ResponseFormatType\x12$\n RESPONSE_FORMAT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n\x19RESPONSE_FORMAT_TYPE_TEXT\x10\x01\x12$\n RESPONSE_FORMAT_TYPE_JSON_OBJECT\x10\x02\x12$\n RESPONSE_FORMAT_TYPE_JSON_SCHEMA\x10\x03*\xa0\x01\n\x0fReasoningEffort\x12 \n\x1cREASONING_EFFORT_UNSPECIFIED\x10\x00\x12\x19\n\x15REASONING_EFFORT_NONE\x10\x01\x12\x18\n\x14REASONING_EFFORT_LOW\x10\x02\x12\x1b\n\x17REASONING_EFFORT_MEDIUM\x10\x03\x12\x19\n\x15REASONING_EFFORT_HIGH\x10\x04*\x9a\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'universal_runtime.v1.generation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CHATROLE']._serialized_start=3173
-  _globals['_CHATROLE']._serialized_end=3322
-  _globals['_TOOLCHOICEMODE']._serialized_start=3325
-  _globals['_TOOLCHOICEMODE']._serialized_end=3491
-  _globals['_RESPONSEFORMATTYPE']._serialized_start=3494
-  _globals['_RESPONSEFORMATTYPE']._serialized_end=3659
-  _globals['_REASONINGEFFORT']._serialized_start=3662
-  _globals['_REASONINGEFFORT']._serialized_end=3822
-  _globals['_FINISHREASON']._serialized_start=3825
-  _globals['_FINISHREASON']._serialized_end=3979
+  _globals['_CHATROLE']._serialized_start=3365
+  _globals['_CHATROLE']._serialized_end=3514
+  _globals['_TOOLCHOICEMODE']._serialized_start=3517
+  _globals['_TOOLCHOICEMODE']._serialized_end=3683
+  _globals['_RESPONSEFORMATTYPE']._serialized_start=3686
+  _globals['_RESPONSEFORMATTYPE']._serialized_end=3851
+  _globals['_REASONINGEFFORT']._serialized_start=3854
+  _globals['_REASONINGEFFORT']._serialized_end=4014
+  _globals['_FINISHREASON']._serialized_start=4017
+  _globals['_FINISHREASON']._serialized_end=4171
   _globals['_TOOLCALL']._serialized_start=98
   _globals['_TOOLCALL']._serialized_end=158
   _globals['_CHATMESSAGE']._serialized_start=161
-  _globals['_CHATMESSAGE']._serialized_end=352
-  _globals['_TOOLDEFINITION']._serialized_start=354
-  _globals['_TOOLDEFINITION']._serialized_end=437
-  _globals['_TOOLCHOICE']._serialized_start=439
-  _globals['_TOOLCHOICE']._serialized_end=526
-  _globals['_RESPONSEFORMAT']._serialized_start=528
-  _globals['_RESPONSEFORMAT']._serialized_end=642
-  _globals['_LOGITBIAS']._serialized_start=644
-  _globals['_LOGITBIAS']._serialized_end=687
-  _globals['_GENERATIONPARAMETERS']._serialized_start=690
-  _globals['_GENERATIONPARAMETERS']._serialized_end=1555
-  _globals['_SPECULATIVEDECODING']._serialized_start=1557
-  _globals['_SPECULATIVEDECODING']._serialized_end=1632
-  _globals['_GENERATEREQUEST']._serialized_start=1635
-  _globals['_GENERATEREQUEST']._serialized_end=1820
-  _globals['_GENERATESTREAMREQUEST']._serialized_start=1823
-  _globals['_GENERATESTREAMREQUEST']._serialized_end=2014
-  _globals['_TOKENLOGPROB']._serialized_start=2016
-  _globals['_TOKENLOGPROB']._serialized_end=2080
-  _globals['_TOKENLOGPROBS']._serialized_start=2082
-  _globals['_TOKENLOGPROBS']._serialized_end=2208
-  _globals['_GENERATECHOICE']._serialized_start=2211
-  _globals['_GENERATECHOICE']._serialized_end=2472
-  _globals['_GENERATERESPONSE']._serialized_start=2475
-  _globals['_GENERATERESPONSE']._serialized_end=2667
-  _globals['_TOOLCALLDELTA']._serialized_start=2669
-  _globals['_TOOLCALLDELTA']._serialized_end=2755
-  _globals['_GENERATESTREAMRESPONSE']._serialized_start=2758
-  _globals['_GENERATESTREAMRESPONSE']._serialized_end=3170
+  _globals['_CHATMESSAGE']._serialized_end=410
+  _globals['_CONTENTPART']._serialized_start=412
+  _globals['_CONTENTPART']._serialized_end=500
+  _globals['_AUDIOINPUT']._serialized_start=502
+  _globals['_AUDIOINPUT']._serialized_end=544
+  _globals['_TOOLDEFINITION']._serialized_start=546
+  _globals['_TOOLDEFINITION']._serialized_end=629
+  _globals['_TOOLCHOICE']._serialized_start=631
+  _globals['_TOOLCHOICE']._serialized_end=718
+  _globals['_RESPONSEFORMAT']._serialized_start=720
+  _globals['_RESPONSEFORMAT']._serialized_end=834
+  _globals['_LOGITBIAS']._serialized_start=836
+  _globals['_LOGITBIAS']._serialized_end=879
+  _globals['_GENERATIONPARAMETERS']._serialized_start=882
+  _globals['_GENERATIONPARAMETERS']._serialized_end=1747
+  _globals['_SPECULATIVEDECODING']._serialized_start=1749
+  _globals['_SPECULATIVEDECODING']._serialized_end=1824
+  _globals['_GENERATEREQUEST']._serialized_start=1827
+  _globals['_GENERATEREQUEST']._serialized_end=2012
+  _globals['_GENERATESTREAMREQUEST']._serialized_start=2015
+  _globals['_GENERATESTREAMREQUEST']._serialized_end=2206
+  _globals['_TOKENLOGPROB']._serialized_start=2208
+  _globals['_TOKENLOGPROB']._serialized_end=2272
+  _globals['_TOKENLOGPROBS']._serialized_start=2274
+  _globals['_TOKENLOGPROBS']._serialized_end=2400
+  _globals['_GENERATECHOICE']._serialized_start=2403
+  _globals['_GENERATECHOICE']._serialized_end=2664
+  _globals['_GENERATERESPONSE']._serialized_start=2667
+  _globals['_GENERATERESPONSE']._serialized_end=2859
+  _globals['_TOOLCALLDELTA']._serialized_start=2861
+  _globals['_TOOLCALLDELTA']._serialized_end=2947
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=2950
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=3362
 # @@protoc_insertion_point(module_scope)

@@ -7,16 +7,19 @@ client could send answered by a clear 4xx.
 
 from __future__ import annotations
 
+import base64
 import json
 
 import grpc
 import httpx
 import openai
 import pytest
+from universal_runtime.v1 import generation_pb2 as g
 from universal_runtime.v1 import speech_pb2 as pb
+from universal_runtime.v1 import tokenization_pb2 as t
 
 from tests import spoken
-from tests.conftest import STT_MODEL, TTS_MODEL, error_info
+from tests.conftest import CHAT_MODEL, STT_MODEL, TTS_MODEL, error_info
 
 
 def words_of(text: str) -> list[str]:
@@ -343,3 +346,112 @@ async def test_bad_speech_bodies_get_a_clear_4xx(gateway_url, body, status):
         response = await http.post("/v1/audio/speech", json={"model": TTS_MODEL, **body})
     assert response.status_code == status, response.text
     assert response.json()["error"]["message"]
+
+
+# -- audio in chat -------------------------------------------------------------------------------
+
+
+def _chat(content: str = "", parts: list[g.ContentPart] = ()) -> g.GenerateRequest:
+    message = g.ChatMessage(role=g.CHAT_ROLE_USER, content=content, content_parts=parts)
+    return g.GenerateRequest(
+        model=CHAT_MODEL, messages=[message], parameters=g.GenerationParameters(max_tokens=4, temperature=0.0)
+    )
+
+
+async def test_audio_parts_of_a_chat_message_are_heard_as_their_transcript(inference):
+    sentence = spoken.SENTENCES[0]
+    parts = [
+        g.ContentPart(text="Repeat this:"),
+        g.ContentPart(audio=g.AudioInput(data=spoken.spoken_wav(sentence))),
+    ]
+    heard = await inference.Generate(_chat(parts=parts))
+    written = await inference.Generate(_chat(content=f"Repeat this:\n{sentence}"))
+    assert heard.usage.prompt_tokens == written.usage.prompt_tokens
+    assert heard.choices[0].text == written.choices[0].text
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "reason"),
+    [
+        (_chat(content="x", parts=[g.ContentPart(text="y")]), grpc.StatusCode.INVALID_ARGUMENT, None),
+        (_chat(parts=[g.ContentPart()]), grpc.StatusCode.INVALID_ARGUMENT, None),
+        (
+            _chat(parts=[g.ContentPart(audio=g.AudioInput(data=b"not audio at all"))]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "UNSUPPORTED_FORMAT",
+        ),
+        (
+            _chat(parts=[g.ContentPart(audio=g.AudioInput(data=spoken.silent_flac(600)))]),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "AUDIO_TOO_LONG",
+        ),
+    ],
+    ids=["content-and-parts", "empty-part", "garbage-audio", "ten-minutes"],
+)
+async def test_bad_audio_parts_are_refused(inference, request_, code, reason):
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await inference.Generate(request_)
+    assert caught.value.code() == code, caught.value.details()
+    if reason is not None:
+        assert error_info(caught.value).reason == reason
+
+
+async def test_other_rpcs_refuse_audio_parts(inference):
+    message = g.ChatMessage(
+        role=g.CHAT_ROLE_USER,
+        content_parts=[g.ContentPart(audio=g.AudioInput(data=spoken.spoken_wav("hello")))],
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await inference.Tokenize(t.TokenizeRequest(model=CHAT_MODEL, messages=[message]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info(caught.value).metadata["field"] == "messages[0].content_parts"
+
+
+async def test_sdk_chat_with_input_audio(openai_client):
+    sentence = spoken.SENTENCES[1]
+    audio = base64.b64encode(spoken.spoken_wav(sentence)).decode()
+    heard = await openai_client.chat.completions.create(
+        model=CHAT_MODEL,
+        max_tokens=4,
+        temperature=0,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Repeat this:"},
+                    {"type": "input_audio", "input_audio": {"data": audio, "format": "wav"}},
+                ],
+            }
+        ],
+    )
+    written = await openai_client.chat.completions.create(
+        model=CHAT_MODEL,
+        max_tokens=4,
+        temperature=0,
+        messages=[{"role": "user", "content": f"Repeat this:\n{sentence}"}],
+    )
+    assert heard.usage.prompt_tokens == written.usage.prompt_tokens
+    assert heard.choices[0].message.content == written.choices[0].message.content
+
+
+async def test_chat_with_undecodable_input_audio_is_400(gateway_url):
+    part = {
+        "type": "input_audio",
+        "input_audio": {"data": base64.b64encode(b"nope").decode(), "format": "mp3"},
+    }
+    body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": [part]}], "max_tokens": 2}
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=60) as http:
+        response = await http.post("/v1/chat/completions", json=body)
+        bad_base64 = await http.post(
+            "/v1/chat/completions",
+            json={
+                **body,
+                "messages": [
+                    {"role": "user", "content": [{**part, "input_audio": {"data": "!!", "format": "wav"}}]}
+                ],
+            },
+        )
+    assert response.status_code == 400 and response.json()["error"]["code"] == "unsupported_format", (
+        response.text
+    )
+    assert bad_base64.status_code == 400, bad_base64.text
