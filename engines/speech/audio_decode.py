@@ -8,13 +8,16 @@ stops at the first sample past ``limits.max_seconds`` (a header's duration is ne
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError
 from engines.reasons import Reason
 from engines.speech.types import Audio, AudioLimits
+
+if TYPE_CHECKING:
+    import av
 
 #: Demuxers an upload may be opened with (FFmpeg names; ``mov`` covers MP4 and M4A, ``matroska``
 #: WebM). Others (image pipes, playlists such as ``hls`` or ``concat`` that open further URLs)
@@ -30,10 +33,19 @@ _OPEN_OPTIONS = {
     "analyzeduration": str(ANALYZE_US),
     "format_whitelist": ",".join(DEMUXERS),
 }
-# What PyAV and FFmpeg raise for a file they cannot read: FFmpegError for the library's error
-# codes; ValueError/UnicodeDecodeError for metadata or frames PyAV refuses; EOFError/OSError for
-# reads past a truncated file.
-_DECODE_ERRORS = (av.FFmpegError, ValueError, UnicodeDecodeError, EOFError, OSError, IndexError)
+
+
+def _decode_errors() -> tuple[type[BaseException], ...]:
+    """What PyAV and FFmpeg raise for a file they cannot read.
+
+    FFmpegError for the library's error codes; ValueError/UnicodeDecodeError for metadata or frames
+    PyAV refuses; EOFError/OSError for reads past a truncated file. PyAV is imported here, not at
+    the module's import: every process that lists the engines imports this module, and only a
+    speech model's backend decodes (PyAV's libraries are about 24 MB of RSS).
+    """
+    import av
+
+    return (av.FFmpegError, ValueError, UnicodeDecodeError, EOFError, OSError, IndexError)
 
 
 def decode_audio(data: bytes, limits: AudioLimits, sample_rate: int) -> Audio:
@@ -66,16 +78,19 @@ def decode_audio(data: bytes, limits: AudioLimits, sample_rate: int) -> Audio:
             reason=Reason.FILE_TOO_LARGE,
             max_bytes=limits.max_bytes,
         )
+    import av
+
+    decode_errors = _decode_errors()
     max_samples = int(limits.max_seconds * sample_rate)
     try:
         container = av.open(io.BytesIO(data), mode="r", options=_OPEN_OPTIONS, metadata_errors="replace")
-    except _DECODE_ERRORS as exc:
+    except decode_errors as exc:
         raise _unsupported(f"it is not an audio file of a known format ({_reason(exc)})") from None
     try:
         if not container.streams.audio:
             raise _unsupported("it holds no audio stream")
         samples = _decode_stream(container, container.streams.audio[0], sample_rate, max_samples, limits)
-    except _DECODE_ERRORS as exc:
+    except decode_errors as exc:
         raise _unsupported(f"it cannot be decoded ({_reason(exc)})") from None
     finally:
         container.close()
@@ -95,6 +110,8 @@ def _decode_stream(
 
     Packets the decoder refuses are skipped unless they outnumber the good ones.
     """
+    import av
+
     resampler = av.AudioResampler(
         format="flt", layout="mono", rate=sample_rate, options={"rematrix_maxval": "1.0"}
     )

@@ -36,9 +36,9 @@ from engines.types import MemoryUsage
 MIN_WORDS_PER_MINUTE = 80
 MAX_WORDS_PER_MINUTE = 450
 #: Host memory of a loaded eSpeak NG and a call's buffers: phoneme tables, one language's
-#: dictionary, the encoder (about 13 MB over a load and a 400-character mp3 request, measured with
+#: dictionary, the encoder (about 10 MB over a load and a 400-character mp3 request, measured with
 #: ``bench.memory_estimate``'s method; each other language spoken adds its dictionary).
-ESPEAK_LOAD_BYTES = 16 * 1024 * 1024
+ESPEAK_LOAD_BYTES = 11 * 1024 * 1024
 
 #: OpenAI's voice names → (eSpeak voice id, variant, gender). The variants (``voices/!v`` in the
 #: data) give distinct pitches; ``fable`` is British as OpenAI's is.

@@ -17,7 +17,6 @@ from PIL import Image
 
 from engines.errors import InvalidArgumentError, ResourceExhaustedError, RuntimeServiceError
 from engines.reasons import Reason
-from engines.speech import audio_decode
 from engines.speech.audio_decode import decode_audio
 from engines.speech.types import AudioLimits
 from tests.spoken import encode, tone
@@ -171,7 +170,7 @@ def test_over_max_seconds_stops_decoding(monkeypatch: pytest.MonkeyPatch) -> Non
             produced.extend(f.samples for f in frames)
             return frames
 
-    monkeypatch.setattr(audio_decode.av, "AudioResampler", Counting)
+    monkeypatch.setattr(av, "AudioResampler", Counting)
     with pytest.raises(ResourceExhaustedError) as caught:
         decode_audio(data, AudioLimits(max_bytes=50_000_000, max_seconds=2.0), 16000)
     assert caught.value.reason == Reason.AUDIO_TOO_LONG

@@ -47,7 +47,19 @@ TEST_OPTIONS: dict[str, dict] = {
 }
 DEFAULTS = load_catalog().specs
 #: Libraries an estimate must not import (it reads file headers, never a runtime).
-RUNTIMES = ("torch", "llama_cpp", "onnxruntime", "openvino", "spacy", "transformers", "rapidocr_onnxruntime")
+RUNTIMES = (
+    "torch",
+    "llama_cpp",
+    "onnxruntime",
+    "openvino",
+    "spacy",
+    "transformers",
+    "rapidocr_onnxruntime",
+    "av",
+    "diffusers",
+    "pocketsphinx",
+    "espeakng_loader",
+)
 
 
 def engine_for(spec: ModelSpec, device: str = "cpu"):
