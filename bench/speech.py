@@ -262,12 +262,12 @@ def _catalog(folder: Path, image_folder: Path | None) -> Path:
 
 def word_error_table(sentences: str, heard: dict[str, str]) -> dict[str, Any]:
     """The WER table: a row per transcript of the corpus."""
-    from tests.spoken import word_error_rate, word_errors
+    from tests.spoken import normalized_word_errors
 
     rows = []
     for label, text in heard.items():
-        errors, words = word_errors(sentences, " ".join(w.strip(".,!?").lower() for w in text.split()))
-        rows.append([label, f"{word_error_rate(sentences, text):.1%}", f"{errors} of {words}"])
+        errors, words = normalized_word_errors(sentences, text)
+        rows.append([label, f"{errors / words:.1%}", f"{errors} of {words}"])
     return {
         "title": f"Word error rate — {len(CORPUS)} sentences spoken by eSpeak NG (en-us), heard by "
         "PocketSphinx",

@@ -150,11 +150,17 @@ def wav_claiming(seconds: float, actual_s: float = 1.0, rate: int = RATE) -> byt
     return real[:4] + struct.pack("<I", claimed + 36) + real[8:40] + struct.pack("<I", claimed) + real[44:]
 
 
+def normalized_words(text: str) -> list[str]:
+    """The words of ``text``, lower-case, without the punctuation around them."""
+    return [w.strip(".,!?").lower() for w in text.split() if w.strip(".,!?")]
+
+
+def normalized_word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    """:func:`word_errors` of the two texts' :func:`normalized_words`."""
+    return word_errors(" ".join(normalized_words(reference)), " ".join(normalized_words(hypothesis)))
+
+
 def word_error_rate(reference: str, hypothesis: str) -> float:
     """Word error rate of ``hypothesis``, case and punctuation aside."""
-
-    def words(text: str) -> str:
-        return " ".join(w.strip(".,!?").lower() for w in text.split() if w.strip(".,!?"))
-
-    errors, count = word_errors(words(reference), words(hypothesis))
+    errors, count = normalized_word_errors(reference, hypothesis)
     return errors / count

@@ -185,23 +185,6 @@ class SpeechOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class SpeechChunk:
-    """A piece of synthesized speech, in order.
-
-    Attributes:
-        samples: float32 mono samples in [-1, 1], shape (n,).
-        sample_rate: Hz (the same for every chunk of a call).
-        text_start, text_end: the characters of the input this chunk speaks, [start, end).
-
-    """
-
-    samples: np.ndarray
-    sample_rate: int
-    text_start: int = 0
-    text_end: int = 0
-
-
-@dataclass(frozen=True, slots=True)
 class TranscriptionInfo:
     """What a transcription found about the whole audio.
 

@@ -10,24 +10,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from gateway.schemas.base import OpenAIRequestModel, keep_alive_duration
+from gateway.schemas.encoder_base import EncoderRequestModel
 
 TranscriptionFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
 SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 
 
-class KeepAliveField(OpenAIRequestModel):
-    """The runtime's ``keep_alive`` extension of an OpenAI body."""
-
-    keep_alive: str | int | None = None
-
-    @property
-    def keep_alive_value(self) -> str:
-        """``keep_alive`` as the server's duration string (``""`` when unset)."""
-        return keep_alive_duration(self.keep_alive)
-
-
-class TranslationForm(KeepAliveField):
+class TranslationForm(EncoderRequestModel):
     """Fields of ``POST /v1/audio/translations`` (besides ``file``): speech translated into English.
 
     Attributes:
@@ -62,7 +51,7 @@ class TranscriptionForm(TranslationForm):
     stream: bool = False
 
 
-class SpeechRequest(KeepAliveField):
+class SpeechRequest(EncoderRequestModel):
     """Body of ``POST /v1/audio/speech``.
 
     Attributes:

@@ -10,13 +10,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from gateway.schemas.audio import KeepAliveField
 from gateway.schemas.base import Int32, Int64
+from gateway.schemas.encoder_base import EncoderRequestModel
 
 _SIZE = re.compile(r"(\d{1,5})x(\d{1,5})")
 
 
-class ImageGenerationRequest(KeepAliveField):
+class ImageGenerationRequest(EncoderRequestModel):
     """OpenAI's image generation body, with ``negative_prompt``, ``steps``, ``guidance_scale`` and ``seed``.
 
     Attributes:

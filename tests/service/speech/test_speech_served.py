@@ -22,10 +22,6 @@ from tests import spoken
 from tests.conftest import CHAT_MODEL, STT_MODEL, TTS_MODEL, error_info
 
 
-def words_of(text: str) -> list[str]:
-    return [w.strip(".,!?").lower() for w in text.split() if w.strip(".,!?")]
-
-
 async def transcribe(inference, data: bytes, **options) -> list[pb.TranscribeResponse]:
     options.setdefault("model", STT_MODEL)
     messages = [pb.TranscribeRequest(options=pb.TranscribeOptions(**options), chunk=data[:65536])]
@@ -215,7 +211,7 @@ async def test_sdk_transcription_formats(openai_client, speech_wav):
         spoken.decoded_seconds(speech_wav), abs=0.05
     )
     assert len(verbose.segments) == 2 and verbose.words
-    assert [w.word for w in verbose.words][:3] == words_of(spoken.SENTENCES[0])[:3]
+    assert [w.word for w in verbose.words][:3] == spoken.normalized_words(spoken.SENTENCES[0])[:3]
 
 
 async def test_sdk_transcription_stream(openai_client, speech_wav):
